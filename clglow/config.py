@@ -1,0 +1,39 @@
+"""Every CLGLOW_* environment variable, read in one place."""
+from __future__ import annotations
+
+import os
+
+
+def _flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    return value.strip().lower() not in ("0", "false", "no", "off")
+
+
+def device_selector() -> str | None:
+    """CLGLOW_DEVICE: `platform:device` (indices or name substrings), `gpu`, `cpu`; else PYOPENCL_CTX."""
+    return os.environ.get("CLGLOW_DEVICE") or os.environ.get("PYOPENCL_CTX") or None
+
+
+def cache_enabled() -> bool:
+    """CLGLOW_CACHE=0 disables the on-disk program cache."""
+    return _flag("CLGLOW_CACHE", True)
+
+
+def cache_dir() -> str | None:
+    """CLGLOW_CACHE_DIR overrides the platformdirs cache folder."""
+    return os.environ.get("CLGLOW_CACHE_DIR") or None
+
+
+def host_fallback() -> bool:
+    """CLGLOW_HOST_FALLBACK=0 refuses to place any node on the host."""
+    return _flag("CLGLOW_HOST_FALLBACK", True)
+
+
+def max_tensor_bytes() -> int:
+    """CLGLOW_MAX_TENSOR_BYTES caps any single declared tensor (default 16 GiB)."""
+    try:
+        return int(os.environ.get("CLGLOW_MAX_TENSOR_BYTES", str(16 << 30)))
+    except ValueError:
+        return 16 << 30

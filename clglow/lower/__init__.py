@@ -1,0 +1,6 @@
+"""Lowering: device ops -> OpenCL kernel launches. Importing this package registers every op."""
+from . import base  # noqa: F401
+from . import conv, elementwise, gemm, movement, norm, pool, softmax  # noqa: F401  (registration)
+from .base import REGISTRY, DeviceInfo, Launch, LowerCtx, TensorInfo, lookup
+
+__all__ = ["REGISTRY", "DeviceInfo", "Launch", "LowerCtx", "TensorInfo", "lookup"]

@@ -1,0 +1,242 @@
+"""The contract between lowering and the executor.
+
+A device op is lowered, once per concrete input shape, into a list of `Launch`es:
+which `.cl` file and kernel, which `-D` defines (dtype, tile sizes, fused
+activation: things that change the code), the global/local sizes, and the
+arguments. Shapes and strides are passed as run-time scalar arguments, not as
+defines, so one program serves every layer of a network (few builds, fast cold
+start).
+
+Arguments are symbolic here; the executor binds them to OpenCL memory:
+  Buf(name)            the buffer holding tensor `name` (input, output, weight, activation)
+  Scratch(nbytes)      a temporary buffer private to this op's launches (e.g. im2col columns)
+  ConstBuf(key, array) a small constant array uploaded once per plan (index tables, packed weights)
+  numpy scalars        np.int32 / np.int64 / np.float32 values passed by value
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence, Union
+
+import numpy as np
+
+from ..ir import Graph, Node
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """A tensor with a concrete shape, as the lowering sees it."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class Buf:
+    name: str
+
+
+@dataclass(frozen=True)
+class Scratch:
+    """Scratch space for one op; `slot` distinguishes several scratch buffers of one op."""
+
+    nbytes: int
+    slot: int = 0
+
+
+@dataclass(frozen=True, eq=False)
+class ConstBuf:
+    """A constant array uploaded once per plan. `key` deduplicates identical uploads."""
+
+    key: str
+    array: np.ndarray
+
+
+Arg = Union[Buf, Scratch, ConstBuf, np.generic]
+
+
+@dataclass
+class Launch:
+    """One kernel enqueue."""
+
+    program: str  # file in kernels_cl/ without the .cl suffix, e.g. "gemm"
+    kernel: str  # __kernel function name
+    gsize: tuple
+    args: list
+    lsize: Optional[tuple] = None
+    defines: dict = field(default_factory=dict)
+    label: str = ""  # node name, for profiles
+
+    def build_options(self) -> tuple:
+        """`-D` options, sorted so equal defines give the same program."""
+        opts = []
+        for k in sorted(self.defines):
+            v = self.defines[k]
+            opts.append(f"-D{k}" if v is None or v is True else f"-D{k}={v}")
+        return tuple(opts)
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What lowering may know about the device (filled by runtime.device)."""
+
+    name: str = "unknown"
+    type: str = "cpu"  # "cpu" | "gpu" | "accelerator"
+    compute_units: int = 1
+    max_work_group_size: int = 256
+    local_mem_size: int = 32768
+    global_mem_size: int = 1 << 30
+    max_alloc_size: int = 1 << 28
+    has_fp16: bool = False
+    has_fp64: bool = False
+    preferred_vector_width_float: int = 4
+
+
+class LowerCtx:
+    """Everything a lowering function needs for one node at one concrete shape."""
+
+    def __init__(self, node: Node, graph: Graph, inputs: Sequence[Optional[TensorInfo]],
+                 outputs: Sequence[TensorInfo], device: DeviceInfo):
+        self.node = node
+        self.graph = graph
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+        self.device = device
+        self._scratch_slots = 0
+
+    # -- convenience -------------------------------------------------------------------------
+    @property
+    def opset(self) -> int:
+        return self.graph.opset(self.node.domain)
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.node.attrs.get(name, default)
+
+    def has_input(self, i: int) -> bool:
+        return i < len(self.inputs) and self.inputs[i] is not None
+
+    def const(self, i: int) -> Optional[np.ndarray]:
+        """The constant value of input i (an initializer or folded constant), else None."""
+        if not self.has_input(i):
+            return None
+        return self.graph.const(self.node.inputs[i])
+
+    def buf(self, i: int) -> Buf:
+        return Buf(self.node.inputs[i])
+
+    def out(self, j: int = 0) -> Buf:
+        return Buf(self.node.outputs[j])
+
+    def scratch(self, nbytes: int) -> Scratch:
+        s = Scratch(max(int(nbytes), 4), self._scratch_slots)
+        self._scratch_slots += 1
+        return s
+
+    def const_buffer(self, array: np.ndarray, key: Optional[str] = None) -> ConstBuf:
+        arr = np.ascontiguousarray(array)
+        if key is None:
+            key = f"{arr.dtype.str}:{arr.shape}:{hash(arr.tobytes())}"
+        return ConstBuf(key, arr)
+
+    def derived(self, i: int, tag: str, fn: Callable[[np.ndarray], np.ndarray]) -> ConstBuf:
+        """A constant derived from constant input i (e.g. packed weights), computed once per plan."""
+        src = self.const(i)
+        if src is None:
+            raise ValueError(f"input {i} of {self.node.name} is not constant")
+        return ConstBuf(f"{self.node.inputs[i]}#{tag}", np.ascontiguousarray(fn(src)))
+
+    def label(self) -> str:
+        return self.node.name
+
+
+# A device op: `supports` judges (op, attributes, dtypes, static shape knowledge) without
+# concrete shapes and returns None when a kernel covers the node or a reason string when not;
+# `lower` turns the node into launches for concrete shapes. `view` ops alias their first input.
+SupportsFn = Callable[[Node, Graph], Optional[str]]
+LowerFn = Callable[[LowerCtx], list]
+
+
+@dataclass
+class DeviceOp:
+    op_type: str
+    lower: Optional[LowerFn]
+    supports: SupportsFn
+    view: bool = False  # output is the input's buffer reinterpreted (Reshape & co.)
+    domain: str = ""
+
+
+REGISTRY: dict[tuple, DeviceOp] = {}
+
+
+def _always(node: Node, graph: Graph) -> Optional[str]:
+    return None
+
+
+def device_op(*op_types: str, supports: SupportsFn = _always, view: bool = False,
+              domain: str = "") -> Callable[[LowerFn], LowerFn]:
+    """Register a lowering function for one or more op types.
+
+    Example::
+
+        @device_op("Relu", "Sigmoid", supports=float_only)
+        def lower_unary(ctx: LowerCtx) -> list[Launch]: ...
+    """
+
+    def deco(fn: LowerFn) -> LowerFn:
+        for op in op_types:
+            REGISTRY[(domain, op)] = DeviceOp(op, fn, supports, view, domain)
+        return fn
+
+    return deco
+
+
+def view_op(*op_types: str, supports: SupportsFn = _always) -> None:
+    """Register ops whose output is a reinterpretation of input 0's buffer (no kernel)."""
+    for op in op_types:
+        REGISTRY[("", op)] = DeviceOp(op, None, supports, True)
+
+
+def lookup(node: Node) -> Optional[DeviceOp]:
+    return REGISTRY.get((node.domain if node.domain != "ai.onnx" else "", node.op_type))
+
+
+# --- helpers shared by lowering modules ---------------------------------------------------------
+def i32(x: int) -> np.int32:
+    return np.int32(int(x))
+
+
+def i64(x: int) -> np.int64:
+    return np.int64(int(x))
+
+
+def f32(x: float) -> np.float32:
+    return np.float32(float(x))
+
+
+def round_up(x: int, m: int) -> int:
+    return (int(x) + m - 1) // m * m
+
+
+def dtypes_of(node: Node, graph: Graph) -> list:
+    """dtypes of the node's present inputs (None where unknown)."""
+    return [graph.values[i].dtype if i and i in graph.values else None for i in node.inputs if i]
+
+
+def float32_only(node: Node, graph: Graph) -> Optional[str]:
+    """supports(): every present input and output is float32."""
+    for name in [i for i in node.inputs if i] + [o for o in node.outputs if o]:
+        v = graph.values.get(name)
+        if v is None or v.dtype is None:
+            continue
+        if np.dtype(v.dtype) != np.float32:
+            return f"tensor {name!r} has dtype {np.dtype(v.dtype).name}; the OpenCL kernel handles float32"
+    return None

@@ -1,0 +1,2 @@
+"""Lowering of movement ops to OpenCL launches (see lower/base.py for the contract)."""
+from __future__ import annotations
