@@ -1,2 +1,317 @@
-"""Lowering of elementwise ops to OpenCL launches (see lower/base.py for the contract)."""
+"""Lowering of elementwise ops to OpenCL launches (see lower/base.py for the contract).
+
+One program per (op, dtypes, rank): equal shapes take `binary_flat` (no index math);
+anything else is broadcast through `*_bcast`, after collapsing the index space so that
+common cases (bias per channel, scalar operand) need rank 1-3 index math. Shapes and
+strides travel in a small int32 ConstBuf, never in defines.
+"""
 from __future__ import annotations
+
+import logging
+from typing import Optional, Sequence
+
+import numpy as np
+
+from ..dtypes import cl_type
+from ..ir import Graph, Node
+from .base import ConstBuf, Launch, LowerCtx, device_op, f32, i32, i64, round_up
+
+log = logging.getLogger(__name__)
+
+_INT_LIMIT = 2 ** 31 - 1  # index math is int32
+
+_FLOAT = {np.dtype(np.float32)}
+_INTS = {np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64)}
+_NUMERIC = _FLOAT | _INTS
+_BOOL = {np.dtype(np.bool_)}
+_ALL = _NUMERIC | _BOOL
+
+
+# --- shared helpers (used by the other lowering modules too) -------------------------------------
+def work_size(ctx: LowerCtx, n: int, cap: int = 256) -> tuple:
+    """(gsize, lsize) for n independent work-items: a fixed work-group (pocl would pick 1 for a prime n)."""
+    ls = max(1, min(cap, int(ctx.device.max_work_group_size)))
+    return (round_up(max(int(n), 1), ls),), (ls,)
+
+
+def dtype_of(graph: Graph, name: str) -> Optional[np.dtype]:
+    v = graph.values.get(name) if name else None
+    return None if v is None or v.dtype is None else np.dtype(v.dtype)
+
+
+def check_dtypes(node: Node, graph: Graph, allowed: set, which: Optional[Sequence[int]] = None) -> Optional[str]:
+    """supports() helper: the listed inputs (default all present) have dtypes in `allowed`."""
+    idx = range(len(node.inputs)) if which is None else which
+    for i in idx:
+        name = node.input(i)
+        dt = dtype_of(graph, name)
+        if name and dt is not None and dt not in allowed:
+            return f"input {name!r} has dtype {dt.name}, not handled by the OpenCL kernel"
+    return None
+
+
+def collapse(out_shape: Sequence[int], in_shapes: Sequence[Sequence[int]]) -> tuple:
+    """Merge adjacent dims that every input broadcasts the same way.
+
+    Returns (dims, [strides per input]) with at least one dim; stride 0 marks a broadcast dim.
+    """
+    r = len(out_shape)
+    padded = [(1,) * (r - len(s)) + tuple(s) for s in in_shapes]
+    dims: list = []
+    full: list = []  # per kept dim, tuple of flags "input k is full (not broadcast) here"
+    for d in range(r):
+        od = int(out_shape[d])
+        if od == 1:
+            continue
+        flags = tuple(p[d] != 1 for p in padded)
+        if dims and full[-1] == flags:
+            dims[-1] *= od
+        else:
+            dims.append(od)
+            full.append(flags)
+    if not dims:
+        dims, full = [1], [tuple(True for _ in in_shapes)]
+    strides = []
+    for k in range(len(in_shapes)):
+        st, acc = [0] * len(dims), 1
+        for d in range(len(dims) - 1, -1, -1):
+            if full[d][k]:
+                st[d] = acc
+                acc *= dims[d]
+        strides.append(st)
+    return dims, strides
+
+
+def meta_table(ctx: LowerCtx, dims: Sequence[int], strides: Sequence[Sequence[int]]) -> ConstBuf:
+    return ctx.const_buffer(np.array(list(dims) + [s for st in strides for s in st], dtype=np.int32))
+
+
+def _defines(op: str, types: Sequence[np.dtype], out: np.dtype, **extra) -> dict:
+    d = {f"OP_{op}": None, "TO": cl_type(out)}
+    for k, t in enumerate(types):
+        d[f"T{k}"] = cl_type(t)
+    if np.dtype(types[0]) in _INTS or np.dtype(types[0]) in _BOOL:
+        d["IS_INT"] = None
+    d.update(extra)
+    return d
+
+
+def unary_launch(ctx: LowerCtx, op: str, src, dst, n: int, in_dt: np.dtype, out_dt: np.dtype,
+                 alpha: float = 0.0, beta: float = 0.0, ilo: int = 0, ihi: int = 0) -> Launch:
+    g, l = work_size(ctx, n)
+    return Launch("elementwise", "unary", g, [src, dst, i32(n), f32(alpha), f32(beta), i64(ilo), i64(ihi)],
+                  l, _defines(op, [in_dt], out_dt), ctx.label())
+
+
+def binary_launch(ctx: LowerCtx, op: str, a, b, c, shape_a, shape_b, out_shape,
+                  dt_a: np.dtype, dt_b: np.dtype, dt_out: np.dtype) -> Launch:
+    n = int(np.prod(out_shape, dtype=np.int64))
+    g, l = work_size(ctx, n)
+    if tuple(shape_a) == tuple(shape_b) == tuple(out_shape):
+        return Launch("elementwise", "binary_flat", g, [a, b, c, i32(n)], l,
+                      _defines(op, [dt_a, dt_b], dt_out), ctx.label())
+    dims, strides = collapse(out_shape, [shape_a, shape_b])
+    return Launch("elementwise", "binary_bcast", g, [a, b, c, i32(n), meta_table(ctx, dims, strides)], l,
+                  _defines(op, [dt_a, dt_b], dt_out, RANK=len(dims)), ctx.label())
+
+
+def ternary_launch(ctx: LowerCtx, op: str, args: Sequence, shapes: Sequence, out, out_shape,
+                   dts: Sequence[np.dtype], dt_out: np.dtype) -> Launch:
+    n = int(np.prod(out_shape, dtype=np.int64))
+    g, l = work_size(ctx, n)
+    dims, strides = collapse(out_shape, shapes)
+    return Launch("elementwise", "ternary_bcast", g, [*args, out, i32(n), meta_table(ctx, dims, strides)], l,
+                  _defines(op, dts, dt_out, RANK=len(dims)), ctx.label())
+
+
+def _too_big(ctx: LowerCtx) -> None:
+    if any(t is not None and t.size > _INT_LIMIT for t in list(ctx.inputs) + list(ctx.outputs)):
+        raise ValueError(f"{ctx.node.name}: tensors over 2**31 elements are not supported by the OpenCL kernels")
+
+
+# --- unary ---------------------------------------------------------------------------------------
+_UNARY_FLOAT = {"Sigmoid": "SIGMOID", "Tanh": "TANH", "LeakyRelu": "LEAKYRELU", "Exp": "EXP", "Log": "LOG",
+                "Sqrt": "SQRT", "Reciprocal": "RECIPROCAL", "Erf": "ERF", "Floor": "FLOOR", "Ceil": "CEIL",
+                "Round": "ROUND", "Sin": "SIN", "Cos": "COS", "Elu": "ELU", "Selu": "SELU",
+                "HardSigmoid": "HARDSIGMOID", "HardSwish": "HARDSWISH", "Softplus": "SOFTPLUS",
+                "Softsign": "SOFTSIGN"}
+_UNARY_NUMERIC = {"Relu": "RELU", "Neg": "NEG", "Abs": "ABS", "Sign": "SIGN"}
+_UNARY_PARAMS = {"LeakyRelu": (("alpha", 0.01), None), "Elu": (("alpha", 1.0), None),
+                 "Selu": (("alpha", 1.67326319217681884765625), ("gamma", 1.05070102214813232421875)),
+                 "HardSigmoid": (("alpha", 0.2), ("beta", 0.5))}
+_SIGNED = {np.dtype(t) for t in (np.float32, np.int8, np.int16, np.int32, np.int64)}
+
+
+def _supports_unary_float(node: Node, graph: Graph) -> Optional[str]:
+    return check_dtypes(node, graph, _FLOAT)
+
+
+def _supports_unary_numeric(node: Node, graph: Graph) -> Optional[str]:
+    return check_dtypes(node, graph, _SIGNED)
+
+
+@device_op(*_UNARY_FLOAT, supports=_supports_unary_float)
+@device_op(*_UNARY_NUMERIC, supports=_supports_unary_numeric)
+def lower_unary(ctx: LowerCtx) -> list:
+    """Float math (and sign-like ops on signed ints), one element per work-item."""
+    out = ctx.outputs[0]
+    if out.size == 0:
+        return []
+    _too_big(ctx)
+    op_type = ctx.node.op_type
+    op = _UNARY_FLOAT.get(op_type) or _UNARY_NUMERIC[op_type]
+    params = [0.0, 0.0]
+    for k, p in enumerate(_UNARY_PARAMS.get(op_type, (None, None))):
+        if p is not None:
+            params[k] = float(ctx.attr(p[0], p[1]))
+    dt = np.dtype(ctx.inputs[0].dtype)
+    return [unary_launch(ctx, op, ctx.buf(0), ctx.out(0), out.size, dt, dt, params[0], params[1])]
+
+
+def _supports_not(node: Node, graph: Graph) -> Optional[str]:
+    return check_dtypes(node, graph, _BOOL)
+
+
+@device_op("Not", supports=_supports_not)
+def lower_not(ctx: LowerCtx) -> list:
+    n = ctx.outputs[0].size
+    if n == 0:
+        return []
+    return [unary_launch(ctx, "NOT", ctx.buf(0), ctx.out(0), n, np.dtype(np.bool_), np.dtype(np.bool_))]
+
+
+# --- Cast ----------------------------------------------------------------------------------------
+def _supports_cast(node: Node, graph: Graph) -> Optional[str]:
+    src = dtype_of(graph, node.input(0))
+    dst = dtype_of(graph, node.outputs[0])
+    for dt in (src, dst):
+        if dt is not None and dt not in _ALL:
+            return f"Cast involving {dt.name} is not handled by the OpenCL kernel"
+    if node.attr("saturate") is not None and dst is not None and dst not in _ALL:
+        return "saturating float8 casts run on the host"
+    return None
+
+
+@device_op("Cast", "CastLike", supports=_supports_cast)
+def lower_cast(ctx: LowerCtx) -> list:
+    """C conversion semantics match numpy's astype for in-range values (float->int truncates)."""
+    out = ctx.outputs[0]
+    if out.size == 0:
+        return []
+    _too_big(ctx)
+    src, dst = np.dtype(ctx.inputs[0].dtype), np.dtype(out.dtype)
+    op = "CAST_BOOL" if dst == np.bool_ and src != np.bool_ else "CAST"
+    return [unary_launch(ctx, op, ctx.buf(0), ctx.out(0), out.size, src, dst)]
+
+
+# --- Clip ----------------------------------------------------------------------------------------
+def _supports_clip(node: Node, graph: Graph) -> Optional[str]:
+    return check_dtypes(node, graph, _NUMERIC)
+
+
+@device_op("Clip", supports=_supports_clip)
+def lower_clip(ctx: LowerCtx) -> list:
+    """Constant bounds become scalar arguments; run-time bounds use the ternary kernel."""
+    out = ctx.outputs[0]
+    if out.size == 0:
+        return []
+    _too_big(ctx)
+    dt = np.dtype(ctx.inputs[0].dtype)
+    is_float = dt in _FLOAT
+    if is_float:
+        lo_d, hi_d = -np.inf, np.inf
+    else:
+        info = np.iinfo(dt)
+        lo_d, hi_d = max(int(info.min), -2 ** 63), min(int(info.max), 2 ** 63 - 1)
+    if ctx.opset < 11:
+        lo, hi = ctx.attr("min", lo_d), ctx.attr("max", hi_d)
+        consts: list = [lo, hi]
+    else:
+        consts = []
+        for i, d in ((1, lo_d), (2, hi_d)):
+            if not ctx.has_input(i):
+                consts.append(d)
+            else:
+                c = ctx.const(i)
+                consts.append(None if c is None else c.reshape(-1)[0].item())
+    if consts[0] is not None and consts[1] is not None:
+        lo, hi = consts
+        if is_float:
+            return [unary_launch(ctx, "CLIP", ctx.buf(0), ctx.out(0), out.size, dt, dt, float(lo), float(hi))]
+        return [unary_launch(ctx, "CLIP", ctx.buf(0), ctx.out(0), out.size, dt, dt, ilo=int(lo), ihi=int(hi))]
+    args, shapes = [ctx.buf(0)], [ctx.inputs[0].shape]
+    for i, d in ((1, lo_d), (2, hi_d)):
+        if ctx.has_input(i):
+            args.append(ctx.buf(i))
+            shapes.append(ctx.inputs[i].shape)
+        else:
+            args.append(ctx.const_buffer(np.array([d], dtype=dt)))
+            shapes.append(())
+    return [ternary_launch(ctx, "CLIP3", args, shapes, ctx.out(0), out.shape, [dt, dt, dt], dt)]
+
+
+# --- binary & variadic ---------------------------------------------------------------------------
+_BINARY = {"Add": "ADD", "Sub": "SUB", "Mul": "MUL", "Div": "DIV", "Pow": "POW", "PRelu": "PRELU",
+           "Equal": "EQUAL", "Less": "LESS", "Greater": "GREATER", "LessOrEqual": "LESSOREQUAL",
+           "GreaterOrEqual": "GREATEROREQUAL", "And": "AND", "Or": "OR", "Xor": "XOR"}
+_VARIADIC = {"Sum": "ADD", "Mean": "ADD", "Max": "MAX", "Min": "MIN"}
+
+
+def _supports_binary(node: Node, graph: Graph) -> Optional[str]:
+    op = node.op_type
+    if op == "Pow":
+        return check_dtypes(node, graph, _FLOAT, [0]) or check_dtypes(node, graph, _FLOAT | _INTS, [1])
+    if op in ("And", "Or", "Xor"):
+        return check_dtypes(node, graph, _BOOL)
+    if op == "Equal":
+        return check_dtypes(node, graph, _ALL)
+    if op in ("PRelu", "Mean"):
+        return check_dtypes(node, graph, _FLOAT)
+    return check_dtypes(node, graph, _NUMERIC)
+
+
+@device_op(*_BINARY, *_VARIADIC, supports=_supports_binary)
+def lower_binary(ctx: LowerCtx) -> list:
+    """Binary ops directly; variadic ones as a chain accumulating into the output buffer."""
+    out = ctx.outputs[0]
+    if out.size == 0:
+        return []
+    _too_big(ctx)
+    op_type = ctx.node.op_type
+    ins = [(ctx.buf(i), ctx.inputs[i]) for i in range(len(ctx.inputs)) if ctx.has_input(i)]
+    if op_type in _BINARY:
+        (a, ta), (b, tb) = ins[0], ins[1]
+        return [binary_launch(ctx, _BINARY[op_type], a, b, ctx.out(0), ta.shape, tb.shape, out.shape,
+                              ta.dtype, tb.dtype, out.dtype)]
+    op = _VARIADIC[op_type]
+    dt = np.dtype(out.dtype)
+    launches = []
+    if len(ins) == 1:
+        (a, ta), = ins
+        launches.append(unary_launch(ctx, "COPY", a, ctx.out(0), out.size, dt, dt))
+    else:
+        (a, ta), (b, tb) = ins[0], ins[1]
+        launches.append(binary_launch(ctx, op, a, b, ctx.out(0), ta.shape, tb.shape, out.shape, dt, dt, dt))
+        for c, tc in ins[2:]:
+            launches.append(binary_launch(ctx, op, ctx.out(0), c, ctx.out(0), out.shape, tc.shape, out.shape,
+                                          dt, dt, dt))
+    if op_type == "Mean" and len(ins) > 1:
+        launches.append(unary_launch(ctx, "SCALE", ctx.out(0), ctx.out(0), out.size, dt, dt, 1.0 / len(ins)))
+    return launches
+
+
+# --- Where ---------------------------------------------------------------------------------------
+def _supports_where(node: Node, graph: Graph) -> Optional[str]:
+    return check_dtypes(node, graph, _BOOL, [0]) or check_dtypes(node, graph, _ALL, [1, 2])
+
+
+@device_op("Where", supports=_supports_where)
+def lower_where(ctx: LowerCtx) -> list:
+    out = ctx.outputs[0]
+    if out.size == 0:
+        return []
+    _too_big(ctx)
+    dt = np.dtype(out.dtype)
+    return [ternary_launch(ctx, "WHERE", [ctx.buf(0), ctx.buf(1), ctx.buf(2)],
+                           [t.shape for t in ctx.inputs[:3]], ctx.out(0), out.shape,
+                           [np.dtype(np.bool_), dt, dt], dt)]

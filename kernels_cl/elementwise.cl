@@ -1,0 +1,208 @@
+/* Elementwise kernels: unary, binary and ternary ops with numpy broadcasting.
+ *
+ * Specialised with -D defines (code-changing things only):
+ *   T0, T1, T2   storage types of inputs 0..2 (bool is uchar)
+ *   TO           storage type of the output
+ *   OP_<NAME>    which operation (exactly one)
+ *   RANK         rank of the (collapsed) broadcast index space, for the *_bcast kernels
+ *   IS_INT       inputs are integers (guards division by zero, no NaN handling)
+ * Shapes and strides are run-time arguments: `meta` holds dims[RANK] then one
+ * stride row per input (0 where the input is broadcast), all int32.
+ * Plain a*b+c is used rather than fma()/mad(), and no vloadN/vstoreN, because
+ * pocl does not inline those builtins.
+ */
+#ifndef T0
+#define T0 float
+#endif
+#ifndef T1
+#define T1 T0
+#endif
+#ifndef T2
+#define T2 T0
+#endif
+#ifndef TO
+#define TO T0
+#endif
+#ifndef RANK
+#define RANK 1
+#endif
+
+/* ---- unary: y = UN(x) with float params alpha, beta ----------------------------------------- */
+#if defined(OP_RELU)
+#define UN(x) ((x) > (T0)0 ? (x) : (T0)0)
+#elif defined(OP_SIGMOID)
+#define UN(x) (1.0f / (1.0f + exp(-(x))))
+#elif defined(OP_TANH)
+#define UN(x) tanh(x)
+#elif defined(OP_LEAKYRELU)
+#define UN(x) ((x) >= 0.0f ? (x) : (x) * alpha)
+#elif defined(OP_EXP)
+#define UN(x) exp(x)
+#elif defined(OP_LOG)
+#define UN(x) log(x)
+#elif defined(OP_SQRT)
+#define UN(x) sqrt(x)
+#elif defined(OP_NEG)
+#define UN(x) (-(x))
+#elif defined(OP_ABS)
+#define UN(x) ((x) < (T0)0 ? -(x) : (x))
+#elif defined(OP_RECIPROCAL)
+#define UN(x) (1.0f / (x))
+#elif defined(OP_ERF)
+#define UN(x) erf(x)
+#elif defined(OP_FLOOR)
+#define UN(x) floor(x)
+#elif defined(OP_CEIL)
+#define UN(x) ceil(x)
+#elif defined(OP_ROUND)
+#define UN(x) rint(x)
+#elif defined(OP_SIN)
+#define UN(x) sin(x)
+#elif defined(OP_COS)
+#define UN(x) cos(x)
+#elif defined(OP_SIGN)
+#define UN(x) ((x) > (T0)0 ? (T0)1 : ((x) < (T0)0 ? (T0)-1 : (T0)0))
+#elif defined(OP_ELU)
+#define UN(x) ((x) >= 0.0f ? (x) : alpha * (exp(x) - 1.0f))
+#elif defined(OP_SELU)
+#define UN(x) ((x) > 0.0f ? beta * (x) : beta * (alpha * exp(x) - alpha))
+#elif defined(OP_HARDSIGMOID)
+#define UN(x) clamp(alpha * (x) + beta, 0.0f, 1.0f)
+#elif defined(OP_HARDSWISH)
+#define UN(x) ((x) * clamp((x) * (1.0f / 6.0f) + 0.5f, 0.0f, 1.0f))
+#elif defined(OP_SOFTPLUS)
+#define UN(x) ((x) > 20.0f ? (x) : log1p(exp(x)))
+#elif defined(OP_SOFTSIGN)
+#define UN(x) ((x) / (1.0f + fabs(x)))
+#elif defined(OP_NOT)
+#define UN(x) ((x) == (T0)0)
+#elif defined(OP_CLIP)
+/* alpha/beta carry the bounds for float; lo/hi ints for integer types */
+#ifdef IS_INT
+#define UN(x) ((x) < (T0)ilo ? (T0)ilo : ((x) > (T0)ihi ? (T0)ihi : (x)))
+#else
+#define UN(x) ((x) < alpha ? alpha : ((x) > beta ? beta : (x)))
+#endif
+#elif defined(OP_SCALE)
+#define UN(x) ((x) * alpha)
+#elif defined(OP_CAST_BOOL)
+#define UN(x) ((x) != (T0)0)
+#else /* OP_COPY, OP_CAST: conversion by the store */
+#define UN(x) (x)
+#endif
+
+/* ---- binary: c = BIN(a, b) -------------------------------------------------------------------- */
+#ifdef IS_INT
+#define DIV(a, b) ((b) == (T1)0 ? (T0)0 : ((b) == (T1)-1 ? -(a) : (a) / (b)))
+#define ISNAN(a) 0
+#else
+#define DIV(a, b) ((a) / (b))
+#define ISNAN(a) ((a) != (a))
+#endif
+#if defined(OP_ADD)
+#define BIN(a, b) ((a) + (b))
+#elif defined(OP_SUB)
+#define BIN(a, b) ((a) - (b))
+#elif defined(OP_MUL)
+#define BIN(a, b) ((a) * (b))
+#elif defined(OP_DIV)
+#define BIN(a, b) DIV(a, b)
+#elif defined(OP_POW)
+#define BIN(a, b) pow((float)(a), (float)(b))
+#elif defined(OP_MAX)
+#define BIN(a, b) (((a) > (b) || ISNAN(a)) ? (a) : (b))
+#elif defined(OP_MIN)
+#define BIN(a, b) (((a) < (b) || ISNAN(a)) ? (a) : (b))
+#elif defined(OP_EQUAL)
+#define BIN(a, b) ((a) == (b))
+#elif defined(OP_LESS)
+#define BIN(a, b) ((a) < (b))
+#elif defined(OP_GREATER)
+#define BIN(a, b) ((a) > (b))
+#elif defined(OP_LESSOREQUAL)
+#define BIN(a, b) ((a) <= (b))
+#elif defined(OP_GREATEROREQUAL)
+#define BIN(a, b) ((a) >= (b))
+#elif defined(OP_AND)
+#define BIN(a, b) ((a) && (b))
+#elif defined(OP_OR)
+#define BIN(a, b) ((a) || (b))
+#elif defined(OP_XOR)
+#define BIN(a, b) (((a) != 0) != ((b) != 0))
+#elif defined(OP_PRELU)
+#define BIN(a, b) ((a) < (T0)0 ? (a) * (b) : (a))
+#else
+#define BIN(a, b) (a)
+#endif
+
+/* ---- ternary: out = TER(a, b, c) ---------------------------------------------------------------- */
+#if defined(OP_WHERE)
+#define TER(a, b, c) ((a) ? (b) : (c))
+#elif defined(OP_CLIP3)
+#define TER(a, b, c) ((a) < (b) ? (b) : ((a) > (c) ? (c) : (a)))
+#else
+#define TER(a, b, c) (a)
+#endif
+
+__kernel void unary(__global const T0* x, __global TO* y, const int n,
+                    const float alpha, const float beta, const long ilo, const long ihi) {
+    const int i = get_global_id(0);
+    if (i < n) {
+        const T0 v = x[i];
+        y[i] = (TO)(UN(v));
+    }
+}
+
+/* Equal shapes: no index math, one element per work-item (pocl vectorises across work-items). */
+__kernel void binary_flat(__global const T0* a, __global const T1* b, __global TO* c, const int n) {
+    const int i = get_global_id(0);
+    if (i < n) {
+        const T0 va = a[i];
+        const T1 vb = b[i];
+        c[i] = (TO)(BIN(va, vb));
+    }
+}
+
+/* Broadcast: decompose the output index over RANK dims; meta = dims, strides of a, strides of b. */
+__kernel void binary_bcast(__global const T0* a, __global const T1* b, __global TO* c, const int n,
+                           __global const int* restrict meta) {
+    const int i = get_global_id(0);
+    if (i >= n) return;
+    int rem = i, oa = 0, ob = 0;
+    for (int d = RANK - 1; d > 0; --d) {
+        const int dim = meta[d];
+        const int q = rem / dim;
+        const int r = rem - q * dim;
+        oa += r * meta[RANK + d];
+        ob += r * meta[2 * RANK + d];
+        rem = q;
+    }
+    oa += rem * meta[RANK];
+    ob += rem * meta[2 * RANK];
+    const T0 va = a[oa];
+    const T1 vb = b[ob];
+    c[i] = (TO)(BIN(va, vb));
+}
+
+__kernel void ternary_bcast(__global const T0* a, __global const T1* b, __global const T2* c,
+                            __global TO* out, const int n, __global const int* restrict meta) {
+    const int i = get_global_id(0);
+    if (i >= n) return;
+    int rem = i, oa = 0, ob = 0, oc = 0;
+    for (int d = RANK - 1; d > 0; --d) {
+        const int dim = meta[d];
+        const int q = rem / dim;
+        const int r = rem - q * dim;
+        oa += r * meta[RANK + d];
+        ob += r * meta[2 * RANK + d];
+        oc += r * meta[3 * RANK + d];
+        rem = q;
+    }
+    oa += rem * meta[RANK];
+    ob += rem * meta[2 * RANK];
+    oc += rem * meta[3 * RANK];
+    const T0 va = a[oa];
+    const T1 vb = b[ob];
+    const T2 vc = c[oc];
+    out[i] = (TO)(TER(va, vb, vc));
+}
