@@ -1,0 +1,73 @@
+"""Placement: each node goes to the OpenCL device when a kernel covers it, else to the host.
+
+The placement is reported (node, op, where, why), never silent. With host
+fallback disabled any node that would land on the host raises
+UnsupportedOperator listing all of them at once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from .errors import UnsupportedNode, UnsupportedOperator
+from .ir import Graph, Node
+from .lower import lookup
+from .runtime.host import host_supported
+
+DEVICE = "opencl"
+HOST = "host"
+
+
+@dataclass(frozen=True)
+class Placement:
+    node: str
+    op_type: str
+    where: str  # "opencl" | "host"
+    reason: str  # why it is on the host ("" on the device)
+
+    def __str__(self) -> str:
+        why = f"  ({self.reason})" if self.reason else ""
+        return f"{self.where:7s} {self.op_type:22s} {self.node}{why}"
+
+
+def device_reason(node: Node, graph: Graph) -> Optional[str]:
+    """None when an OpenCL kernel covers the node, else why not."""
+    op = lookup(node)
+    if op is None:
+        dom = node.domain or "ai.onnx"
+        return f"no OpenCL kernel for {dom}.{node.op_type}"
+    try:
+        return op.supports(node, graph)
+    except Exception as e:  # a supports() that chokes on odd attributes declines the node
+        return f"kernel check failed: {e}"
+
+
+def place(graph: Graph, host_fallback: bool = True) -> list[Placement]:
+    result: list[Placement] = []
+    refused: list[UnsupportedNode] = []
+    for node in graph.nodes:
+        reason = device_reason(node, graph)
+        if reason is None:
+            result.append(Placement(node.name, node.op_type, DEVICE, ""))
+            continue
+        opset = graph.opset(node.domain)
+        if not host_fallback:
+            refused.append(UnsupportedNode(node.name, node.op_type, node.domain, opset,
+                                           reason + "; host fallback is disabled"))
+            continue
+        host_reason = host_supported(node, opset)
+        if host_reason is not None:
+            refused.append(UnsupportedNode(node.name, node.op_type, node.domain, opset,
+                                           f"{reason}; {host_reason}"))
+            continue
+        result.append(Placement(node.name, node.op_type, HOST, reason))
+    if refused:
+        raise UnsupportedOperator(refused)
+    return result
+
+
+def format_placement(placements: list[Placement]) -> str:
+    n_dev = sum(p.where == DEVICE for p in placements)
+    lines = [f"{n_dev}/{len(placements)} nodes on OpenCL, {len(placements) - n_dev} on the host"]
+    lines += [str(p) for p in placements]
+    return "\n".join(lines)

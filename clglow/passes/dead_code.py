@@ -1,0 +1,21 @@
+"""Drop nodes whose outputs no graph output depends on, and unused constants."""
+from __future__ import annotations
+
+from ..ir import Graph
+from ..runtime.host import _outer_scope_names
+
+
+def remove_dead_nodes(graph: Graph) -> Graph:
+    g = graph.copy()
+    needed = set(g.outputs)
+    keep = []
+    for node in reversed(g.nodes):
+        if any(o in needed for o in node.outputs if o):
+            keep.append(node)
+            needed.update(i for i in node.inputs if i)
+            if any(isinstance(v, object) and type(v).__name__ == "GraphProto" for v in node.attrs.values()):
+                needed.update(_outer_scope_names(node))
+    g.nodes = list(reversed(keep))
+    used = needed | set(g.inputs)
+    g.values = {k: v for k, v in g.values.items() if k in used or not v.is_const}
+    return g

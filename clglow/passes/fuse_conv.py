@@ -1,0 +1,98 @@
+"""Conv + bias + residual Add + activation -> one clglow.FusedConv node.
+
+The GEMM epilogue then applies bias, residual and activation while the result
+is still in registers: ResNet's conv-BN-add-relu becomes a single launch.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from ..ir import Graph, Node
+
+_ACTIVATIONS = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "HardSigmoid", "Tanh"}
+
+
+def _activation(node: Node, graph: Graph) -> Optional[tuple]:
+    """(name, alpha, beta) when `node` is an activation the epilogue can apply."""
+    if node.domain not in ("", "ai.onnx") or node.op_type not in _ACTIVATIONS:
+        return None
+    if node.op_type == "Relu":
+        return ("Relu", 0.0, 0.0)
+    if node.op_type == "LeakyRelu":
+        return ("LeakyRelu", float(node.attr("alpha", 0.01)), 0.0)
+    if node.op_type == "HardSigmoid":
+        return ("HardSigmoid", float(node.attr("alpha", 0.2)), float(node.attr("beta", 0.5)))
+    if node.op_type in ("Sigmoid", "Tanh"):
+        return (node.op_type, 0.0, 0.0)
+    # Clip: attributes before opset 11, optional constant inputs after
+    if graph.opset() < 11:
+        return ("Clip", float(node.attr("min", -3.4028234663852886e38)), float(node.attr("max", 3.4028234663852886e38)))
+    lo, hi = -3.4028234663852886e38, 3.4028234663852886e38
+    if node.input(1):
+        c = graph.const(node.input(1))
+        if c is None:
+            return None
+        lo = float(np.asarray(c).reshape(-1)[0])
+    if node.input(2):
+        c = graph.const(node.input(2))
+        if c is None:
+            return None
+        hi = float(np.asarray(c).reshape(-1)[0])
+    return ("Clip", lo, hi)
+
+
+def fuse_conv(graph: Graph) -> Graph:
+    from ..lower.base import lookup
+
+    g = graph.copy()
+    outputs = set(g.outputs)
+    changed = True
+    while changed:
+        changed = False
+        consumers = g.consumers()
+        for idx, conv in enumerate(g.nodes):
+            if conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx"):
+                continue
+            chain = []
+            out = conv.outputs[0]
+            residual = ""
+            act = ("", 0.0, 0.0)
+            cur = out
+            # optional residual Add
+            users = consumers.get(cur, [])
+            if len(users) == 1 and cur not in outputs and users[0].op_type == "Add" and users[0].domain in ("", "ai.onnx"):
+                add = users[0]
+                other = add.inputs[1] if add.inputs[0] == cur else add.inputs[0]
+                vo, vc = g.values.get(other), g.values.get(add.outputs[0])
+                if other != cur and vo is not None and vc is not None and vo.shape is not None \
+                        and vo.shape == vc.shape and None not in vo.shape and vo.dtype == np.float32:
+                    residual = other
+                    chain.append(add)
+                    cur = add.outputs[0]
+            users = consumers.get(cur, [])
+            if len(users) == 1 and cur not in outputs:
+                a = _activation(users[0], g)
+                if a is not None:
+                    act = a
+                    chain.append(users[0])
+                    cur = users[0].outputs[0]
+            if not chain:
+                continue
+            attrs = dict(conv.attrs)
+            attrs.update(activation=act[0], alpha=act[1], beta=act[2])
+            inputs = [conv.input(0), conv.input(1), conv.input(2), residual]
+            fused = Node("FusedConv", conv.name, inputs, [cur], attrs, "clglow", None)
+            op = lookup(fused)
+            if op is None or op.supports(fused, g) is not None:
+                continue
+            last = g.nodes.index(chain[-1])
+            g.nodes[last] = fused
+            drop = {id(conv)} | {id(n) for n in chain[:-1]}
+            g.nodes = [n for n in g.nodes if id(n) not in drop]
+            for n in [conv] + chain[:-1]:
+                g.values.pop(n.outputs[0], None)
+            changed = True
+            break
+    return g

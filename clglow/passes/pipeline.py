@@ -1,0 +1,33 @@
+"""The load-time pass pipeline, in order. Each pass is a pure Graph -> Graph function."""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from ..ir import Graph
+from .batchnorm import fold_batchnorm
+from .dead_code import remove_dead_nodes
+from .fold_constants import fold_constants
+from .fuse_conv import fuse_conv
+from .identity import remove_identity
+
+log = logging.getLogger(__name__)
+
+PIPELINE: list[Callable[[Graph], Graph]] = [
+    remove_identity,
+    fold_constants,
+    remove_dead_nodes,
+    fold_batchnorm,
+    fuse_conv,
+    remove_dead_nodes,
+]
+
+
+def optimize(graph: Graph, enabled: bool = True) -> Graph:
+    """Run the pipeline (only the semantics-preserving cleanups when `enabled` is False)."""
+    passes = PIPELINE if enabled else [fold_constants, remove_dead_nodes]
+    for p in passes:
+        before = len(graph.nodes)
+        graph = p(graph)
+        log.debug("pass %s: %d -> %d nodes", p.__name__, before, len(graph.nodes))
+    return graph

@@ -1,0 +1,461 @@
+"""Execution plans: a specialised graph turned into enqueued OpenCL work.
+
+A `Plan` is built once per concrete input signature: every device node is
+lowered to launches whose kernels are created and bound to their buffers up
+front, buffers are planned by liveness and allocated once, weights come from
+the session's upload cache. Running a plan is then a loop of enqueues, each
+with `wait_for=` the events of the commands that wrote its inputs; the host is
+touched only at host-fallback nodes and at the edges.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+import pyopencl as cl
+
+from ..errors import DeviceError, InvalidModel, OutOfDeviceMemory
+from ..ir import Graph, Node
+from ..lower import LowerCtx, TensorInfo, lookup
+from ..lower.base import Buf, ConstBuf, Launch, Scratch
+from ..partition import DEVICE, Placement, place
+from .host import HostKernel
+from .memory import Interval, assign_buffers
+
+log = logging.getLogger(__name__)
+
+
+def cl_call(what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """Run an OpenCL call, turning pyopencl errors into clglow DeviceError/OutOfDeviceMemory."""
+    try:
+        return fn(*args, **kwargs)
+    except cl.Error as e:
+        code = getattr(e, "code", None)
+        name = getattr(e, "routine", "") or ""
+        status = _status_name(code)
+        if status in ("MEM_OBJECT_ALLOCATION_FAILURE", "OUT_OF_RESOURCES", "OUT_OF_HOST_MEMORY",
+                      "INVALID_BUFFER_SIZE"):
+            raise OutOfDeviceMemory(f"{what} failed: {e}", status) from None
+        raise DeviceError(f"{what} failed ({name}): {e}", status) from None
+
+
+def _status_name(code: Optional[int]) -> Optional[str]:
+    if code is None:
+        return None
+    for k, v in vars(cl.status_code).items():
+        if v == code and k.isupper():
+            return k
+    return str(code)
+
+
+class WeightCache:
+    """Device copies of constants (weights, packed panels, index tables), uploaded once per session."""
+
+    def __init__(self, context: cl.Context, queue: cl.CommandQueue):
+        self.context, self.queue = context, queue
+        self._buffers: dict[str, cl.Buffer] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str, array: np.ndarray) -> cl.Buffer:
+        with self._lock:
+            buf = self._buffers.get(key)
+            if buf is None:
+                arr = np.ascontiguousarray(array)
+                if arr.dtype == np.bool_:
+                    arr = arr.astype(np.uint8)
+                nbytes = max(arr.nbytes, 4)
+                buf = cl_call(f"allocating constant {key!r} ({nbytes} bytes)", cl.Buffer, self.context,
+                              cl.mem_flags.READ_ONLY, nbytes)
+                if arr.nbytes:
+                    cl_call(f"uploading constant {key!r}", cl.enqueue_copy, self.queue, buf, arr, is_blocking=True)
+                self._buffers[key] = buf
+            return buf
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.size for b in self._buffers.values())
+
+    def release(self) -> None:
+        with self._lock:
+            for b in self._buffers.values():
+                b.release()
+            self._buffers.clear()
+
+
+@dataclass
+class KernelStep:
+    kernel: cl.Kernel
+    gsize: tuple
+    lsize: Optional[tuple]
+    reads: list  # tensor names
+    writes: list
+    label: str
+    kernel_name: str
+    op_type: str
+
+
+@dataclass
+class HostStep:
+    impl: HostKernel
+    inputs: list
+    outputs: list
+    label: str
+    op_type: str
+
+
+@dataclass
+class Plan:
+    """Everything needed to run one specialised (sub)graph."""
+
+    graph: Graph
+    placement: list[Placement]
+    steps: list
+    device_tensors: dict  # name -> cl.Buffer (activations, views and weights that device steps touch)
+    host_inputs: list  # graph inputs needed on the host
+    device_inputs: list  # graph inputs uploaded to the device
+    outputs: list  # names this plan hands back on the host
+    stop: Optional[int]  # None, or the number of nodes this stage covers (dynamic shapes)
+    arena_bytes: int
+    scratch_bytes: int
+    n_launches: int
+    root: dict = field(default_factory=dict)  # view tensor -> tensor owning the buffer
+    next_stages: dict = field(default_factory=dict)
+    _buffers: list = field(default_factory=list)
+
+    def release(self) -> None:
+        for b in self._buffers:
+            b.release()
+        self._buffers.clear()
+        for st in self.next_stages.values():
+            st.release()
+
+
+def _tensor_info(graph: Graph, name: str) -> Optional[TensorInfo]:
+    if not name:
+        return None
+    v = graph.values[name]
+    return TensorInfo(name, np.dtype(v.dtype), tuple(int(d) for d in v.shape))
+
+
+def _nbytes(graph: Graph, name: str) -> int:
+    v = graph.values[name]
+    dtype = np.dtype(np.uint8) if np.dtype(v.dtype) == np.bool_ else np.dtype(v.dtype)
+    return int(np.prod(v.shape, dtype=np.int64)) * dtype.itemsize
+
+
+def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device, weights: WeightCache,
+               host_fallback: bool = True) -> Plan:
+    """Lower a specialised graph (nodes[:stop] when staged) into a ready-to-run Plan."""
+    nodes = graph.nodes if stop is None else graph.nodes[:stop]
+    sub = Graph(nodes, graph.values, graph.inputs, list(outputs), graph.opsets, graph.name, graph.ir_version)
+    placement = place(sub, host_fallback)
+    where = {p.node: p.where for p in placement}
+
+    # 1. lower every node; work out which tensors live on the device
+    lowered: list = []  # (node, launches | None, is_host)
+    root: dict[str, str] = {}  # view output -> underlying tensor
+    on_device: set = set()
+    for node in nodes:
+        if where[node.name] == DEVICE:
+            op = lookup(node)
+            if op.view:
+                src = node.inputs[0]
+                root[node.outputs[0]] = root.get(src, src)
+                lowered.append((node, [], False))
+                on_device.add(node.outputs[0])
+                continue
+            ctx = LowerCtx(node, graph, [_tensor_info(graph, i) for i in node.inputs],
+                           [_tensor_info(graph, o) for o in node.outputs if o], device.info)
+            try:
+                launches = op.lower(ctx)
+            except (InvalidModel, DeviceError):
+                raise
+            except Exception as e:
+                raise InvalidModel(f"lowering {node.op_type} failed: {e}", node=node.name) from e
+            lowered.append((node, launches, False))
+            on_device.update(o for o in node.outputs if o)
+        else:
+            lowered.append((node, None, True))
+
+    # 2. the step list with transfers at the borders; liveness per root tensor
+    def r(name: str) -> str:
+        return root.get(name, name)
+
+    steps: list = []
+    device_inputs: list = []
+    host_inputs: list = []
+    uploaded: set = set()
+    downloads_needed: set = set()
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    consts_on_device: set = set()
+    scratch_sizes: dict[int, int] = {}
+    kernel_specs: list = []
+
+    def use(name: str, idx: int) -> None:
+        rt = r(name)
+        last[rt] = max(last.get(rt, -1), idx)
+
+    graph_inputs = set(graph.inputs)
+    for node, launches, is_host in lowered:
+        idx = len(steps)
+        if is_host:
+            for i in node.inputs:
+                if i and (r(i) in on_device or i in on_device) and graph.values[i].const is None:
+                    downloads_needed.add(i)
+                    use(i, idx)
+                if i and i in graph_inputs and i not in host_inputs:
+                    host_inputs.append(i)
+            steps.append(("host", node))
+            continue
+        for i in node.inputs:
+            if not i:
+                continue
+            v = graph.values[i]
+            if v.const is not None:
+                consts_on_device.add(i)
+                continue
+            if r(i) not in on_device and i not in uploaded:  # produced on the host or a graph input
+                uploaded.add(i)
+                on_device.add(i)
+                first[i] = idx
+                if i in graph_inputs:
+                    device_inputs.append(i)
+                else:
+                    steps.append(("upload", i))
+                    idx = len(steps)
+            use(i, idx)
+        for o in node.outputs:
+            if o and r(o) == o:
+                first.setdefault(o, idx)
+                last[o] = max(last.get(o, -1), idx)
+        for launch in launches:
+            steps.append(("kernel", node, launch))
+            for a in launch.args:
+                if isinstance(a, Scratch):
+                    scratch_sizes[a.slot] = max(scratch_sizes.get(a.slot, 0), a.nbytes)
+        if not launches:
+            steps.append(("noop", node))
+    end = len(steps)
+    out_set = list(outputs)
+    for o in out_set:
+        if r(o) in on_device or o in on_device:
+            rt = r(o)
+            last[rt] = end
+            first.setdefault(rt, 0)
+
+    # 3. allocate: one arena slot per group of non-overlapping tensors
+    intervals = []
+    for name in first:
+        if name in consts_on_device:
+            continue
+        intervals.append(Interval(name, _nbytes(graph, name), first[name], last.get(name, first[name])))
+    assignment, slot_sizes = assign_buffers(intervals)
+    buffers: list = []
+    slots = []
+    for size in slot_sizes:
+        b = cl_call(f"allocating an activation buffer of {size} bytes", cl.Buffer, device.context,
+                    cl.mem_flags.READ_WRITE, size)
+        buffers.append(b)
+        slots.append(b)
+    scratch = {}
+    for slot, size in scratch_sizes.items():
+        b = cl_call(f"allocating {size} bytes of scratch", cl.Buffer, device.context, cl.mem_flags.READ_WRITE,
+                    max(size, 4))
+        buffers.append(b)
+        scratch[slot] = b
+    device_tensors: dict = {}
+    for name, s in assignment.items():
+        device_tensors[name] = slots[s]
+    for name in consts_on_device:
+        device_tensors[name] = weights.get(name, graph.values[name].const)
+    for view, src in root.items():
+        if src in device_tensors:
+            device_tensors[view] = device_tensors[src]
+        elif graph.values[src].const is not None:
+            device_tensors[view] = device_tensors[src] = weights.get(src, graph.values[src].const)
+
+    # 4. kernels bound to their arguments, once
+    final_steps: list = []
+    n_launches = 0
+    for st in steps:
+        kind = st[0]
+        if kind == "host":
+            node = st[1]
+            final_steps.append(HostStep(HostKernel(node, graph), [i for i in node.inputs], 
+                                        [o for o in node.outputs], node.name, node.op_type))
+        elif kind == "upload":
+            final_steps.append(("upload", st[1]))
+        elif kind == "kernel":
+            node, launch = st[1], st[2]
+            prg = device.program(launch.program, launch.build_options())
+            try:
+                knl = cl.Kernel(prg, launch.kernel)
+            except cl.Error as e:
+                raise InvalidModel(f"kernel {launch.kernel!r} not found in {launch.program}.cl: {e}",
+                                   node=node.name) from None
+            args = []
+            reads, writes = [], []
+            for a in launch.args:
+                if isinstance(a, Buf):
+                    if a.name not in device_tensors:
+                        raise InvalidModel(f"tensor {a.name!r} has no device buffer", node=node.name)
+                    args.append(device_tensors[a.name])
+                    (writes if a.name in node.outputs else reads).append(r(a.name))
+                elif isinstance(a, Scratch):
+                    args.append(scratch[a.slot])
+                elif isinstance(a, ConstBuf):
+                    args.append(weights.get("const:" + a.key, a.array))
+                else:
+                    args.append(a)
+            try:
+                knl.set_args(*args)
+            except (cl.Error, TypeError, ValueError) as e:
+                raise InvalidModel(f"binding arguments of kernel {launch.kernel!r} failed: {e}",
+                                   node=node.name) from None
+            final_steps.append(KernelStep(knl, tuple(int(x) for x in launch.gsize),
+                                          None if launch.lsize is None else tuple(int(x) for x in launch.lsize),
+                                          reads, writes, node.name, launch.kernel, node.op_type))
+            n_launches += 1
+    return Plan(sub, placement, final_steps, device_tensors, host_inputs, device_inputs, out_set, stop,
+                sum(slot_sizes), sum(scratch_sizes.values()), n_launches, root=root, _buffers=buffers)
+
+
+@dataclass
+class RunRecord:
+    """What one run enqueued, for profiling."""
+
+    kernel_events: list = field(default_factory=list)  # (label, kernel name, op type, cl.Event)
+
+
+def execute(plan: Plan, device, queue: cl.CommandQueue, feeds: dict, wait_for: Sequence[cl.Event] = (),
+            record: Optional[RunRecord] = None, device_feeds: Optional[dict] = None,
+            dest: Optional[dict] = None) -> tuple[dict, list]:
+    """Enqueue one run of `plan`. Returns (host outputs dict, pending events).
+
+    Host outputs are numpy arrays being filled by non-blocking reads: they are valid once every
+    returned event has completed. `device_feeds` maps input names to caller cl.Buffers (copied on device);
+    `dest` maps output names to caller numpy arrays / cl.Buffers to write into directly.
+    """
+    graph = plan.graph
+    values: dict[str, np.ndarray] = {}
+    events: dict[str, cl.Event] = {}
+    keepalive: list = []
+    ext_wait = list(wait_for)
+
+    def deps(names: Sequence[str]) -> list:
+        evs = [events[n] for n in names if n in events]
+        return evs + ext_wait if ext_wait else evs
+
+    device_feeds = device_feeds or {}
+    for name in plan.device_inputs:
+        buf = plan.device_tensors[name]
+        if name in device_feeds:
+            src = device_feeds[name]
+            nb = _nbytes(graph, name)
+            if nb:
+                events[name] = cl_call(f"copying input {name!r}", cl.enqueue_copy, queue, buf, src,
+                                       byte_count=nb, wait_for=ext_wait or None)
+            continue
+        arr = np.ascontiguousarray(feeds[name])
+        if arr.dtype == np.bool_:
+            arr = arr.view(np.uint8)
+        keepalive.append(arr)
+        if arr.nbytes:
+            events[name] = cl_call(f"uploading input {name!r}", cl.enqueue_copy, queue, buf, arr,
+                                   is_blocking=False, wait_for=ext_wait or None)
+    for name in plan.host_inputs:
+        values[name] = feeds[name] if name in feeds else _download_now(plan, queue, name, events, device_feeds)
+
+    def host_value(name: str) -> np.ndarray:
+        if name in values:
+            return values[name]
+        v = graph.values[name]
+        if v.const is not None:
+            return v.const
+        values[name] = _read(plan, queue, name, events, wait=True)
+        return values[name]
+
+    for st in plan.steps:
+        if isinstance(st, KernelStep):
+            ev = cl_call(f"enqueueing {st.kernel_name} for node {st.label!r}", cl.enqueue_nd_range_kernel,
+                         queue, st.kernel, st.gsize, st.lsize, wait_for=deps(st.reads) or None)
+            for w in st.writes:
+                events[w] = ev
+            if record is not None:
+                record.kernel_events.append((st.label, st.kernel_name, st.op_type, ev))
+        elif isinstance(st, HostStep):
+            if ext_wait:
+                cl.wait_for_events(ext_wait)
+            arrays = [host_value(i) if i else None for i in st.impl.input_names]
+            outs = st.impl.run(arrays)
+            for name, arr in zip(st.impl.output_names, outs):
+                values[name] = arr
+        elif isinstance(st, tuple) and st[0] == "upload":
+            name = st[1]
+            arr = np.ascontiguousarray(values[name])
+            if arr.dtype == np.bool_:
+                arr = arr.view(np.uint8)
+            keepalive.append(arr)
+            if arr.nbytes:
+                events[name] = cl_call(f"uploading {name!r}", cl.enqueue_copy, queue, plan.device_tensors[name],
+                                       arr, is_blocking=False, wait_for=ext_wait or None)
+    results: dict = {}
+    pending: list = []
+    for name in plan.outputs:
+        if name in values:
+            results[name] = values[name]
+            continue
+        v = graph.values[name]
+        if v.const is not None and name not in plan.device_tensors:
+            results[name] = np.array(v.const)
+            continue
+        if name in feeds and name not in plan.device_tensors:
+            results[name] = np.array(feeds[name])
+            continue
+        target = (dest or {}).get(name)
+        if isinstance(target, cl.Buffer):
+            nb = _nbytes(graph, name)
+            if nb:
+                rt = plan.root.get(name, name)
+                events["__read:" + name] = cl_call(f"copying output {name!r}", cl.enqueue_copy, queue, target,
+                                                   plan.device_tensors[name], byte_count=nb,
+                                                   wait_for=[events[rt]] if rt in events else None)
+            results[name] = target
+            continue
+        arr = _read(plan, queue, name, events, wait=False, out=target)
+        results[name] = arr
+    pending += [events[n] for n in events if n.startswith("__read:")]
+    return results, pending
+
+
+def _read(plan: Plan, queue: cl.CommandQueue, name: str, events: dict, wait: bool,
+          out: Optional[np.ndarray] = None) -> np.ndarray:
+    graph = plan.graph
+    v = graph.values[name]
+    dtype = np.dtype(v.dtype)
+    shape = tuple(int(d) for d in v.shape)
+    if out is not None:
+        arr = out.view(np.uint8) if out.dtype == np.bool_ else out
+    else:
+        arr = np.empty(shape, dtype=np.uint8 if dtype == np.bool_ else dtype)
+    if arr.nbytes:
+        buf = plan.device_tensors[name]
+        rt = plan.root.get(name, name)
+        ev = cl_call(f"reading {name!r}", cl.enqueue_copy, queue, arr, buf, is_blocking=wait,
+                     wait_for=[events[rt]] if rt in events else None)
+        events["__read:" + name] = ev
+    return arr.view(np.bool_) if dtype == np.bool_ else arr
+
+
+def _download_now(plan: Plan, queue, name: str, events: dict, device_feeds: dict) -> np.ndarray:
+    src = device_feeds[name]
+    v = plan.graph.values[name]
+    arr = np.empty(tuple(v.shape), dtype=np.dtype(v.dtype))
+    if arr.nbytes:
+        cl_call(f"reading input {name!r}", cl.enqueue_copy, queue, arr, src, is_blocking=True)
+    return arr

@@ -1,0 +1,97 @@
+"""Host fallback: run one node with onnx's reference implementation.
+
+Used for operators no OpenCL kernel covers (so the model still runs) and for
+constant folding at plan time. Each node gets a one-node model built once; the
+evaluator is reused for every run.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Optional, Sequence
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from ..dtypes import numpy_to_onnx
+from ..errors import InvalidModel, UnsupportedOperator, UnsupportedNode
+from ..ir import Graph, Node
+
+log = logging.getLogger(__name__)
+
+
+def _outer_scope_names(node: Node) -> list[str]:
+    """Names a node's subgraphs read from the enclosing graph (If/Loop/Scan bodies)."""
+    proto = node.to_proto()
+    used: list[str] = []
+
+    def walk(g: onnx.GraphProto, bound: set) -> None:
+        bound = set(bound) | {i.name for i in g.input} | {t.name for t in g.initializer}
+        for n in g.node:
+            for i in n.input:
+                if i and i not in bound and i not in used:
+                    used.append(i)
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    walk(a.g, bound)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    for sg in a.graphs:
+                        walk(sg, bound)
+            bound |= set(n.output)
+
+    for a in proto.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            walk(a.g, set())
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            for sg in a.graphs:
+                walk(sg, set())
+    return used
+
+
+class HostKernel:
+    """A node executed on the host by onnx.reference."""
+
+    def __init__(self, node: Node, graph: Graph):
+        from onnx.reference import ReferenceEvaluator
+
+        self.node = node
+        self.outer = [n for n in _outer_scope_names(node) if n not in node.inputs]
+        proto = node.to_proto()
+        inputs = []
+        for name in [i for i in node.inputs if i] + self.outer:
+            if any(vi.name == name for vi in inputs):
+                continue
+            v = graph.values.get(name)
+            elem = numpy_to_onnx(v.dtype) if v is not None and v.dtype is not None and v.dtype != object else 0
+            inputs.append(helper.make_tensor_value_info(name, elem, None))
+        outputs = [helper.make_tensor_value_info(o, 0, None) for o in node.outputs if o]
+        g = helper.make_graph([proto], f"host_{node.name}", inputs, outputs)
+        opsets = [helper.make_opsetid(d, v) for d, v in graph.opsets.items()]
+        model = helper.make_model(g, opset_imports=opsets, ir_version=max(graph.ir_version, 3))
+        self.input_names = [vi.name for vi in inputs]
+        self.output_names = [o for o in node.outputs if o]
+        try:
+            self.evaluator = ReferenceEvaluator(model)
+        except Exception as e:
+            raise UnsupportedOperator([UnsupportedNode(node.name, node.op_type, node.domain,
+                                                       graph.opset(node.domain),
+                                                       f"no OpenCL kernel and no host implementation ({e})")]) from None
+
+    def run(self, arrays: Sequence[Optional[np.ndarray]]) -> list:
+        feeds = {name: a for name, a in zip(self.input_names, arrays)}
+        try:
+            outs = self.evaluator.run(None, feeds)
+        except Exception as e:
+            raise InvalidModel(f"host execution of {self.node.op_type} failed: {e}", node=self.node.name) from None
+        return [np.asarray(o) if not isinstance(o, (list, np.ndarray)) else o for o in outs]
+
+
+def host_supported(node: Node, opset: int) -> Optional[str]:
+    """None if onnx.reference implements this op, else the reason."""
+    from onnx.reference.ops import load_op
+
+    try:
+        load_op(node.domain or "", node.op_type, opset)
+        return None
+    except Exception as e:
+        return f"onnx.reference has no implementation: {e}"

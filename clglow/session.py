@@ -1,0 +1,394 @@
+"""InferenceSession: the onnxruntime-shaped Python API.
+
+    sess = clglow.InferenceSession("model.onnx")            # path, bytes or onnx.ModelProto
+    (y,) = sess.run(None, {sess.get_inputs()[0].name: x})
+
+Loading does the whole pipeline once (import, passes, placement); when every
+input shape is static the execution plan (kernels built, buffers allocated,
+weights uploaded) is built at load too, otherwise on the first run of each new
+input shape.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
+
+import numpy as np
+import pyopencl as cl
+
+from . import config
+from .dtypes import onnx_type_string
+from .errors import ClglowError, InvalidArgument
+from .frontend.onnx_model import ModelLike, import_model, load_model
+from .ir import Graph
+from .partition import Placement, format_placement, place
+from .passes.pipeline import optimize
+from .runtime.engine import Engine
+
+log = logging.getLogger(__name__)
+
+_ONNXIFI_MISMATCHING_SHAPE = 0x0018
+_ONNXIFI_MISMATCHING_DATATYPE = 0x0019
+_ONNXIFI_UNIDENTIFIED_NAME = 0x0008
+
+
+@dataclass
+class SessionOptions:
+    """Options of a session (the subset of onnxruntime's that means something here)."""
+
+    enable_profiling: bool = False
+    profile_file_prefix: str = "clglow_profile"
+    host_fallback: Optional[bool] = None  # None: CLGLOW_HOST_FALLBACK (default on)
+    graph_optimization_level: int = 99  # 0 disables fusions (constant folding always runs)
+    log_severity_level: int = 2
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """An input or output of the model: name, shape (ints, str for symbolic dims), type string."""
+
+    name: str
+    shape: list
+    type: str
+    dtype: Optional[np.dtype] = None
+
+
+class RunHandle:
+    """A run in flight: `event` completes when every output has been written."""
+
+    def __init__(self, event: cl.Event, outputs: dict, error: Optional[BaseException] = None,
+                 thread: Optional[threading.Thread] = None):
+        self.event, self.outputs, self.error, self._thread = event, outputs, error, thread
+
+    def wait(self) -> dict:
+        if self._thread is not None:
+            self._thread.join()
+        else:
+            self.event.wait()
+        if self.error is not None:
+            raise self.error
+        return self.outputs
+
+    def done(self) -> bool:
+        if self._thread is not None:
+            return not self._thread.is_alive()
+        return self.event.command_execution_status == cl.command_execution_status.COMPLETE
+
+
+def _resolve_device(device: Any):
+    from .runtime.device import Device, select_device
+
+    if isinstance(device, Device):
+        return device
+    if device is None or isinstance(device, str):
+        return select_device(device)
+    raise InvalidArgument(f"device must be a selector string or a clglow Device, got {type(device).__name__}")
+
+
+class InferenceSession:
+    """Runs an ONNX model on one OpenCL device.
+
+    `providers` is accepted for onnxruntime compatibility and ignored; `device` selects the
+    OpenCL device (a `CLGLOW_DEVICE`-style selector or a Device); `weights` provides or
+    overrides initializer values by name.
+    """
+
+    def __init__(self, model: ModelLike, sess_options: Optional[SessionOptions] = None,
+                 providers: Optional[Sequence[Any]] = None, device: Any = None,
+                 weights: Optional[Mapping[str, np.ndarray]] = None, **kwargs: Any):
+        self.options = sess_options or SessionOptions()
+        t0 = time.perf_counter()
+        proto, self._base_dir = load_model(model)
+        self._proto_meta = {"producer": proto.producer_name, "graph": proto.graph.name,
+                            "opsets": {o.domain or "ai.onnx": o.version for o in proto.opset_import}}
+        imported = import_model(proto, weights)
+        self._declared = {name: imported.values[name] for name in imported.inputs + imported.outputs}
+        self._input_args = [self._node_arg(n, imported) for n in imported.inputs]
+        self._output_args = [self._node_arg(n, imported) for n in imported.outputs]
+        self.graph: Graph = optimize(imported, enabled=self.options.graph_optimization_level > 0)
+        self.host_fallback = config.host_fallback() if self.options.host_fallback is None \
+            else bool(self.options.host_fallback)
+        self.device = _resolve_device(device)
+        # the static placement report (raises UnsupportedOperator now if something cannot run at all)
+        self._static_placement = place(self.graph, self.host_fallback)
+        self._engine = Engine(self.graph, self.device, self.host_fallback, self.options.enable_profiling)
+        self._last_plan = None
+        self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._profile_start = time.time()
+        if all(isinstance(d, int) for a in self._input_args for d in a.shape) and not self._has_unknown_inputs():
+            self._last_plan = self._engine.plan(self._input_types_static())
+        log.info("loaded %s in %.2fs on %s", self._proto_meta["graph"], time.perf_counter() - t0,
+                 getattr(self.device, "name", self.device))
+
+    # -- model description -------------------------------------------------------------------------
+    @staticmethod
+    def _node_arg(name: str, g: Graph) -> NodeArg:
+        v = g.values[name]
+        shape = [] if v.shape is None else [d if d is not None else "?" for d in v.shape]
+        tstr = onnx_type_string(v.dtype) if v.dtype is not None else "unknown"
+        return NodeArg(name, shape, tstr, v.dtype)
+
+    def _has_unknown_inputs(self) -> bool:
+        return any(self._declared[a.name].shape is None or a.dtype is None for a in self._input_args)
+
+    def _input_types_static(self) -> dict:
+        return {a.name: (a.dtype, tuple(a.shape)) for a in self._input_args}
+
+    def get_inputs(self) -> list[NodeArg]:
+        return list(self._input_args)
+
+    def get_outputs(self) -> list[NodeArg]:
+        return list(self._output_args)
+
+    def get_providers(self) -> list[str]:
+        return ["OpenCLExecutionProvider"]
+
+    @property
+    def placement(self) -> list[Placement]:
+        """Which node runs where and why: of the last plan run, else of the loaded graph."""
+        plan = self._last_plan
+        if plan is None:
+            return list(self._static_placement)
+        out = list(plan.placement)
+        st = plan
+        while st.stop is not None and st.next_stages:
+            st = next(iter(st.next_stages.values()))
+            out += st.placement
+        return out
+
+    def explain(self) -> str:
+        return format_placement(self.placement)
+
+    # -- validation --------------------------------------------------------------------------------
+    def _check_feeds(self, input_feed: Mapping[str, Any]) -> tuple[dict, dict]:
+        if not isinstance(input_feed, Mapping):
+            raise InvalidArgument(f"input_feed must be a dict of name -> array, got {type(input_feed).__name__}")
+        known = {a.name: a for a in self._input_args}
+        feeds: dict = {}
+        for name in input_feed:
+            if name not in known:
+                raise InvalidArgument(f"unknown input name; the model's inputs are {sorted(known)}", tensor=str(name),
+                                      status=_ONNXIFI_UNIDENTIFIED_NAME)
+        symbols: dict = {}
+        types: dict = {}
+        for name, arg in known.items():
+            if name not in input_feed:
+                raise InvalidArgument(f"missing input; the model's inputs are {sorted(known)}", tensor=name,
+                                      status=_ONNXIFI_UNIDENTIFIED_NAME)
+            x = input_feed[name]
+            if isinstance(x, cl.Buffer):
+                raise InvalidArgument("cl.Buffer inputs go through enqueue()", tensor=name)
+            try:
+                arr = np.asarray(x)
+            except Exception as e:
+                raise InvalidArgument(f"cannot convert to a numpy array: {e}", tensor=name) from None
+            self._check_one(name, arg, arr.dtype, arr.shape, symbols)
+            feeds[name] = arr
+            types[name] = (arr.dtype, arr.shape)
+        return feeds, types
+
+    def _check_one(self, name: str, arg: NodeArg, dtype: np.dtype, shape: tuple, symbols: dict) -> None:
+        if arg.dtype is not None and np.dtype(dtype) != np.dtype(arg.dtype):
+            raise InvalidArgument(f"expected {arg.type} ({np.dtype(arg.dtype).name}), got {np.dtype(dtype).name}",
+                                  tensor=name, status=_ONNXIFI_MISMATCHING_DATATYPE)
+        declared = self._declared[name].shape
+        if declared is None:
+            return
+        if len(shape) != len(declared):
+            raise InvalidArgument(f"expected rank {len(declared)} (shape {list(arg.shape)}), got shape "
+                                  f"{list(shape)}", tensor=name, status=_ONNXIFI_MISMATCHING_SHAPE)
+        for i, (d, s) in enumerate(zip(declared, shape)):
+            if isinstance(d, int) and d != s:
+                raise InvalidArgument(f"dimension {i} must be {d} (shape {list(arg.shape)}), got shape {list(shape)}",
+                                      tensor=name, status=_ONNXIFI_MISMATCHING_SHAPE)
+            if isinstance(d, str):
+                if symbols.setdefault(d, (s, name))[0] != s:
+                    other = symbols[d]
+                    raise InvalidArgument(f"dimension {i} ({d!r}) is {s} but {d!r} is {other[0]} in input "
+                                          f"{other[1]!r}", tensor=name, status=_ONNXIFI_MISMATCHING_SHAPE)
+
+    def _select_outputs(self, output_names: Optional[Sequence[str]]) -> list[str]:
+        names = [a.name for a in self._output_args]
+        if output_names is None:
+            return names
+        if isinstance(output_names, str):
+            raise InvalidArgument("output_names must be a list of names or None")
+        for n in output_names:
+            if n not in names:
+                raise InvalidArgument(f"unknown output name; the model's outputs are {names}", tensor=str(n),
+                                      status=_ONNXIFI_UNIDENTIFIED_NAME)
+        return list(output_names)
+
+    # -- running -----------------------------------------------------------------------------------
+    def run(self, output_names: Optional[Sequence[str]], input_feed: Mapping[str, Any],
+            run_options: Any = None) -> list[np.ndarray]:
+        """Run the model; returns the requested outputs (all when None) in order."""
+        names = self._select_outputs(output_names)
+        feeds, types = self._check_feeds(input_feed)
+        outs = self._engine.run(feeds, types=types)
+        self._last_plan = self._engine.plan(types)
+        return [outs[n] for n in names]
+
+    def run_async(self, output_names: Optional[Sequence[str]], input_feed: Mapping[str, Any],
+                  callback: Optional[Callable] = None, user_data: Any = None,
+                  run_options: Any = None) -> concurrent.futures.Future:
+        """Start a run and return at once. `callback(results, user_data, error_str)` is called when
+        it finishes (as in onnxruntime); the returned Future yields the outputs list."""
+        names = self._select_outputs(output_names)
+        feeds, types = self._check_feeds(input_feed)
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="clglow-run")
+
+        def job() -> list:
+            try:
+                outs = self._engine.run(feeds, types=types)
+                result = [outs[n] for n in names]
+            except Exception as e:
+                if callback is not None:
+                    callback(None, user_data, str(e))
+                raise
+            if callback is not None:
+                callback(result, user_data, "")
+            return result
+
+        return self._pool.submit(job)
+
+    def enqueue(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                wait_for: Sequence[cl.Event] = ()) -> RunHandle:
+        """Queue a run reading `inputs` (numpy arrays or cl.Buffers) and writing into `outputs`
+        (preallocated numpy arrays or cl.Buffers); returns at once.
+
+        Nothing runs before the `wait_for` events complete. The returned handle's event completes
+        when every output is written; `handle.wait()` raises the run's error, if any.
+        """
+        host_feeds, device_feeds, types, symbols = {}, {}, {}, {}
+        known = {a.name: a for a in self._input_args}
+        for name, x in inputs.items():
+            if name not in known:
+                raise InvalidArgument(f"unknown input name; the model's inputs are {sorted(known)}",
+                                      tensor=str(name), status=_ONNXIFI_UNIDENTIFIED_NAME)
+        for name, arg in known.items():
+            if name not in inputs:
+                raise InvalidArgument("missing input", tensor=name, status=_ONNXIFI_UNIDENTIFIED_NAME)
+            x = inputs[name]
+            if isinstance(x, tuple) and len(x) == 3 and isinstance(x[0], cl.Buffer):  # (buffer, dtype, shape)
+                buf, dtype, shape = x
+                self._check_one(name, arg, np.dtype(dtype), tuple(shape), symbols)
+                device_feeds[name] = buf
+                types[name] = (np.dtype(dtype), tuple(shape))
+                host_feeds[name] = None
+            else:
+                arr = np.asarray(x)
+                self._check_one(name, arg, arr.dtype, arr.shape, symbols)
+                host_feeds[name] = arr
+                types[name] = (arr.dtype, arr.shape)
+        out_names = self._select_outputs(list(outputs))
+        plan = self._engine.plan(types)
+        self._last_plan = plan
+        direct = plan.stop is None and not any(type(s).__name__ == "HostStep" for s in plan.steps) \
+            and not plan.host_inputs
+        queue = self._engine.queue
+        if direct:
+            for n in out_names:
+                self._check_destination(n, outputs[n], plan)
+            with self._engine._lock:
+                from .runtime.executor import execute
+
+                _, pending = execute(plan, self.device, queue, host_feeds, wait_for, None, device_feeds,
+                                     dest={n: outputs[n] for n in out_names})
+                marker = cl.enqueue_marker(queue, wait_for=pending or None)
+            queue.flush()
+            return RunHandle(marker, outputs)
+
+        user_ev = cl.UserEvent(self.device.context)
+        handle = RunHandle(user_ev, outputs)
+
+        def job() -> None:
+            try:
+                if wait_for:
+                    cl.wait_for_events(list(wait_for))
+                feeds = {k: v for k, v in host_feeds.items() if v is not None}
+                for k, buf in device_feeds.items():
+                    dt, shp = types[k]
+                    arr = np.empty(shp, dtype=dt)
+                    if arr.nbytes:
+                        cl.enqueue_copy(queue, arr, buf, is_blocking=True)
+                    feeds[k] = arr
+                res = self._engine.run(feeds, types=types)
+                evs = self._copy_out(res, outputs, out_names, [])
+                if evs:
+                    cl.wait_for_events(evs)
+                user_ev.set_status(cl.command_execution_status.COMPLETE)
+            except BaseException as e:  # reported through the handle and the event
+                handle.error = e
+                user_ev.set_status(-1)
+
+        t = threading.Thread(target=job, name="clglow-enqueue", daemon=True)
+        handle._thread = t
+        t.start()
+        return handle
+
+    def _check_destination(self, name: str, dst: Any, plan: Any) -> None:
+        v = plan.graph.values[name]
+        shape, dtype = tuple(int(d) for d in v.shape), np.dtype(v.dtype)
+        if isinstance(dst, np.ndarray):
+            if dst.shape != shape or dst.dtype != dtype or not dst.flags.c_contiguous:
+                raise InvalidArgument(f"output array is {dst.shape} {dst.dtype}, the result is {shape} {dtype}",
+                                      tensor=name, status=_ONNXIFI_MISMATCHING_SHAPE)
+        elif isinstance(dst, cl.Buffer):
+            need = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            if dst.size < need:
+                raise InvalidArgument(f"output cl.Buffer has {dst.size} bytes, the result needs {need}",
+                                      tensor=name, status=_ONNXIFI_MISMATCHING_SHAPE)
+        else:
+            raise InvalidArgument("outputs must be numpy arrays or cl.Buffers", tensor=name)
+
+    def _copy_out(self, res: dict, outputs: Mapping[str, Any], names: list, pending: list) -> list:
+        queue = self._engine.queue
+        evs = list(pending)
+        for n in names:
+            dst, src = outputs[n], res[n]
+            if isinstance(dst, np.ndarray):
+                if dst.shape != src.shape or dst.dtype != src.dtype:
+                    raise InvalidArgument(f"output buffer has shape {dst.shape} {dst.dtype}, the result is "
+                                          f"{src.shape} {src.dtype}", tensor=n, status=_ONNXIFI_MISMATCHING_SHAPE)
+                np.copyto(dst, src)
+            elif isinstance(dst, cl.Buffer):
+                arr = np.ascontiguousarray(src)
+                if dst.size < arr.nbytes:
+                    raise InvalidArgument(f"output cl.Buffer has {dst.size} bytes, the result needs {arr.nbytes}",
+                                          tensor=n, status=_ONNXIFI_MISMATCHING_SHAPE)
+                if arr.nbytes:
+                    evs.append(cl.enqueue_copy(queue, dst, arr, is_blocking=True))
+            else:
+                raise InvalidArgument("outputs must be numpy arrays or cl.Buffers", tensor=n)
+        return evs
+
+    # -- profiling & lifetime ----------------------------------------------------------------------
+    def end_profiling(self) -> str:
+        """Write the Chrome trace of the profiled runs; returns its path (onnxruntime-compatible)."""
+        from .runtime.profiler import write_chrome_trace
+
+        path = f"{self.options.profile_file_prefix}_{time.strftime('%Y-%m-%d_%H-%M-%S')}.json"
+        write_chrome_trace(self._engine.records, path)
+        self._engine.records.clear()
+        return path
+
+    def release(self) -> None:
+        """Free device buffers now (also done when the session is garbage collected)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        self._engine.release()
+
+    def __enter__(self) -> "InferenceSession":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()

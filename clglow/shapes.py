@@ -1,0 +1,137 @@
+"""Specialisation at concrete input shapes: every value gets a concrete shape.
+
+Walks the graph once with onnx's own per-node shape inference (fed with the
+constant inputs), folding Shape/Size of known shapes and every node whose inputs
+have become constant. Where a node's output shape depends on data (NonZero,
+a host op fed by run-time values), specialisation stops after that node: the
+executor runs that far, then specialises the rest with the real shapes.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Mapping, Optional
+
+import numpy as np
+import onnx
+from onnx import defs, helper, numpy_helper, shape_inference
+
+from .dtypes import numpy_to_onnx
+from .errors import InvalidArgument, InvalidModel
+from .frontend.onnx_model import type_to_dtype_shape
+from .ir import Graph, Node, Value
+from .passes.fold_constants import fold_node
+
+log = logging.getLogger(__name__)
+
+_SMALL_CONST = 4096  # constants up to this many elements are passed to shape inference as data
+
+# shape rules of clglow's fused ops: the ONNX op whose schema gives the output shape
+_FUSED_AS = {("clglow", "FusedConv"): "Conv"}
+
+
+def _type_proto(v: Value) -> Optional[onnx.TypeProto]:
+    if v.dtype is None or v.dtype == object:
+        return None
+    shape = None if v.shape is None else [d if isinstance(d, int) else (d if isinstance(d, str) else None)
+                                           for d in v.shape]
+    return helper.make_tensor_type_proto(numpy_to_onnx(v.dtype), shape)
+
+
+def infer_node(node: Node, graph: Graph) -> dict:
+    """{output name: (dtype, shape)} from onnx's shape inference; {} when it cannot tell."""
+    domain = node.domain if node.domain != "ai.onnx" else ""
+    op_type = node.op_type
+    proto_node = node
+    if (domain, op_type) in _FUSED_AS:
+        op_type, domain = _FUSED_AS[(domain, op_type)], ""
+        keep = {k: v for k, v in node.attrs.items() if k not in ("activation", "alpha", "beta")}
+        proto_node = Node(op_type, node.name, node.inputs[:3], node.outputs, keep)
+    try:
+        schema = defs.get_schema(op_type, graph.opset(domain), domain)
+    except Exception:
+        return {}
+    types, data = {}, {}
+    for name in proto_node.inputs:
+        if not name:
+            continue
+        v = graph.values.get(name)
+        if v is None:
+            continue
+        tp = _type_proto(v)
+        if tp is not None:
+            types[name] = tp
+        if v.const is not None and v.const.size <= _SMALL_CONST and v.const.dtype != object:
+            data[name] = numpy_helper.from_array(np.ascontiguousarray(v.const), name)
+    opsets = [helper.make_opsetid(d, ver) for d, ver in graph.opsets.items()]
+    try:
+        out = shape_inference.infer_node_outputs(schema, proto_node.to_proto(), types, data, None, opsets,
+                                                 max(graph.ir_version, 3))
+    except Exception as e:
+        raise InvalidModel(f"shape inference failed: {str(e).strip().splitlines()[-1]}", node=node.name) from None
+    return {k: type_to_dtype_shape(tp) for k, tp in out.items()}
+
+
+def _fold_shape_op(node: Node, graph: Graph) -> Optional[np.ndarray]:
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    v = graph.values.get(node.input(0))
+    if v is None or not v.is_static:
+        return None
+    if node.op_type == "Shape":
+        shape = np.array(v.shape, dtype=np.int64)
+        r = len(shape)
+        start = node.attr("start", 0)
+        end = node.attr("end", r)
+        start = max(0, min(r, start + r if start < 0 else start))
+        end = max(0, min(r, end + r if end < 0 else end))
+        return shape[start:end]
+    if node.op_type == "Size":
+        return np.array(int(np.prod(v.shape, dtype=np.int64)), dtype=np.int64)
+    return None
+
+
+def specialize(graph: Graph, input_types: Mapping[str, tuple]) -> tuple[Graph, Optional[int]]:
+    """Copy of `graph` with concrete shapes for `input_types` {name: (dtype, shape)}.
+
+    Returns (graph, stop): stop is None when everything is known, else the number of
+    nodes that can be planned now (the node at stop-1 produces data-dependent shapes).
+    """
+    g = graph.copy()
+    for name, (dtype, shape) in input_types.items():
+        v = g.values.get(name)
+        if v is None:
+            raise InvalidArgument("is not an input of the model", tensor=name)
+        g.values[name] = Value(name, np.dtype(dtype), tuple(int(d) for d in shape), v.const)
+    keep: list[Node] = []
+    outputs = set(g.outputs)
+    for idx, node in enumerate(g.nodes):
+        folded = _fold_shape_op(node, g)
+        outs = [folded] if folded is not None else fold_node(node, g)
+        if outs is not None and not any(o in outputs for o in node.outputs):
+            for name, arr in zip([o for o in node.outputs if o], outs):
+                arr = np.asarray(arr)
+                g.values[name] = Value(name, arr.dtype, tuple(arr.shape), arr)
+            continue
+        if outs is not None:  # a graph output: keep the node, but its value is known
+            for name, arr in zip([o for o in node.outputs if o], outs):
+                arr = np.asarray(arr)
+                g.values[name] = Value(name, arr.dtype, tuple(arr.shape), None)
+            keep.append(node)
+            continue
+        inferred = infer_node(node, g)
+        complete = True
+        for o in node.outputs:
+            if not o:
+                continue
+            dtype, shape = inferred.get(o, (None, None))
+            old = g.values.get(o) or Value(o)
+            dtype = dtype if dtype is not None else old.dtype
+            if shape is None or any(not isinstance(d, int) for d in shape) or dtype is None:
+                complete = False
+            g.values[o] = Value(o, dtype, shape, None)
+        keep.append(node)
+        if not complete:
+            g.nodes = keep + g.nodes[idx + 1:]
+            return g, len(keep)
+    g.nodes = keep
+    return g, None
