@@ -1,0 +1,394 @@
+"""OpenCL devices: enumerate, select, and share one context per device.
+
+Why this file exists: pyopencl's ``create_some_context()`` may prompt on a
+terminal; clglow never does. We parse the selector ourselves (CLGLOW_DEVICE,
+then PYOPENCL_CTX), accept pyopencl's ``platform:device`` syntax, and cache one
+`Device` (context, in-order queue, program cache) per OpenCL device so that a
+process creating many sessions creates one context.
+
+Selectors (case-insensitive):
+  ``0:1``               platform 0, device 1
+  ``portable:pthread``  name substrings of platform and device
+  ``nvidia`` / ``1``    a platform (its first device); a name that matches no
+                        platform is tried against device names
+  ``gpu`` / ``cpu`` / ``accelerator``   the first device of that type
+  nothing               the first GPU, else the first device
+
+Example::
+
+    dev = select_device("cpu")
+    prg = dev.program("gemm", ("-DTILE=16",))
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import threading
+import weakref
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import pyopencl as cl
+
+from .. import config
+from ..errors import CompileError, InvalidArgument, NoDevice
+from ..lower.base import DeviceInfo
+from .cache import ProgramCache
+
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = ('No OpenCL platform found. Install one, e.g. the CPU implementation pocl: '
+                '`pip install "pyopencl[pocl]"` or `apt-get install pocl-opencl-icd`.')
+
+_TYPE_WORDS = {"gpu": "gpu", "cpu": "cpu", "accelerator": "accelerator", "acc": "accelerator"}
+
+
+# --- enumeration -----------------------------------------------------------------------------
+def _type_name(device: cl.Device) -> str:
+    t = int(device.type)
+    if t & cl.device_type.GPU:
+        return "gpu"
+    if t & cl.device_type.CPU:
+        return "cpu"
+    return "accelerator"
+
+
+def _has_fp16(device: cl.Device) -> bool:
+    return "cl_khr_fp16" in device.extensions.split()
+
+
+def _has_fp64(device: cl.Device) -> bool:
+    if "cl_khr_fp64" in device.extensions.split():
+        return True
+    try:
+        return int(device.double_fp_config) != 0
+    except cl.Error:
+        return False
+
+
+def _platforms() -> List[Tuple[cl.Platform, List[cl.Device]]]:
+    """Every platform with its devices; [] when no ICD is installed. Never prompts."""
+    try:
+        platforms = cl.get_platforms()
+    except (cl.Error, RuntimeError) as e:  # PLATFORM_NOT_FOUND_KHR: LogicError or RuntimeError
+        log.debug("no OpenCL platform: %s", e)
+        return []
+    out = []
+    for p in platforms:
+        try:
+            devices = list(p.get_devices())
+        except cl.Error as e:  # DEVICE_NOT_FOUND on an empty platform
+            log.debug("platform %r has no usable devices: %s", p.name, e)
+            devices = []
+        out.append((p, devices))
+    return out
+
+
+@dataclass(frozen=True)
+class DeviceDescription:
+    """One OpenCL device as `clglow devices` shows it, with the selector that picks it."""
+
+    platform_index: int
+    device_index: int
+    platform_name: str
+    platform_version: str
+    name: str
+    type: str  # "cpu" | "gpu" | "accelerator"
+    compute_units: int
+    global_mem_size: int
+    max_alloc_size: int
+    has_fp16: bool
+    has_fp64: bool
+    driver_version: str
+    opencl_version: str
+    selector: str  # exact CLGLOW_DEVICE value, "P:D" by index
+    name_selector: Optional[str] = None  # e.g. "portable:pthread", when it picks this device alone
+
+    def describe(self) -> str:
+        """One line: name, type, platform, memory, and how to select it."""
+        alt = f" or {self.name_selector}" if self.name_selector else ""
+        return (f"[{self.selector}] {self.name} ({self.type.upper()}, {self.platform_name}, "
+                f"{self.opencl_version}, {self.compute_units} CU, "
+                f"{self.global_mem_size / 2**30:.1f} GiB) CLGLOW_DEVICE={self.selector}{alt}")
+
+
+def _first_word(name: str) -> str:
+    words = re.split(r"[\s\-_()@,]+", name.strip().lower())
+    return next((w for w in words if w), "")
+
+
+def list_devices() -> List[DeviceDescription]:
+    """Every device of every platform, in (platform, device) index order; [] without OpenCL.
+
+    Example::
+
+        for d in list_devices():
+            print(d.describe())
+    """
+    plats = _platforms()
+    out = []
+    for pi, (p, devices) in enumerate(plats):
+        for di, d in enumerate(devices):
+            cand = f"{_first_word(p.name)}:{_first_word(d.name)}"
+            try:
+                name_sel = cand if _resolve(cand, plats) == (pi, di) else None
+            except NoDevice:
+                name_sel = None
+            out.append(DeviceDescription(
+                platform_index=pi, device_index=di, platform_name=p.name.strip(),
+                platform_version=p.version.strip(), name=d.name.strip(), type=_type_name(d),
+                compute_units=int(d.max_compute_units), global_mem_size=int(d.global_mem_size),
+                max_alloc_size=int(d.max_mem_alloc_size), has_fp16=_has_fp16(d),
+                has_fp64=_has_fp64(d), driver_version=d.driver_version.strip(),
+                opencl_version=d.version.strip(), selector=f"{pi}:{di}", name_selector=name_sel))
+    return out
+
+
+# --- selection -------------------------------------------------------------------------------
+def _available(plats: List[Tuple[cl.Platform, List[cl.Device]]]) -> str:
+    lines = [f"  {pi}:{di}  {d.name.strip()} ({_type_name(d)}, {p.name.strip()})"
+             for pi, (p, devs) in enumerate(plats) for di, d in enumerate(devs)]
+    return "Available devices (CLGLOW_DEVICE=...):\n" + ("\n".join(lines) if lines else "  (none)")
+
+
+def _pick(part: str, names: Sequence[str], what: str) -> int:
+    """Index of `part` among `names`: an integer index, else the first case-insensitive substring match."""
+    part = part.strip()
+    if re.fullmatch(r"\d+", part):
+        idx = int(part)
+        if idx >= len(names):
+            raise LookupError(f"{what} index {idx} out of range (there are {len(names)})")
+        return idx
+    low = part.lower()
+    for i, n in enumerate(names):
+        if low in n.lower():
+            return i
+    raise LookupError(f"no {what} name contains {part!r}")
+
+
+def _resolve(selector: Optional[str],
+             plats: List[Tuple[cl.Platform, List[cl.Device]]]) -> Tuple[int, int]:
+    """(platform index, device index) for a selector; raises NoDevice listing the choices."""
+    if not any(devs for _, devs in plats):
+        raise NoDevice(INSTALL_HINT)
+    flat = [(pi, di, d) for pi, (_, devs) in enumerate(plats) for di, d in enumerate(devs)]
+    sel = (selector or "").strip()
+    if not sel:
+        gpus = [(pi, di) for pi, di, d in flat if _type_name(d) == "gpu"]
+        return gpus[0] if gpus else (flat[0][0], flat[0][1])
+    word = sel.lower()
+    if word in _TYPE_WORDS:
+        matches = [(pi, di) for pi, di, d in flat if _type_name(d) == _TYPE_WORDS[word]]
+        if not matches:
+            raise NoDevice(f"No {_TYPE_WORDS[word].upper()} device found for selector {sel!r}.\n"
+                           + _available(plats))
+        return matches[0]
+    plat_part, sep, dev_part = sel.partition(":")
+    try:
+        pi = _pick(plat_part, [p.name for p, _ in plats], "platform") if plat_part.strip() else 0
+        devs = plats[pi][1]
+        if sep and dev_part.strip():
+            return pi, _pick(dev_part, [d.name for d in devs], f"device of platform {pi}")
+        if not devs:
+            raise LookupError(f"platform {pi} ({plats[pi][0].name.strip()}) has no devices")
+        return pi, 0
+    except LookupError as e:
+        if not sep and not re.fullmatch(r"\d+", plat_part.strip()):
+            # A bare name that is no platform's: try it against device names (e.g. "rtx").
+            for pi2, di2, d in flat:
+                if plat_part.strip().lower() in d.name.lower():
+                    return pi2, di2
+        raise NoDevice(f"Device selector {sel!r} matches no OpenCL device: {e}.\n"
+                       + _available(plats)) from None
+
+
+# --- Device ----------------------------------------------------------------------------------
+def _device_info(d: cl.Device) -> DeviceInfo:
+    return DeviceInfo(
+        name=d.name.strip(), type=_type_name(d), compute_units=int(d.max_compute_units),
+        max_work_group_size=int(d.max_work_group_size), local_mem_size=int(d.local_mem_size),
+        global_mem_size=int(d.global_mem_size), max_alloc_size=int(d.max_mem_alloc_size),
+        has_fp16=_has_fp16(d), has_fp64=_has_fp64(d),
+        preferred_vector_width_float=max(1, int(d.preferred_vector_width_float)))
+
+
+class Device:
+    """One OpenCL device with its context, in-order queue and program cache.
+
+    Get one with `select_device()` or `Device.from_context()`; both return a shared
+    instance, so every session on a device shares one context, queue and cache.
+    """
+
+    def __init__(self, context: cl.Context, device: cl.Device, selector: Optional[str] = None):
+        self.context = context
+        self.cl_device = device
+        self.platform: cl.Platform = device.platform
+        self.info: DeviceInfo = _device_info(device)
+        self.selector = selector  # the "P:D" selector when chosen by select_device
+        self.queue = cl.CommandQueue(context, device)  # in-order
+        self.cache = ProgramCache(context, device)
+        self._profiling_queue: Optional[cl.CommandQueue] = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_context(cls, ctx: cl.Context, device: Optional[cl.Device] = None) -> "Device":
+        """Wrap a context the caller shares (ONNXIFI's OPENCL_CONTEXT); `device` defaults to its first.
+
+        The same (context, device) gives the same Device while any user holds it.
+        """
+        ctx_devices = list(ctx.devices)
+        if device is None:
+            device = ctx_devices[0]
+        elif device not in ctx_devices:
+            raise InvalidArgument(f"device {device.name.strip()!r} is not in the given context "
+                                  f"(it holds {[d.name.strip() for d in ctx_devices]})")
+        key = (ctx.int_ptr, device.int_ptr)
+        with _registry_lock:
+            dev = _wrapped.get(key)
+            if dev is None or dev.context != ctx:
+                dev = cls(ctx, device)
+                _wrapped[key] = dev
+            return dev
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    def make_queue(self, profiling: bool = False) -> cl.CommandQueue:
+        """A new in-order queue on this device's context; with `profiling`, events carry timings."""
+        props = cl.command_queue_properties.PROFILING_ENABLE if profiling else 0
+        return cl.CommandQueue(self.context, self.cl_device, properties=props)
+
+    @property
+    def profiling_queue(self) -> cl.CommandQueue:
+        """A shared in-order queue with profiling enabled, created on first use."""
+        with self._lock:
+            if self._profiling_queue is None:
+                self._profiling_queue = self.make_queue(profiling=True)
+            return self._profiling_queue
+
+    def program(self, name: str, options: Sequence[str] = ()) -> cl.Program:
+        """The built program ``kernels_cl/<name>.cl`` with `options`, through the program cache.
+
+        Thread-safe. Raises CompileError (with the build log) when the source does not build
+        or does not exist.
+        """
+        options = tuple(options)
+        try:
+            source = kernel_source(name)
+        except (FileNotFoundError, InvalidArgument) as e:
+            raise CompileError(name, self.describe(), options, str(e)) from e
+        build_opts: Tuple[str, ...] = ()
+        kdir = _kernels_path()
+        if kdir is not None:
+            build_opts = ("-I", str(kdir))
+        return self.cache.get(name, source, options, build_options=build_opts,
+                              extra_key=_headers_hash())
+
+    def describe(self) -> str:
+        """One line: name, type, platform, OpenCL version, compute units, memory, selector."""
+        d = self.cl_device
+        sel = f" CLGLOW_DEVICE={self.selector}" if self.selector else ""
+        return (f"{self.info.name} ({self.info.type.upper()}, {self.platform.name.strip()}, "
+                f"{d.version.strip()}, {self.info.compute_units} CU, "
+                f"{self.info.global_mem_size / 2**30:.1f} GiB){sel}")
+
+    def __repr__(self) -> str:
+        return f"<clglow Device {self.describe()}>"
+
+
+_registry_lock = threading.Lock()
+_selected: Dict[int, Device] = {}  # cl.Device.int_ptr -> Device (lives for the process)
+_wrapped: "weakref.WeakValueDictionary[Tuple[int, int], Device]" = weakref.WeakValueDictionary()
+
+
+def select_device(selector: Optional[str] = None) -> Device:
+    """The Device for `selector`, else CLGLOW_DEVICE / PYOPENCL_CTX, else the first GPU or device.
+
+    Raises NoDevice listing the available devices when nothing matches, or saying how to
+    install pocl when there is no OpenCL platform. Never prompts.
+
+    Example::
+
+        dev = select_device("0:0")      # or "gpu", "portable:pthread", "nvidia"
+    """
+    if selector is None:
+        selector = config.device_selector()
+    plats = _platforms()
+    pi, di = _resolve(selector, plats)
+    cl_dev = plats[pi][1][di]
+    with _registry_lock:
+        dev = _selected.get(cl_dev.int_ptr)
+        if dev is None:
+            try:
+                ctx = cl.Context([cl_dev])
+            except cl.Error as e:
+                raise NoDevice(f"cannot create an OpenCL context on {cl_dev.name.strip()!r}: {e}") from e
+            dev = Device(ctx, cl_dev, selector=f"{pi}:{di}")
+            _selected[cl_dev.int_ptr] = dev
+            log.info("selected OpenCL device %s", dev.describe())
+        return dev
+
+
+# --- kernel sources --------------------------------------------------------------------------
+_KERNEL_NAME = re.compile(r"[A-Za-z0-9_]+")
+_source_cache: Dict[str, str] = {}
+_headers: Optional[str] = None
+
+
+def _kernels_root():
+    """The kernels_cl folder as a Traversable: the installed package data, else the checkout's."""
+    try:
+        return resources.files("clglow.kernels_cl")
+    except (ModuleNotFoundError, TypeError):
+        # Source checkout on PYTHONPATH: kernels_cl/ sits beside the clglow package.
+        return Path(__file__).resolve().parents[2] / "kernels_cl"
+
+
+def _kernels_path() -> Optional[Path]:
+    """The kernels folder on the file system (for ``-I``), or None inside a zip."""
+    path = Path(str(_kernels_root()))
+    return path if path.is_dir() else None
+
+
+def kernels_dir():
+    """Where the ``.cl`` files are (a Traversable; a Path in a wheel or a checkout)."""
+    return _kernels_root()
+
+
+def kernel_source(name: str) -> str:
+    """The text of ``kernels_cl/<name>.cl``; FileNotFoundError when absent."""
+    if not _KERNEL_NAME.fullmatch(name):
+        raise InvalidArgument(f"invalid kernel program name {name!r}")
+    src = _source_cache.get(name)
+    if src is None:
+        f = _kernels_root() / f"{name}.cl"
+        if not f.is_file():
+            raise FileNotFoundError(f"kernel source {name}.cl not found in {_kernels_root()}")
+        src = f.read_text(encoding="utf-8")
+        _source_cache[name] = src
+    return src
+
+
+def _headers_hash() -> str:
+    """Hash of the headers a kernel may #include, so editing one invalidates cached binaries."""
+    global _headers
+    if _headers is None:
+        h = hashlib.sha256()
+        root = _kernels_root()
+        try:
+            entries = sorted((e for e in root.iterdir() if e.name.endswith((".h", ".clh"))),
+                             key=lambda e: e.name)
+        except (OSError, FileNotFoundError):
+            entries = []
+        for e in entries:
+            h.update(e.name.encode() + b"\0" + e.read_bytes() + b"\0")
+        _headers = h.hexdigest()
+    return _headers
+
+
+__all__ = ["Device", "DeviceDescription", "list_devices", "select_device", "kernel_source",
+           "kernels_dir", "INSTALL_HINT"]

@@ -1,0 +1,1 @@
+"""OpenCL C sources, shipped in the wheel as the package ``clglow.kernels_cl``."""
