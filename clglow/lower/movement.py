@@ -1,2 +1,336 @@
-"""Lowering of movement ops to OpenCL launches (see lower/base.py for the contract)."""
+"""Lowering of data-movement ops to OpenCL launches (see lower/base.py for the contract).
+
+Every layout op is expressed as a strided copy over an iteration space (dims, source strides,
+destination strides), collapsed so that contiguous runs become one dim; the kernel moves bits,
+so programs depend only on element size and rank. Reshape & co. are views (no kernel).
+"""
 from __future__ import annotations
+
+import logging
+from typing import Optional, Sequence
+
+import numpy as np
+
+from ..ir import Graph, Node
+from .base import Launch, LowerCtx, device_op, i32, view_op
+from .elementwise import collapse, dtype_of, work_size
+
+log = logging.getLogger(__name__)
+
+_BITS = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
+
+
+def _t(dtype: np.dtype) -> str:
+    return _BITS[np.dtype(dtype).itemsize]
+
+
+def contiguous_strides(shape: Sequence[int]) -> list:
+    st, acc = [0] * len(shape), 1
+    for d in range(len(shape) - 1, -1, -1):
+        st[d] = acc
+        acc *= int(shape[d])
+    return st
+
+
+def _collapse_copy(dims: Sequence[int], ss: Sequence[int], ds: Sequence[int]) -> tuple:
+    """Drop unit dims and merge neighbours that are contiguous on both sides."""
+    out_d: list = []
+    out_s: list = []
+    out_t: list = []
+    for d, s, t in zip(dims, ss, ds):
+        d = int(d)
+        if d == 1:
+            continue
+        if out_d and out_s[-1] == s * d and out_t[-1] == t * d:
+            out_d[-1] *= d
+            out_s[-1], out_t[-1] = s, t
+        else:
+            out_d.append(d)
+            out_s.append(int(s))
+            out_t.append(int(t))
+    if not out_d:
+        return [1], [0], [0]
+    return out_d, out_s, out_t
+
+
+def copy_launches(ctx: LowerCtx, src, dst, dtype: np.dtype, dims: Sequence[int], src_strides: Sequence[int],
+                  dst_strides: Sequence[int], src_off: int = 0, dst_off: int = 0) -> list:
+    """One launch copying the iteration space `dims` from src to dst (element strides/offsets)."""
+    n = int(np.prod(dims, dtype=np.int64))
+    if n == 0:
+        return []
+    d, s, t = _collapse_copy(dims, src_strides, dst_strides)
+    g, l = work_size(ctx, n)
+    if len(d) == 1 and s[0] == 1 and t[0] == 1:
+        return [Launch("movement", "copy", g, [src, dst, i32(n), i32(src_off), i32(dst_off)], l,
+                       {"T": _t(dtype)}, ctx.label())]
+    meta = ctx.const_buffer(np.array(d + s + t, dtype=np.int32))
+    return [Launch("movement", "strided_copy", g, [src, dst, i32(n), i32(src_off), i32(dst_off), meta], l,
+                   {"T": _t(dtype), "RANK": len(d)}, ctx.label())]
+
+
+def _supports_any(node: Node, graph: Graph) -> Optional[str]:
+    for name in list(node.inputs[:1]) + list(node.outputs):
+        dt = dtype_of(graph, name)
+        if dt is not None and (dt.kind not in "biuf" or dt.itemsize not in _BITS):
+            return f"tensor {name!r} has dtype {dt}, not movable by the OpenCL kernels"
+    return None
+
+
+def _big(ctx: LowerCtx) -> None:
+    if any(t is not None and t.size >= 2 ** 31 for t in list(ctx.inputs) + list(ctx.outputs)):
+        raise ValueError(f"{ctx.node.name}: tensors over 2**31 elements are not supported by the OpenCL kernels")
+
+
+# --- Transpose -----------------------------------------------------------------------------------
+@device_op("Transpose", supports=_supports_any)
+def lower_transpose(ctx: LowerCtx) -> list:
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    _big(ctx)
+    r = len(x.shape)
+    perm = ctx.attr("perm") or list(range(r - 1, -1, -1))
+    ins = contiguous_strides(x.shape)
+    return copy_launches(ctx, ctx.buf(0), ctx.out(0), x.dtype, out.shape, [ins[p] for p in perm],
+                         contiguous_strides(out.shape))
+
+
+# --- Concat / Split ------------------------------------------------------------------------------
+@device_op("Concat", supports=_supports_any)
+def lower_concat(ctx: LowerCtx) -> list:
+    out = ctx.outputs[0]
+    if out.size == 0:
+        return []
+    _big(ctx)
+    r = len(out.shape)
+    axis = int(ctx.attr("axis", 1 if ctx.opset < 4 else 0))
+    axis = axis + r if axis < 0 else axis
+    ost = contiguous_strides(out.shape)
+    launches, pos = [], 0
+    for i, t in enumerate(ctx.inputs):
+        if t is None:
+            continue
+        if t.size:
+            launches += copy_launches(ctx, ctx.buf(i), ctx.out(0), out.dtype, t.shape, contiguous_strides(t.shape),
+                                      ost, 0, pos * ost[axis])
+        pos += int(t.shape[axis]) if len(t.shape) else 0
+    return launches
+
+
+def _supports_split(node: Node, graph: Graph) -> Optional[str]:
+    return _supports_any(node, graph)
+
+
+@device_op("Split", supports=_supports_split)
+def lower_split(ctx: LowerCtx) -> list:
+    """Output sizes come from the concrete output shapes, so `split` needs no parsing."""
+    x = ctx.inputs[0]
+    _big(ctx)
+    r = len(x.shape)
+    axis = int(ctx.attr("axis", 0))
+    axis = axis + r if axis < 0 else axis
+    ist = contiguous_strides(x.shape)
+    launches, pos = [], 0
+    for j, t in enumerate(ctx.outputs):
+        if t is None:
+            continue
+        if t.size:
+            launches += copy_launches(ctx, ctx.buf(0), ctx.out(j), x.dtype, t.shape, ist,
+                                      contiguous_strides(t.shape), pos * ist[axis], 0)
+        pos += int(t.shape[axis])
+    return launches
+
+
+# --- Slice ---------------------------------------------------------------------------------------
+def _slice_params(node: Node, graph: Graph, opset: int) -> Optional[tuple]:
+    """(starts, axes, steps) when known without running the graph, else None."""
+    if opset < 10:
+        starts = node.attr("starts")
+        axes = node.attr("axes")
+        return None if starts is None else (list(starts), None if axes is None else list(axes), None)
+    starts = graph.const(node.input(1))
+    if starts is None:
+        return None
+    axes = graph.const(node.input(3)) if node.input(3) else None
+    if node.input(3) and axes is None:
+        return None
+    steps = graph.const(node.input(4)) if node.input(4) else None
+    if node.input(4) and steps is None:
+        return None
+    return ([int(v) for v in starts.reshape(-1)], None if axes is None else [int(v) for v in axes.reshape(-1)],
+            None if steps is None else [int(v) for v in steps.reshape(-1)])
+
+
+def _supports_slice(node: Node, graph: Graph) -> Optional[str]:
+    if _slice_params(node, graph, graph.opset(node.domain)) is None:
+        return "Slice with run-time starts, axes or steps runs on the host"
+    return _supports_any(node, graph)
+
+
+@device_op("Slice", supports=_supports_slice)
+def lower_slice(ctx: LowerCtx) -> list:
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    _big(ctx)
+    params = _slice_params(ctx.node, ctx.graph, ctx.opset)
+    if params is None:
+        raise ValueError(f"{ctx.node.name}: Slice parameters are not constant")
+    starts, axes, steps = params
+    r = len(x.shape)
+    axes = axes if axes is not None else list(range(len(starts)))
+    steps = steps if steps is not None else [1] * len(starts)
+    ist = contiguous_strides(x.shape)
+    src_st, off = list(ist), 0
+    for s, a, st in zip(starts, axes, steps):
+        a = a + r if a < 0 else a
+        dim = int(x.shape[a])
+        s = s + dim if s < 0 else s
+        s = min(max(s, 0), dim) if st > 0 else min(max(s, 0), dim - 1)
+        off += s * ist[a]
+        src_st[a] = st * ist[a]
+    return copy_launches(ctx, ctx.buf(0), ctx.out(0), x.dtype, out.shape, src_st, contiguous_strides(out.shape),
+                         off, 0)
+
+
+# --- Expand / Tile -------------------------------------------------------------------------------
+@device_op("Expand", supports=_supports_any)
+def lower_expand(ctx: LowerCtx) -> list:
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    _big(ctx)
+    dims, (st,) = collapse(out.shape, [x.shape])
+    return copy_launches(ctx, ctx.buf(0), ctx.out(0), x.dtype, dims, st, contiguous_strides(dims))
+
+
+@device_op("Tile", supports=_supports_any)
+def lower_tile(ctx: LowerCtx) -> list:
+    """Tile as a broadcast over interleaved (repeat, dim) pairs; repeats come from the output shape."""
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    _big(ctx)
+    ist = contiguous_strides(x.shape)
+    dims, st = [], []
+    for d, od, s in zip(x.shape, out.shape, ist):
+        dims += [int(od) // int(d), int(d)]
+        st += [0, s]
+    return copy_launches(ctx, ctx.buf(0), ctx.out(0), x.dtype, dims, st, contiguous_strides(dims))
+
+
+# --- Pad (constant mode) -------------------------------------------------------------------------
+def _pad_params(node: Node, graph: Graph, opset: int) -> Optional[tuple]:
+    """(pads, value, axes) when constant."""
+    if opset < 11:
+        return list(node.attr("pads", [])), float(node.attr("value", 0.0)), None
+    pads = graph.const(node.input(1))
+    if pads is None:
+        return None
+    value = None
+    if node.input(2):
+        value = graph.const(node.input(2))
+        if value is None:
+            return None
+    axes = None
+    if node.input(3):
+        axes = graph.const(node.input(3))
+        if axes is None:
+            return None
+        axes = [int(a) for a in axes.reshape(-1)]
+    return [int(p) for p in pads.reshape(-1)], value, axes
+
+
+def _supports_pad(node: Node, graph: Graph) -> Optional[str]:
+    mode = node.attr("mode", "constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode != "constant":
+        return f"Pad mode {mode!r} runs on the host"
+    if _pad_params(node, graph, graph.opset(node.domain)) is None:
+        return "Pad with run-time pads or value runs on the host"
+    return _supports_any(node, graph)
+
+
+@device_op("Pad", supports=_supports_pad)
+def lower_pad(ctx: LowerCtx) -> list:
+    """Fill the output with the pad value, then copy the (possibly cropped) input into it."""
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    _big(ctx)
+    params = _pad_params(ctx.node, ctx.graph, ctx.opset)
+    if params is None:
+        raise ValueError(f"{ctx.node.name}: Pad parameters are not constant")
+    pads, value, axes = params
+    r = len(x.shape)
+    axes = [a + r if a < 0 else a for a in (axes if axes is not None else range(r))]
+    begin, end = [0] * r, [0] * r
+    for k, a in enumerate(axes):
+        begin[a], end[a] = pads[k], pads[k + len(axes)]
+    dt = np.dtype(out.dtype)
+    v = np.zeros(1, dt) if value is None else np.asarray(value).astype(dt).reshape(-1)[:1]
+    bits = int(v.view(_BITS_NP[dt.itemsize])[0])
+    g, l = work_size(ctx, out.size)
+    launches = [Launch("movement", "fill", g, [ctx.out(0), i32(out.size), np.uint64(bits)], l, {"T": _t(dt)},
+                       ctx.label())]
+    ist, ost = contiguous_strides(x.shape), contiguous_strides(out.shape)
+    dims, soff, doff = [], 0, 0
+    for a in range(r):
+        lo = max(0, -begin[a])  # negative pads crop the input
+        hi = int(x.shape[a]) - max(0, -end[a])
+        dims.append(max(0, hi - lo))
+        soff += lo * ist[a]
+        doff += max(0, begin[a]) * ost[a]
+    if all(d > 0 for d in dims):
+        launches += copy_launches(ctx, ctx.buf(0), ctx.out(0), dt, dims, ist, ost, soff, doff)
+    return launches
+
+
+_BITS_NP = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+# --- Gather --------------------------------------------------------------------------------------
+def _supports_gather(node: Node, graph: Graph) -> Optional[str]:
+    dt = dtype_of(graph, node.input(1))
+    if dt is not None and dt not in (np.dtype(np.int32), np.dtype(np.int64)):
+        return f"Gather indices of dtype {dt.name}"
+    return _supports_any(node, graph)
+
+
+@device_op("Gather", supports=_supports_gather)
+def lower_gather(ctx: LowerCtx) -> list:
+    x, ind, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    _big(ctx)
+    r = len(x.shape)
+    axis = int(ctx.attr("axis", 0))
+    axis = axis + r if axis < 0 else axis
+    inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
+    axis_len = int(x.shape[axis])
+    if axis_len == 0:
+        raise ValueError(f"{ctx.node.name}: Gather from an empty axis")
+    nidx = ind.size
+    g, l = work_size(ctx, out.size)
+    ti = "int" if np.dtype(ind.dtype) == np.int32 else "long"
+    return [Launch("movement", "gather", g, [ctx.buf(0), ctx.buf(1), ctx.out(0), i32(out.size), i32(inner),
+                                             i32(nidx), i32(axis_len)], l, {"T": _t(x.dtype), "TI": ti},
+                   ctx.label())]
+
+
+# --- views ---------------------------------------------------------------------------------------
+def _supports_dropout(node: Node, graph: Graph) -> Optional[str]:
+    if len(node.outputs) > 1 and node.outputs[1]:
+        return "Dropout's mask output is not produced on the device"
+    if node.input(2):
+        tm = graph.const(node.input(2))
+        if tm is None:
+            return "Dropout with a run-time training_mode runs on the host"
+        if bool(np.asarray(tm).reshape(-1)[0]):
+            return "Dropout in training mode runs on the host"
+    return None
+
+
+view_op("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
+view_op("Dropout", supports=_supports_dropout)

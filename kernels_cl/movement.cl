@@ -1,0 +1,64 @@
+/* Data movement: one strided-copy kernel serves Transpose, Concat, Split, Slice, Expand, Tile
+ * and Pad; Gather has its own. Kernels move bits, so T is an unsigned type of the element's
+ * size (uchar/ushort/uint/ulong): one program per (element size, rank) whatever the dtype.
+ *   T      element storage type
+ *   RANK   rank of the (collapsed) iteration space
+ *   TI     index type of Gather (int or long)
+ * meta (int32): dims[RANK], source strides[RANK], destination strides[RANK], in elements;
+ * strides may be negative (Slice with negative steps) or 0 (broadcast).
+ */
+#ifndef T
+#define T uint
+#endif
+#ifndef RANK
+#define RANK 1
+#endif
+#ifndef TI
+#define TI long
+#endif
+
+__kernel void strided_copy(__global const T* src, __global T* dst, const int n, const int src_off,
+                           const int dst_off, __global const int* restrict meta) {
+    const int i = get_global_id(0);
+    if (i >= n) return;
+    int rem = i, so = src_off, dof = dst_off;
+    for (int d = RANK - 1; d > 0; --d) {
+        const int dim = meta[d];
+        const int q = rem / dim;
+        const int r = rem - q * dim;
+        so += r * meta[RANK + d];
+        dof += r * meta[2 * RANK + d];
+        rem = q;
+    }
+    so += rem * meta[RANK];
+    dof += rem * meta[2 * RANK];
+    dst[dof] = src[so];
+}
+
+/* Contiguous to contiguous, no index math. */
+__kernel void copy(__global const T* src, __global T* dst, const int n, const int src_off, const int dst_off) {
+    const int i = get_global_id(0);
+    if (i < n) dst[dst_off + i] = src[src_off + i];
+}
+
+/* dst[i] = value (the value's bits, given as ulong and truncated to T). */
+__kernel void fill(__global T* dst, const int n, const ulong value) {
+    const int i = get_global_id(0);
+    if (i < n) dst[i] = (T)value;
+}
+
+/* out[o, j, r] = data[o, idx[j], r] with negative indices wrapped and out-of-range ones clamped
+ * (never read outside the buffer, whatever the indices are). */
+__kernel void gather(__global const T* data, __global const TI* idx, __global T* out, const int n,
+                     const int inner, const int nidx, const int axis_len) {
+    const int i = get_global_id(0);
+    if (i >= n) return;
+    const int r = i % inner;
+    const int t = i / inner;
+    const int j = t % nidx;
+    const int o = t / nidx;
+    long k = (long)idx[j];
+    if (k < 0) k += axis_len;
+    k = k < 0 ? 0 : (k >= axis_len ? axis_len - 1 : k);
+    out[i] = data[((long)o * axis_len + k) * inner + r];
+}
