@@ -1,2 +1,108 @@
-"""Lowering of pool ops to OpenCL launches (see lower/base.py for the contract)."""
+"""Lowering of pooling ops to OpenCL launches (see lower/base.py for the contract).
+
+One kernel covers 1-D..3-D MaxPool/AveragePool by padding the spatial dims to three; the
+window geometry travels in a 21-int ConstBuf. Output sizes (ceil_mode) are taken from the
+concrete output shape; the kernel only needs the pads, which auto_pad is resolved to here.
+"""
 from __future__ import annotations
+
+import logging
+from typing import Optional
+
+import numpy as np
+
+from ..ir import Graph, Node
+from .base import Launch, LowerCtx, device_op, i32
+from .elementwise import check_dtypes, work_size
+
+log = logging.getLogger(__name__)
+
+_F32 = {np.dtype(np.float32)}
+
+
+def _s(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _supports_pool(node: Node, graph: Graph) -> Optional[str]:
+    bad = check_dtypes(node, graph, _F32, [0])
+    if bad:
+        return bad
+    ks = node.attr("kernel_shape")
+    if ks is None or not 1 <= len(ks) <= 3:
+        return "pooling needs kernel_shape with 1 to 3 spatial dims"
+    auto_pad = _s(node.attr("auto_pad", "NOTSET"))
+    if auto_pad not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"):
+        return f"auto_pad {auto_pad!r}"
+    if node.op_type == "MaxPool" and len(node.outputs) > 1 and node.outputs[1]:
+        if int(node.attr("storage_order", 0)) != 0:
+            return "MaxPool Indices with storage_order=1 run on the host"
+    return None
+
+
+def _pads(ctx: LowerCtx, in_sp: list, out_sp: list, ks: list, st: list, dil: list) -> tuple:
+    nd = len(ks)
+    auto_pad = _s(ctx.attr("auto_pad", "NOTSET"))
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        begin, end = [], []
+        for d in range(nd):
+            total = max(0, (out_sp[d] - 1) * st[d] + (ks[d] - 1) * dil[d] + 1 - in_sp[d])
+            small = total // 2
+            b = small if auto_pad == "SAME_UPPER" else total - small
+            begin.append(b)
+            end.append(total - b)
+        return begin, end
+    if auto_pad == "VALID":
+        return [0] * nd, [0] * nd
+    pads = list(ctx.attr("pads") or [0] * (2 * nd))
+    return [int(v) for v in pads[:nd]], [int(v) for v in pads[nd:]]
+
+
+@device_op("MaxPool", "AveragePool", supports=_supports_pool)
+def lower_pool(ctx: LowerCtx) -> list:
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    if out.size >= 2 ** 31 or x.size >= 2 ** 31:
+        raise ValueError(f"{ctx.node.name}: tensors over 2**31 elements are not supported by the OpenCL kernels")
+    ks = [int(k) for k in ctx.attr("kernel_shape")]
+    nd = len(ks)
+    st = [int(s) for s in (ctx.attr("strides") or [1] * nd)]
+    dil = [int(d) for d in (ctx.attr("dilations") or [1] * nd)]
+    in_sp = [int(v) for v in x.shape[2:]]
+    out_sp = [int(v) for v in out.shape[2:]]
+    pb, pe = _pads(ctx, in_sp, out_sp, ks, st, dil)
+    pad3 = lambda v, fill: [fill] * (3 - nd) + list(v)  # noqa: E731
+    table = (pad3(in_sp, 1) + pad3(out_sp, 1) + pad3(ks, 1) + pad3(st, 1) + pad3(pb, 0) + pad3(pe, 0)
+             + pad3(dil, 1))
+    p = ctx.const_buffer(np.array(table, dtype=np.int32))
+    is_max = ctx.node.op_type == "MaxPool"
+    defines: dict = {"T": "float", "POOL_MAX" if is_max else "POOL_AVG": None}
+    args: list = [ctx.buf(0), ctx.out(0)]
+    if is_max and len(ctx.outputs) > 1 and ctx.outputs[1] is not None:
+        defines["WITH_INDICES"] = None
+        args.append(ctx.out(1))
+    if not is_max and int(ctx.attr("count_include_pad", 0)):
+        defines["COUNT_INCLUDE_PAD"] = None
+    g, l = work_size(ctx, out.size)
+    return [Launch("pool", "pool", g, args + [i32(out.size), p], l, defines, ctx.label())]
+
+
+def _supports_global(node: Node, graph: Graph) -> Optional[str]:
+    return check_dtypes(node, graph, _F32, [0])
+
+
+@device_op("GlobalAveragePool", "GlobalMaxPool", supports=_supports_global)
+def lower_global_pool(ctx: LowerCtx) -> list:
+    """One work-item per (n, c) plane: channels are many in CNNs, planes are short."""
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    nc = int(np.prod(x.shape[:2], dtype=np.int64))
+    length = int(np.prod(x.shape[2:], dtype=np.int64))
+    if length == 0 or x.size >= 2 ** 31:
+        raise ValueError(f"{ctx.node.name}: global pooling of {x.shape} is not supported on the device")
+    op = "POOL_MAX" if ctx.node.op_type == "GlobalMaxPool" else "POOL_AVG"
+    g, l = work_size(ctx, nc, cap=64)
+    return [Launch("pool", "global_pool", g, [ctx.buf(0), ctx.out(0), i32(nc), i32(length)], l,
+                   {"T": "float", op: None}, ctx.label())]
