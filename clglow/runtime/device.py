@@ -303,33 +303,113 @@ class Device:
 _registry_lock = threading.Lock()
 _selected: Dict[int, Device] = {}  # cl.Device.int_ptr -> Device (lives for the process)
 _wrapped: "weakref.WeakValueDictionary[Tuple[int, int], Device]" = weakref.WeakValueDictionary()
+_default: Optional[Device] = None  # the default choice, probed once per process
+
+
+_PROBE_SOURCE = "__kernel void clglow_probe(__global int* a) { a[get_global_id(0)] = 1; }"
+
+
+def _probe(ctx: cl.Context, device: cl.Device) -> Optional[str]:
+    """None when `device` builds a trivial kernel, else why not.
+
+    Why: a pocl whose LLVM does not know the host CPU lists a device that cannot compile
+    anything ("unknown target CPU 'generic'"); the default choice must skip it.
+    """
+    try:
+        cl.Program(ctx, _PROBE_SOURCE).build(devices=[device], cache_dir=False)
+        return None
+    except cl.Error as e:
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        return next((ln for ln in lines if "error" in ln.lower() and "clBuildProgram" not in ln),
+                    lines[-1] if lines else type(e).__name__)
+
+
+def probe(selector: str) -> Optional[str]:
+    """None when the device `selector` picks can build a kernel, else the reason (for `clglow devices`)."""
+    plats = _platforms()
+    pi, di = _resolve(selector, plats)
+    cl_dev = plats[pi][1][di]
+    try:
+        ctx = cl.Context([cl_dev])
+    except cl.Error as e:
+        return f"cannot create a context: {e}"
+    return _probe(ctx, cl_dev)
+
+
+def _make_device(cl_dev: cl.Device, pi: int, di: int, ctx: Optional[cl.Context] = None) -> Device:
+    """The shared Device for `cl_dev` (caller holds _registry_lock)."""
+    dev = _selected.get(cl_dev.int_ptr)
+    if dev is None:
+        try:
+            ctx = ctx if ctx is not None else cl.Context([cl_dev])
+        except cl.Error as e:
+            raise NoDevice(f"cannot create an OpenCL context on {cl_dev.name.strip()!r}: {e}") from e
+        dev = Device(ctx, cl_dev, selector=f"{pi}:{di}")
+        _selected[cl_dev.int_ptr] = dev
+        log.info("selected OpenCL device %s", dev.describe())
+    return dev
+
+
+def _first_working(candidates: List[Tuple[int, int, cl.Device]]) -> Tuple[Optional[Device], List[str]]:
+    """The first candidate that can build a kernel (caller holds _registry_lock), and the failures."""
+    failures = []
+    for pi, di, d in candidates:
+        dev = _selected.get(d.int_ptr)
+        if dev is not None:
+            return dev, failures
+        try:
+            ctx = cl.Context([d])
+        except cl.Error as e:
+            failures.append(f"  {pi}:{di}  {d.name.strip()}: cannot create a context: {e}")
+            continue
+        why = _probe(ctx, d)
+        if why is not None:
+            failures.append(f"  {pi}:{di}  {d.name.strip()}: {why}")
+            log.warning("skipping OpenCL device %s:%s %s: it cannot build a kernel (%s)",
+                        pi, di, d.name.strip(), why)
+            continue
+        return _make_device(d, pi, di, ctx), failures
+    return None, failures
 
 
 def select_device(selector: Optional[str] = None) -> Device:
-    """The Device for `selector`, else CLGLOW_DEVICE / PYOPENCL_CTX, else the first GPU or device.
+    """The Device for `selector`, else CLGLOW_DEVICE / PYOPENCL_CTX, else the default.
 
-    Raises NoDevice listing the available devices when nothing matches, or saying how to
-    install pocl when there is no OpenCL platform. Never prompts.
+    The default is the first GPU that can build a kernel, else the first other device that
+    can; `gpu`/`cpu`/`accelerator` likewise pick the first of that type that can build. (A
+    device that cannot compile anything, e.g. a pocl whose LLVM does not know the host CPU,
+    is skipped with a warning.) An explicit ``P:D`` or name is taken as given. Raises
+    NoDevice listing the available devices when nothing matches, or saying how to install
+    pocl when there is no OpenCL platform. Never prompts.
 
     Example::
 
         dev = select_device("0:0")      # or "gpu", "portable:pthread", "nvidia"
     """
+    global _default
     if selector is None:
         selector = config.device_selector()
+    sel = (selector or "").strip()
     plats = _platforms()
-    pi, di = _resolve(selector, plats)
-    cl_dev = plats[pi][1][di]
+    pi, di = _resolve(sel, plats)  # NoDevice with the choices (or the install hint)
+    word = _TYPE_WORDS.get(sel.lower())
     with _registry_lock:
-        dev = _selected.get(cl_dev.int_ptr)
+        if sel and word is None:
+            return _make_device(plats[pi][1][di], pi, di)
+        if not sel and _default is not None:
+            return _default
+        flat = [(p_, d_, d) for p_, (_, devs) in enumerate(plats) for d_, d in enumerate(devs)]
+        if word is not None:
+            flat = [t for t in flat if _type_name(t[2]) == word]
+        else:
+            flat.sort(key=lambda t: _type_name(t[2]) != "gpu")  # stable: GPUs first, then index order
+        dev, failures = _first_working(flat)
         if dev is None:
-            try:
-                ctx = cl.Context([cl_dev])
-            except cl.Error as e:
-                raise NoDevice(f"cannot create an OpenCL context on {cl_dev.name.strip()!r}: {e}") from e
-            dev = Device(ctx, cl_dev, selector=f"{pi}:{di}")
-            _selected[cl_dev.int_ptr] = dev
-            log.info("selected OpenCL device %s", dev.describe())
+            raise NoDevice(f"No OpenCL device{' for ' + repr(sel) if sel else ''} can build a kernel:\n"
+                           + "\n".join(failures) + "\n"
+                           + INSTALL_HINT.replace("No OpenCL platform found. ", ""))
+        if not sel:
+            _default = dev
         return dev
 
 
@@ -390,5 +470,5 @@ def _headers_hash() -> str:
     return _headers
 
 
-__all__ = ["Device", "DeviceDescription", "list_devices", "select_device", "kernel_source",
+__all__ = ["Device", "DeviceDescription", "list_devices", "select_device", "probe", "kernel_source",
            "kernels_dir", "INSTALL_HINT"]

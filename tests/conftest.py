@@ -1,0 +1,40 @@
+"""Shared test setup: a private program cache and the `device` fixture.
+
+Tests run on the default device (the first that can build a kernel; pocl on a machine
+without a GPU) and on any other OpenCL device when CLGLOW_DEVICE selects it.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+
+import pytest
+
+# Never write to the user's cache: unless the caller chose a folder, use a temporary one
+# for this test session (set before anything imports clglow's cache).
+if not os.environ.get("CLGLOW_CACHE_DIR"):
+    _cache_dir = tempfile.mkdtemp(prefix="clglow-test-cache-")
+    os.environ["CLGLOW_CACHE_DIR"] = _cache_dir
+    atexit.register(shutil.rmtree, _cache_dir, True)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Show which OpenCL device the session runs on, and how it was chosen."""
+    sel = os.environ.get("CLGLOW_DEVICE") or os.environ.get("PYOPENCL_CTX") or "(default)"
+    try:
+        from clglow.runtime.device import select_device
+
+        desc = select_device().describe()
+    except Exception as e:  # noqa: BLE001 - the header must never break collection
+        desc = f"unavailable: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    return [f"clglow device [{sel}]: {desc}", f"clglow cache dir: {os.environ['CLGLOW_CACHE_DIR']}"]
+
+
+@pytest.fixture(scope="session")
+def device():
+    """The clglow Device for this session (CLGLOW_DEVICE / PYOPENCL_CTX, else the default)."""
+    from clglow.runtime.device import select_device
+
+    return select_device()

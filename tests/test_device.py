@@ -1,0 +1,232 @@
+"""Device enumeration and selection: the selector grammar, errors that list the choices,
+shared contexts, and kernel sources found in a checkout or an installed wheel."""
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import numpy as np
+import pyopencl as cl
+import pytest
+
+from clglow.errors import CompileError, InvalidArgument, NoDevice
+from clglow.lower.base import DeviceInfo
+from clglow.runtime import device as D
+
+GPU, CPU, ACC = int(cl.device_type.GPU), int(cl.device_type.CPU), int(cl.device_type.ACCELERATOR)
+
+
+def fake_platforms():
+    """Two platforms as _resolve sees them: names and device types only."""
+    def dev(name, t):
+        return SimpleNamespace(name=name, type=t)
+
+    return [
+        (SimpleNamespace(name="Portable Computing Language"),
+         [dev("pthread-AMD EPYC", CPU)]),
+        (SimpleNamespace(name="NVIDIA CUDA"),
+         [dev("NVIDIA GeForce RTX 4090", GPU), dev("NVIDIA H200", GPU)]),
+        (SimpleNamespace(name="Xilinx"), [dev("FPGA thing", ACC)]),
+    ]
+
+
+# --- the selector grammar (no OpenCL needed) ------------------------------------------------
+@pytest.mark.parametrize("selector, expected", [
+    (None, (1, 0)),             # default: the first GPU
+    ("", (1, 0)),
+    ("0:0", (0, 0)),
+    ("1:1", (1, 1)),
+    ("1", (1, 0)),              # platform only: its first device
+    ("portable", (0, 0)),       # substring of a platform name
+    ("PORTABLE:PTHREAD", (0, 0)),  # case-insensitive
+    ("nvidia:h200", (1, 1)),
+    ("nvidia:1", (1, 1)),
+    ("1:h200", (1, 1)),
+    ("cuda:", (1, 0)),          # empty device part: the first device
+    ("gpu", (1, 0)),
+    ("GPU", (1, 0)),
+    ("cpu", (0, 0)),
+    ("accelerator", (2, 0)),
+    ("rtx", (1, 0)),            # no platform matches: tried against device names
+    ("h200", (1, 1)),
+])
+def test_resolve_selectors(selector, expected):
+    assert D._resolve(selector, fake_platforms()) == expected
+
+
+@pytest.mark.parametrize("selector, reason", [
+    ("5", "index 5 out of range"),
+    ("0:3", "index 3 out of range"),
+    ("amd:0", "no platform name contains 'amd'"),
+    ("nvidia:quadro", "no device"),
+    ("nosuchthing", "no platform name contains"),
+])
+def test_resolve_no_match_lists_choices(selector, reason):
+    with pytest.raises(NoDevice) as ei:
+        D._resolve(selector, fake_platforms())
+    msg = str(ei.value)
+    assert reason in msg
+    assert "Available devices" in msg
+    # every device is listed with its selector
+    for sel, name in [("0:0", "pthread-AMD EPYC"), ("1:0", "RTX 4090"), ("1:1", "H200"), ("2:0", "FPGA")]:
+        assert sel in msg and name in msg
+
+
+def test_default_without_gpu_is_first_device():
+    plats = [p for p in fake_platforms() if p[0].name != "NVIDIA CUDA"]
+    assert D._resolve(None, plats) == (0, 0)
+    with pytest.raises(NoDevice, match="No GPU device"):
+        D._resolve("gpu", plats)
+
+
+def test_no_platform_says_how_to_install(monkeypatch):
+    def boom():
+        raise cl.LogicError(cl._cl._ErrorRecord(msg="clGetPlatformIDs failed: PLATFORM_NOT_FOUND_KHR",
+                                                 code=-1001, routine="clGetPlatformIDs"))
+
+    monkeypatch.setattr(cl, "get_platforms", boom)
+    assert D.list_devices() == []
+    with pytest.raises(NoDevice, match=r'pip install "pyopencl\[pocl\]"') as ei:
+        D.select_device()
+    assert "pocl-opencl-icd" in str(ei.value)
+
+
+def test_no_platform_plain_runtime_error(monkeypatch):
+    monkeypatch.setattr(cl, "get_platforms", lambda: (_ for _ in ()).throw(RuntimeError("no ICD")))
+    with pytest.raises(NoDevice, match="pocl"):
+        D.select_device("0:0")
+
+
+def test_selector_from_environment(monkeypatch):
+    monkeypatch.setenv("CLGLOW_DEVICE", "no-such-device-anywhere")
+    with pytest.raises(NoDevice, match="Available devices"):
+        D.select_device()
+    monkeypatch.delenv("CLGLOW_DEVICE")
+    monkeypatch.setenv("PYOPENCL_CTX", "99:0")
+    with pytest.raises(NoDevice, match="out of range"):
+        D.select_device()
+
+
+# --- real devices ---------------------------------------------------------------------------
+def test_list_devices_fields():
+    devices = D.list_devices()
+    assert devices, "the test machine has at least one OpenCL device"
+    for d in devices:
+        assert d.selector == f"{d.platform_index}:{d.device_index}"
+        assert d.type in ("cpu", "gpu", "accelerator")
+        assert d.compute_units >= 1 and d.global_mem_size > 0 and 0 < d.max_alloc_size <= d.global_mem_size
+        assert isinstance(d.has_fp16, bool) and isinstance(d.has_fp64, bool)
+        assert d.name and d.platform_name and d.driver_version and d.opencl_version.startswith("OpenCL")
+        assert d.selector in d.describe() and d.name in d.describe()
+        # the advertised selectors really select this device
+        plats = D._platforms()
+        assert D._resolve(d.selector, plats) == (d.platform_index, d.device_index)
+        if d.name_selector:
+            assert D._resolve(d.name_selector, plats) == (d.platform_index, d.device_index)
+
+
+def test_select_device_is_shared(device):
+    assert isinstance(device.context, cl.Context)
+    assert D.select_device() is device
+    assert D.select_device(device.selector) is device
+    assert device.selector in device.describe()
+    # a type word picks the same device when the device is of that type
+    assert D.select_device(device.info.type) is device
+
+
+def test_device_info(device):
+    info = device.info
+    assert isinstance(info, DeviceInfo)
+    d = device.cl_device
+    assert info.name == d.name.strip()
+    assert info.max_work_group_size == d.max_work_group_size
+    assert info.local_mem_size == d.local_mem_size
+    assert info.max_alloc_size == d.max_mem_alloc_size
+    assert info.preferred_vector_width_float >= 1
+    assert info.type in ("cpu", "gpu", "accelerator")
+
+
+def test_queues(device):
+    assert not (device.queue.properties & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
+    q = device.make_queue(profiling=True)
+    assert q.properties & cl.command_queue_properties.PROFILING_ENABLE
+    assert device.profiling_queue is device.profiling_queue
+    assert device.profiling_queue.properties & cl.command_queue_properties.PROFILING_ENABLE
+
+
+def test_from_context_shares_and_validates(device):
+    ctx = cl.Context([device.cl_device])
+    a = D.Device.from_context(ctx)
+    b = D.Device.from_context(ctx, device.cl_device)
+    assert a is b and a.context is ctx and a is not device
+    assert a.info == device.info
+    other = [d for p in cl.get_platforms() for d in p.get_devices() if d != device.cl_device]
+    if other:
+        with pytest.raises(InvalidArgument, match="not in the given context"):
+            D.Device.from_context(ctx, other[0])
+
+
+def test_probe(device):
+    assert D.probe(device.selector) is None
+
+
+# --- kernel sources -------------------------------------------------------------------------
+@pytest.fixture
+def kernels(tmp_path, monkeypatch):
+    """A private kernels folder with a header, in place of kernels_cl/."""
+    (tmp_path / "scale_common.h").write_text("#define SCALE_BY(x) ((x) * FACTOR)\n")
+    (tmp_path / "scale.cl").write_text(
+        '#include "scale_common.h"\n'
+        "__kernel void scale(__global float* x) { size_t i = get_global_id(0); x[i] = SCALE_BY(x[i]); }\n")
+    (tmp_path / "broken.cl").write_text("__kernel void broken(__global float* x) { x[0] = nope; }\n")
+    monkeypatch.setattr(D, "_kernels_root", lambda: tmp_path)
+    monkeypatch.setattr(D, "_source_cache", {})
+    monkeypatch.setattr(D, "_headers", None)
+    return tmp_path
+
+
+def test_program_builds_with_include_and_options(device, kernels):
+    prg = device.program("scale", ("-DFACTOR=3.0f",))
+    x = np.arange(8, dtype=np.float32)
+    buf = cl.Buffer(device.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=x)
+    cl.Kernel(prg, "scale")(device.queue, (8,), None, buf)
+    out = np.empty_like(x)
+    cl.enqueue_copy(device.queue, out, buf)
+    np.testing.assert_allclose(out, x * 3)
+    assert device.program("scale", ("-DFACTOR=3.0f",)) is prg
+
+
+def test_program_errors(device, kernels):
+    with pytest.raises(CompileError) as ei:
+        device.program("broken", ("-DX=1",))
+    assert ei.value.options == ["-DX=1"] and ei.value.log
+    with pytest.raises(CompileError, match="not found"):
+        device.program("does_not_exist", ())
+    with pytest.raises(CompileError, match="invalid kernel program name"):
+        device.program("../etc/passwd", ())
+
+
+def test_program_threads(device, kernels):
+    results, errors = [], []
+
+    def work(i):
+        try:
+            results.append(device.program("scale", (f"-DFACTOR={i % 3}.0f",)))
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(9)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len({id(p) for p in results}) == 3
+
+
+def test_shipped_kernels_are_found():
+    """kernels_cl/ is reachable (checkout fallback or clglow.kernels_cl package data)."""
+    root = D.kernels_dir()
+    names = [e.name for e in root.iterdir() if e.name.endswith(".cl")]
+    assert names, f"no .cl files under {root}"
+    assert D.kernel_source(names[0][:-3]).strip()
