@@ -1,2 +1,47 @@
-"""Lowering of softmax ops to OpenCL launches (see lower/base.py for the contract)."""
+"""Lowering of Softmax/LogSoftmax to OpenCL launches (see lower/base.py for the contract).
+
+Opset < 13 flattens the input to 2-D at `axis` (default 1) and normalises each row of the
+flattened tail; opset 13+ normalises along `axis` alone (default -1). Both become rows of
+`len` elements `inner` apart for one kernel.
+"""
 from __future__ import annotations
+
+import logging
+from typing import Optional
+
+import numpy as np
+
+from ..ir import Graph, Node
+from .base import Launch, LowerCtx, device_op, i32
+from .elementwise import check_dtypes, work_size
+
+log = logging.getLogger(__name__)
+
+
+def _supports(node: Node, graph: Graph) -> Optional[str]:
+    return check_dtypes(node, graph, {np.dtype(np.float32)})
+
+
+@device_op("Softmax", "LogSoftmax", supports=_supports)
+def lower_softmax(ctx: LowerCtx) -> list:
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    if x.size >= 2 ** 31:
+        raise ValueError(f"{ctx.node.name}: tensors over 2**31 elements are not supported by the OpenCL kernels")
+    shape = [int(d) for d in x.shape]
+    r = len(shape)
+    legacy = ctx.opset < 13
+    axis = int(ctx.attr("axis", 1 if legacy else -1))
+    axis = axis + r if axis < 0 else axis
+    if r == 0:
+        shape, axis, r = [1], 0, 1
+    if legacy:
+        length, inner = int(np.prod(shape[axis:], dtype=np.int64)), 1
+    else:
+        length, inner = shape[axis], int(np.prod(shape[axis + 1:], dtype=np.int64))
+    rows = x.size // length
+    defines = {"LOG_SOFTMAX": None} if ctx.node.op_type == "LogSoftmax" else {}
+    g, l = work_size(ctx, rows, cap=64)
+    return [Launch("softmax", "softmax", g, [ctx.buf(0), ctx.out(0), i32(rows), i32(length), i32(inner)], l,
+                   defines, ctx.label())]
