@@ -1,2 +1,205 @@
-"""Lowering of conv ops to OpenCL launches (see lower/base.py for the contract)."""
+"""Conv and clglow FusedConv on OpenCL: im2col + GEMM, 1x1 as a plain GEMM, direct depthwise.
+
+FusedConv (domain "clglow", made by the fusion pass) is Y = act(conv(X, W) + B + Z): its bias,
+residual and activation run in the GEMM's epilogue (gemm.cl defines), so a fused layer is one
+GEMM launch (plus im2col). Plain Conv takes the same path without residual or activation.
+
+Paths, by what the node needs:
+  depthwise (Cin/groups == 1, groups > 1)  -> dwconv.cl, one launch
+  1x1, stride 1, no padding                -> GEMM on X in place (or on X packed by pack_b)
+  anything else                            -> im2col.cl writes B panels into scratch -> GEMM
+Weights are packed into A panels once per plan (ctx.derived). 1-D convs run as 2-D with H = 1;
+3-D convs are declined by supports() and go to the host fallback.
+"""
 from __future__ import annotations
+
+import logging
+from typing import Optional
+
+import numpy as np
+
+from ..errors import InvalidModel
+from ..ir import Graph, Node
+from .base import Launch, LowerCtx, device_op, f32, float32_only, i32, round_up
+from .gemm import (ACTIVATIONS, Bias, Operand, b_unpacked_ok, gemm_config, gemm_launch, pack_a,
+                   pack_b_launch, packed_b_bytes)
+
+log = logging.getLogger(__name__)
+
+# Cap on one op's im2col scratch; larger batches run in chunks of images reusing it.
+_SCRATCH_CAP = 64 << 20
+_AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+_FLT_MAX = 3.4028234663852886e38
+
+
+def _str(v, default: str = "") -> str:
+    if v is None:
+        return default
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _spatial_rank(node: Node, graph: Graph) -> Optional[int]:
+    for name in (node.input(1), node.input(0)):
+        v = graph.values.get(name) if name else None
+        if v is not None and v.shape is not None:
+            return len(v.shape) - 2
+    ks = node.attrs.get("kernel_shape")
+    return len(ks) if ks is not None else None
+
+
+def supports_conv(node: Node, graph: Graph) -> Optional[str]:
+    """Float32 1-D and 2-D convolutions with any pads/strides/dilations/groups/auto_pad."""
+    why = float32_only(node, graph)
+    if why:
+        return why
+    rank = _spatial_rank(node, graph)
+    if rank is not None and rank not in (1, 2):
+        return f"{rank}-D convolution: the OpenCL kernels cover 1-D and 2-D"
+    ap = _str(node.attrs.get("auto_pad"), "NOTSET")
+    if ap not in _AUTO_PADS:
+        return f"auto_pad={ap!r} is not one of {', '.join(_AUTO_PADS)}"
+    act = _str(node.attrs.get("activation"), "")
+    if act not in ACTIVATIONS:
+        return f"fused activation {act!r} is not one of {sorted(a for a in ACTIVATIONS if a)}"
+    return None
+
+
+def _resolve_pads(ctx: LowerCtx, in_sp: tuple, k_sp: tuple, strides: tuple, dil: tuple) -> tuple:
+    """(begin pads, output spatial shape) after auto_pad, as ONNX defines them."""
+    nd = len(in_sp)
+    ap = _str(ctx.attr("auto_pad"), "NOTSET")
+    if ap in ("SAME_UPPER", "SAME_LOWER"):
+        begins, outs = [], []
+        for i in range(nd):
+            out = -(-in_sp[i] // strides[i])
+            total = max((out - 1) * strides[i] + (k_sp[i] - 1) * dil[i] + 1 - in_sp[i], 0)
+            begins.append(total // 2 if ap == "SAME_UPPER" else total - total // 2)
+            outs.append(out)
+        return tuple(begins), tuple(outs)
+    pads = list(ctx.attr("pads", None) or [0] * (2 * nd)) if ap == "NOTSET" else [0] * (2 * nd)
+    if len(pads) != 2 * nd:
+        raise InvalidModel(f"Conv pads {pads} do not match {nd} spatial dims", node=ctx.label())
+    outs = []
+    for i in range(nd):
+        span = in_sp[i] + pads[i] + pads[i + nd] - ((k_sp[i] - 1) * dil[i] + 1)
+        outs.append(span // strides[i] + 1 if span >= 0 else 0)
+    return tuple(pads[:nd]), tuple(outs)
+
+
+def _epilogue(ctx: LowerCtx) -> tuple:
+    """(activation name, act_alpha, act_beta) from FusedConv attributes (plain Conv: none)."""
+    act = _str(ctx.attr("activation"), "")
+    if act not in ACTIVATIONS:
+        raise InvalidModel(f"unsupported fused activation {act!r}", node=ctx.label())
+    defaults = {"Clip": (-_FLT_MAX, _FLT_MAX), "LeakyRelu": (0.01, 0.0), "HardSigmoid": (0.2, 0.5)}
+    da, db = defaults.get(act, (0.0, 0.0))
+    a, b = ctx.attr("alpha", None), ctx.attr("beta", None)
+    return act, float(da if a is None else a), float(db if b is None else b)
+
+
+@device_op("Conv", supports=supports_conv)
+def lower_conv(ctx: LowerCtx) -> list:
+    return _lower(ctx)
+
+
+@device_op("FusedConv", domain="clglow", supports=supports_conv)
+def lower_fused_conv(ctx: LowerCtx) -> list:
+    return _lower(ctx)
+
+
+def _lower(ctx: LowerCtx) -> list:
+    xs, ws = tuple(ctx.inputs[0].shape), tuple(ctx.inputs[1].shape)
+    label = ctx.label()
+    if len(xs) not in (3, 4) or len(ws) != len(xs):
+        raise InvalidModel(f"Conv of X {xs} with W {ws}: the OpenCL path takes 1-D and 2-D convs",
+                           node=label)
+    nd = len(xs) - 2
+    n_img, cin = xs[:2]
+    cout, cin_g = ws[:2]
+    k_sp = tuple(ctx.attr("kernel_shape", None) or ws[2:])
+    if tuple(k_sp) != tuple(ws[2:]):
+        raise InvalidModel(f"kernel_shape {list(k_sp)} differs from W's shape {ws}", node=label)
+    g = int(ctx.attr("group", 1))
+    if g < 1 or cin != cin_g * g or cout % g != 0:
+        raise InvalidModel(f"group={g} does not fit X {xs} and W {ws}", node=label)
+    strides = tuple(ctx.attr("strides", None) or (1,) * nd)
+    dil = tuple(ctx.attr("dilations", None) or (1,) * nd)
+    if len(strides) != nd or len(dil) != nd or min(strides) < 1 or min(dil) < 1:
+        raise InvalidModel(f"bad strides {strides} / dilations {dil}", node=label)
+    begins, o_sp = _resolve_pads(ctx, xs[2:], k_sp, strides, dil)
+    out_shape = tuple(ctx.outputs[0].shape)
+    if out_shape != (n_img, cout) + o_sp:
+        raise InvalidModel(f"Conv output shape {out_shape} differs from the computed "
+                           f"{(n_img, cout) + o_sp}", node=label)
+    if 0 in out_shape:
+        return []
+    # 1-D as 2-D with a height of 1.
+    if nd == 1:
+        h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow = (1, xs[2], 1, k_sp[0], 1, strides[0], 0,
+                                                        begins[0], 1, dil[0], 1, o_sp[0])
+    else:
+        (h, w), (kh, kw), (sh, sw), (ph, pw), (dh, dw), (oh, ow) = xs[2:], k_sp, strides, begins, dil, o_sp
+    act, act_a, act_b = _epilogue(ctx)
+    has_bias = ctx.has_input(2) and bool(ctx.node.input(2))
+    has_res = ctx.has_input(3) and bool(ctx.node.input(3))
+    if has_res and tuple(ctx.inputs[3].shape) != out_shape:
+        raise InvalidModel(f"FusedConv residual {ctx.inputs[3].shape} differs from output {out_shape}",
+                           node=label)
+
+    if cin_g == 1 and g > 1:
+        defines = {"HAS_BIAS": int(has_bias), "HAS_RES": int(has_res), "ACT": ACTIVATIONS[act]}
+        args: list = [ctx.buf(0), ctx.buf(1)]
+        if has_bias:
+            args.append(ctx.buf(2))
+        if has_res:
+            args.append(ctx.buf(3))
+        args += [ctx.out(0)] + [i32(v) for v in (cin, h, w, cout, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw,
+                                                 cout // cin)] + [f32(act_a), f32(act_b)]
+        return [Launch("dwconv", "dwconv", (ow, oh, n_img * cout), args, None, defines, label)]
+
+    cfg = gemm_config(ctx.device)
+    m, kk, npix = cout // g, cin_g * kh * kw, oh * ow
+    hw = h * w
+    if ctx.const(1) is not None:
+        a = Operand(ctx.derived(1, f"convA{cfg.mr}g{g}",
+                                lambda wt: pack_a(np.asarray(wt, np.float32).reshape(g, m, kk), cfg.mr)),
+                    packed=True, s2=max(round_up(m, cfg.mr), cfg.mr) * kk)
+    else:
+        a = Operand(ctx.buf(1), ld=kk, ld2=1, s2=m * kk)
+    bias = Bias(ctx.buf(2), sm=1, sn=0, s2=m) if has_bias else None
+    c_s1, c_s2 = cout * npix, m * npix
+    x_s1, x_s2 = cin * hw, cin_g * hw
+
+    pointwise = kh == kw == 1 and sh == sw == 1 and ph == pw == 0 and (oh, ow) == (h, w)
+    launches: list = []
+    if pointwise and b_unpacked_ok(cfg, npix):
+        # 1x1: B is X itself, [Cin_g, H*W] per (image, group).
+        b = Operand(ctx.buf(0), ld=hw, s1=x_s1, s2=x_s2)
+        res = Operand(ctx.buf(3), s1=c_s1, s2=c_s2) if has_res else None
+        return [gemm_launch(cfg, m=m, n=npix, k=kk, batch=n_img * g, d2=g, a=a, b=b,
+                            c=Operand(ctx.out(0), ld=npix, s1=c_s1, s2=c_s2), bias=bias, res=res,
+                            act=act, act_alpha=act_a, act_beta=act_b, label=label)]
+
+    per_img = packed_b_bytes(cfg, kk, npix, g)
+    chunk = max(1, min(n_img, _SCRATCH_CAP // per_img))
+    scratch = ctx.scratch(per_img * chunk)
+    pstride = max(round_up(npix, cfg.nr), cfg.nr) * kk  # packed elements per (image, group)
+    for i0 in range(0, n_img, chunk):
+        ni = min(chunk, n_img - i0)
+        if pointwise:
+            launches.append(pack_b_launch(cfg, src=ctx.buf(0), off=i0 * x_s1, s1=x_s1, s2=x_s2, s_k=hw,
+                                          s_n=1, k=kk, n=npix, batch=ni * g, d2=g, dst=scratch,
+                                          label=label))
+        else:
+            np_ = round_up(npix, cfg.nr)
+            launches.append(Launch("im2col", "im2col", (np_, kk, ni * g), [
+                ctx.buf(0), i32(i0 * x_s1), i32(x_s1), i32(x_s2), i32(g), scratch, i32(pstride),
+                i32(h), i32(w), i32(ow), i32(kh), i32(kw), i32(sh), i32(sw), i32(ph), i32(pw),
+                i32(dh), i32(dw), i32(npix), i32(kk)], None, {"NR": cfg.nr}, label))
+        b = Operand(scratch, packed=True, s1=g * pstride, s2=pstride)
+        res = Operand(ctx.buf(3), off=i0 * c_s1, s1=c_s1, s2=c_s2) if has_res else None
+        launches.append(gemm_launch(cfg, m=m, n=npix, k=kk, batch=ni * g, d2=g, a=a, b=b,
+                                    c=Operand(ctx.out(0), off=i0 * c_s1, ld=npix, s1=c_s1, s2=c_s2),
+                                    bias=bias, res=res, act=act, act_alpha=act_a, act_beta=act_b,
+                                    label=label))
+    return launches

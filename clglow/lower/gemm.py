@@ -1,2 +1,360 @@
-"""Lowering of gemm ops to OpenCL launches (see lower/base.py for the contract)."""
+"""GEMM on OpenCL: Gemm and MatMul, plus the shared GEMM launch builder that conv.py uses.
+
+One kernel (kernels_cl/gemm.cl) computes C = act(alpha * A @ B + beta * bias + Z) for a
+batch of matrices. Its tile sizes (MR x NR per work-item, vector width) are `-D` defines
+picked from the device, and its operands are either packed into panels (aligned vector
+loads, zero padded edges: weights packed once at plan time, activations by a pack kernel
+or by im2col) or read strided/row-major. Shapes, strides and batch offsets are run-time
+arguments so one program serves every layer.
+"""
 from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Optional, Sequence, Union
+
+import numpy as np
+
+from ..errors import InvalidModel
+from ..ir import Graph, Node
+from .base import (Arg, Buf, ConstBuf, DeviceInfo, Launch, LowerCtx, Scratch, device_op, f32,
+                   float32_only, i32, round_up)
+
+log = logging.getLogger(__name__)
+
+# Activation codes understood by the ACT define of gemm.cl / dwconv.cl.
+ACTIVATIONS = {"": 0, "Relu": 1, "Clip": 2, "LeakyRelu": 3, "Sigmoid": 4, "HardSigmoid": 5, "Tanh": 6}
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """Tile sizes for one device: each work-item computes MR rows x (VW*NV) columns."""
+
+    mr: int
+    vw: int
+    nv: int
+    lsize: tuple
+
+    @property
+    def nr(self) -> int:
+        return self.vw * self.nv
+
+
+def gemm_config(device: DeviceInfo) -> GemmConfig:
+    """Device-dependent tile defaults.
+
+    CPU (pocl): a work-group of one work-item each (pocl runs work-groups on threads; larger
+    groups only add loop overhead) and as many accumulators as the vector registers hold:
+    12 x 32 with float16 on AVX-512 (24 zmm accumulators), 6 x 16 with float8 on AVX2.
+    GPU/other: small 4 x 4 tiles in 8 x 8 work-groups; correct anywhere, not tuned.
+    """
+    if device.type == "cpu":
+        if device.preferred_vector_width_float >= 16:
+            return GemmConfig(12, 16, 2, (1, 1, 1))
+        return GemmConfig(6, 8, 2, (1, 1, 1))
+    return GemmConfig(4, 4, 1, (8, 8, 1))
+
+
+# --- host-side packing (plan time, for constant operands) -----------------------------------------
+def pack_a(a: np.ndarray, mr: int) -> np.ndarray:
+    """[..., M, K] -> [..., ceil(M/mr), K, mr] (rows zero padded): the A panels of gemm.cl."""
+    a = np.asarray(a, dtype=np.float32)
+    *lead, m, k = a.shape
+    mp = max(round_up(m, mr), mr)
+    out = np.zeros((*lead, mp, k), np.float32)
+    out[..., :m, :] = a
+    out = out.reshape(*lead, mp // mr, mr, k).swapaxes(-1, -2)
+    return _nonempty(out)
+
+
+def pack_b(b: np.ndarray, nr: int) -> np.ndarray:
+    """[..., K, N] -> [..., ceil(N/nr), K, nr] (columns zero padded): the B panels of gemm.cl."""
+    b = np.asarray(b, dtype=np.float32)
+    *lead, k, n = b.shape
+    np_ = max(round_up(n, nr), nr)
+    out = np.zeros((*lead, k, np_), np.float32)
+    out[..., :n] = b
+    out = out.reshape(*lead, k, np_ // nr, nr).swapaxes(-2, -3)
+    return _nonempty(out)
+
+
+def _nonempty(a: np.ndarray) -> np.ndarray:
+    """A contiguous copy with at least one element (an OpenCL buffer cannot be empty)."""
+    a = np.ascontiguousarray(a)
+    return a if a.size else np.zeros(1, a.dtype)
+
+
+# --- the launch builder -------------------------------------------------------------------------------
+@dataclass
+class Operand:
+    """One GEMM operand: where it lives and how the kernel indexes it.
+
+    `s1`/`s2` are the element strides for the two batch levels (z1 = z // d2, z2 = z % d2).
+    For a packed operand the strides count packed elements. `ld`/`ld2` describe an unpacked
+    operand: A uses (row stride, k stride); B and C/Z use `ld` as the row stride.
+    """
+
+    arg: Arg
+    packed: bool = False
+    off: int = 0
+    s1: int = 0
+    s2: int = 0
+    ld: int = 0
+    ld2: int = 1
+
+
+@dataclass
+class Bias:
+    """The epilogue's additive term beta * bias[m * sm + n * sn] (sn is 0 or 1)."""
+
+    arg: Arg
+    sm: int
+    sn: int
+    beta: float = 1.0
+    off: int = 0
+    s1: int = 0
+    s2: int = 0
+
+
+def gemm_launch(cfg: GemmConfig, *, m: int, n: int, k: int, batch: int, d2: int,
+                a: Operand, b: Operand, c: Operand, bias: Optional[Bias] = None,
+                res: Optional[Operand] = None, alpha: float = 1.0, act: str = "",
+                act_alpha: float = 0.0, act_beta: float = 0.0, label: str = "") -> Launch:
+    """The gemm.cl launch for C[z] = act(alpha * A[z] @ B[z] + bias + res) over `batch` z's."""
+    if act not in ACTIVATIONS:
+        raise InvalidModel(f"unsupported fused activation {act!r}", node=label or None)
+    defines = {"MR": cfg.mr, "VW": cfg.vw, "NV": cfg.nv, "A_PACKED": int(a.packed),
+               "B_PACKED": int(b.packed), "HAS_BIAS": int(bias is not None),
+               "HAS_RES": int(res is not None), "ACT": ACTIVATIONS[act]}
+    args: list = [a.arg, i32(a.off), i32(a.s1), i32(a.s2), i32(a.ld), i32(a.ld2),
+                  b.arg, i32(b.off), i32(b.s1), i32(b.s2), i32(b.ld),
+                  c.arg, i32(c.off), i32(c.s1), i32(c.s2), i32(c.ld)]
+    if bias is not None:
+        args += [bias.arg, i32(bias.off), i32(bias.s1), i32(bias.s2), i32(bias.sm), i32(bias.sn),
+                 f32(bias.beta)]
+    if res is not None:
+        args += [res.arg, i32(res.off), i32(res.s1), i32(res.s2)]
+    args += [i32(m), i32(n), i32(k), i32(max(d2, 1)), f32(alpha), f32(act_alpha), f32(act_beta)]
+    ls = cfg.lsize
+    gsize = (round_up(-(-n // cfg.nr), ls[0]), round_up(-(-m // cfg.mr), ls[1]), round_up(batch, ls[2]))
+    return Launch("gemm", "gemm", gsize, args, ls, defines, label)
+
+
+def pack_b_launch(cfg: GemmConfig, *, src: Arg, off: int, s1: int, s2: int, s_k: int, s_n: int,
+                  k: int, n: int, batch: int, d2: int, dst: Scratch, label: str = "") -> Launch:
+    """Pack `batch` strided [K, N] matrices into NR-column panels (dst stride = panel set size)."""
+    np_ = round_up(n, cfg.nr)
+    args = [src, i32(off), i32(s1), i32(s2), i32(s_k), i32(s_n), dst, i32(np_ * k), i32(n), i32(k),
+            i32(max(d2, 1))]
+    return Launch("im2col", "pack_b", (np_, k, batch), args, None, {"NR": cfg.nr}, label)
+
+
+def packed_b_bytes(cfg: GemmConfig, k: int, n: int, batch: int) -> int:
+    return 4 * max(round_up(n, cfg.nr), cfg.nr) * max(k, 1) * max(batch, 1)
+
+
+def b_unpacked_ok(cfg: GemmConfig, n: int) -> bool:
+    """Read a row-major B in place when the ragged last column tile costs little."""
+    return n % cfg.nr == 0 or n >= 8 * cfg.nr
+
+
+# --- supports -----------------------------------------------------------------------------------------
+def _shape(graph: Graph, name: str) -> Optional[tuple]:
+    v = graph.values.get(name) if name else None
+    return None if v is None else v.shape
+
+
+def supports_gemm(node: Node, graph: Graph) -> Optional[str]:
+    why = float32_only(node, graph)
+    if why:
+        return why
+    for i in (0, 1):
+        s = _shape(graph, node.input(i))
+        if s is not None and len(s) != 2:
+            return f"Gemm input {i} has rank {len(s)}; Gemm takes matrices"
+    return None
+
+
+def supports_matmul(node: Node, graph: Graph) -> Optional[str]:
+    why = float32_only(node, graph)
+    if why:
+        return why
+    for i in (0, 1):
+        s = _shape(graph, node.input(i))
+        if s is not None and len(s) == 0:
+            return "MatMul of a scalar is undefined"
+    return None
+
+
+# --- Gemm ---------------------------------------------------------------------------------------------
+def _a_operand(ctx: LowerCtx, cfg: GemmConfig, i: int, m: int, k: int, trans: bool) -> Operand:
+    """A as packed constant panels (weights) or a strided read of the live tensor."""
+    if ctx.const(i) is not None:
+        def fn(w: np.ndarray) -> np.ndarray:
+            w2 = np.asarray(w, np.float32).reshape(-1, w.shape[-1]) if w.ndim >= 2 else w.reshape(1, -1)
+            return pack_a(w2.T if trans else w2, cfg.mr)
+        return Operand(ctx.derived(i, f"packA{cfg.mr}t{int(trans)}", fn), packed=True)
+    # A'[m, k] = A[k, m] when transposed.
+    return Operand(ctx.buf(i), ld=1 if trans else k, ld2=m if trans else 1)
+
+
+def _b_operand(ctx: LowerCtx, cfg: GemmConfig, i: int, k: int, n: int, trans: bool,
+               launches: list) -> Operand:
+    """B as packed constant panels, an in-place row-major read, or panels packed at run time."""
+    if ctx.const(i) is not None:
+        def fn(w: np.ndarray) -> np.ndarray:
+            w2 = np.asarray(w, np.float32)
+            return pack_b(w2.T if trans else w2, cfg.nr)
+        return Operand(ctx.derived(i, f"packB{cfg.nr}t{int(trans)}", fn), packed=True)
+    if not trans and b_unpacked_ok(cfg, n):
+        return Operand(ctx.buf(i), ld=n)
+    dst = ctx.scratch(packed_b_bytes(cfg, k, n, 1))
+    launches.append(pack_b_launch(cfg, src=ctx.buf(i), off=0, s1=0, s2=0, s_k=1 if trans else n,
+                                  s_n=k if trans else 1, k=k, n=n, batch=1, d2=1, dst=dst,
+                                  label=ctx.label()))
+    return Operand(dst, packed=True)
+
+
+@device_op("Gemm", supports=supports_gemm)
+def lower_gemm(ctx: LowerCtx) -> list:
+    """Y = alpha * A' @ B' + beta * C with C unidirectionally broadcast to [M, N]."""
+    cfg = gemm_config(ctx.device)
+    ta, tb = bool(ctx.attr("transA", 0)), bool(ctx.attr("transB", 0))
+    sa, sb = ctx.inputs[0].shape, ctx.inputs[1].shape
+    if len(sa) != 2 or len(sb) != 2:
+        raise InvalidModel(f"Gemm needs 2-D inputs, got {sa} and {sb}", node=ctx.label())
+    m, k = (sa[1], sa[0]) if ta else sa
+    kb, n = (sb[1], sb[0]) if tb else sb
+    if kb != k:
+        raise InvalidModel(f"Gemm inner dimensions differ: {sa} (transA={ta}) x {sb} (transB={tb})",
+                           node=ctx.label())
+    if m == 0 or n == 0:
+        return []
+    launches: list = []
+    a = _a_operand(ctx, cfg, 0, m, k, ta)
+    b = _b_operand(ctx, cfg, 1, k, n, tb, launches)
+    bias = None
+    beta = float(ctx.attr("beta", 1.0))
+    if ctx.has_input(2) and ctx.node.input(2) and beta != 0.0:
+        cs = tuple(ctx.inputs[2].shape)
+        if len(cs) > 2:
+            raise InvalidModel(f"Gemm C of shape {cs} does not broadcast to {(m, n)}", node=ctx.label())
+        c2 = (1,) * (2 - len(cs)) + cs
+        if c2[0] not in (1, m) or c2[1] not in (1, n):
+            raise InvalidModel(f"Gemm C of shape {cs} does not broadcast to {(m, n)}", node=ctx.label())
+        bias = Bias(ctx.buf(2), sm=c2[1] if c2[0] != 1 else 0, sn=1 if c2[1] != 1 else 0, beta=beta)
+    c = Operand(ctx.out(0), ld=n)
+    launches.append(gemm_launch(cfg, m=m, n=n, k=k, batch=1, d2=1, a=a, b=b, c=c, bias=bias,
+                                alpha=float(ctx.attr("alpha", 1.0)), label=ctx.label()))
+    return launches
+
+
+# --- MatMul -------------------------------------------------------------------------------------------
+def _batch_strides(bshape: tuple, out_batch: tuple, mat_size: int) -> list:
+    """Element strides of an operand's (right-aligned) batch dims over the output batch; 0 = broadcast."""
+    full = (1,) * (len(out_batch) - len(bshape)) + tuple(bshape)
+    strides, acc = [0] * len(full), mat_size
+    for d in range(len(full) - 1, -1, -1):
+        strides[d] = acc if full[d] != 1 else 0
+        acc *= full[d]
+    return strides
+
+
+def _collapse(dims: list, strides: Sequence[list]) -> tuple:
+    """Merge adjacent batch dims that every operand walks contiguously (fewer kernel levels)."""
+    out_d: list = []
+    out_s: list = [[] for _ in strides]
+    for d, size in enumerate(dims):
+        if size == 1:
+            continue
+        # merge into the previous dim when each operand's outer stride is inner stride * size
+        if out_d and all(s[d] * size == os_[-1] for s, os_ in zip(strides, out_s)):
+            out_d[-1] *= size
+            for s, os_ in zip(strides, out_s):
+                os_[-1] = s[d]
+            continue
+        out_d.append(size)
+        for s, os_ in zip(strides, out_s):
+            os_.append(s[d])
+    return out_d, out_s
+
+
+@device_op("MatMul", supports=supports_matmul)
+def lower_matmul(ctx: LowerCtx) -> list:
+    """numpy matmul: 1-D operands promoted then squeezed, leading dims broadcast."""
+    cfg = gemm_config(ctx.device)
+    sa, sb = tuple(ctx.inputs[0].shape), tuple(ctx.inputs[1].shape)
+    if len(sa) == 0 or len(sb) == 0:
+        raise InvalidModel("MatMul of a scalar is undefined", node=ctx.label())
+    a2 = (1,) + sa if len(sa) == 1 else sa
+    b2 = sb + (1,) if len(sb) == 1 else sb
+    m, k = a2[-2:]
+    kb, n = b2[-2:]
+    if k != kb:
+        raise InvalidModel(f"MatMul inner dimensions differ: {sa} x {sb}", node=ctx.label())
+    ba, bb = a2[:-2], b2[:-2]
+    try:
+        out_batch = tuple(np.broadcast_shapes(ba, bb))
+    except ValueError:
+        raise InvalidModel(f"MatMul batch dimensions do not broadcast: {sa} x {sb}",
+                           node=ctx.label()) from None
+    nbatch = int(np.prod(out_batch, dtype=np.int64))
+    if m == 0 or n == 0 or nbatch == 0:
+        return []
+    launches: list = []
+    label = ctx.label()
+
+    # A broadcast B matrix and a batched A: fold A's batch into M (one big GEMM, no batch loop).
+    if int(np.prod(bb, dtype=np.int64)) == 1 and ctx.const(0) is None:
+        m, out_batch, nbatch, ba = m * nbatch, (), 1, ()
+    a_const, b_const = ctx.const(0) is not None, ctx.const(1) is not None
+
+    # A
+    if a_const:
+        mp = max(round_up(m, cfg.mr), cfg.mr)
+        a = Operand(ctx.derived(0, f"packA{cfg.mr}mm",
+                                lambda w: pack_a(np.asarray(w).reshape(*ba, m, k), cfg.mr)), packed=True)
+        a_mat = mp * k
+    else:
+        a = Operand(ctx.buf(0), ld=k, ld2=1)
+        a_mat = m * k
+    # B
+    b_rowmajor = not b_const and b_unpacked_ok(cfg, n)
+    np_ = max(round_up(n, cfg.nr), cfg.nr)
+    if b_const:
+        b = Operand(ctx.derived(1, f"packB{cfg.nr}mm",
+                                lambda w: pack_b(np.asarray(w).reshape(*bb, k, n), cfg.nr)), packed=True)
+        b_mat = np_ * k
+    elif b_rowmajor:
+        b = Operand(ctx.buf(1), ld=n)
+        b_mat = k * n
+    else:
+        nb = int(np.prod(bb, dtype=np.int64))
+        dst = ctx.scratch(packed_b_bytes(cfg, k, n, nb))
+        launches.append(pack_b_launch(cfg, src=ctx.buf(1), off=0, s1=0, s2=k * n, s_k=n, s_n=1, k=k,
+                                      n=n, batch=nb, d2=nb, dst=dst, label=label))
+        b = Operand(dst, packed=True)
+        b_mat = np_ * k
+    c = Operand(ctx.out(0), ld=n)
+
+    strides = [_batch_strides(ba, out_batch, a_mat), _batch_strides(bb, out_batch, b_mat),
+               _batch_strides(out_batch, out_batch, m * n)]
+    dims, st = _collapse(list(out_batch), strides)
+    # The kernel walks two batch levels; loop over any outer ones with offsets.
+    inner = dims[-2:]
+    outer = dims[:-2]
+    ins = [s[-2:] for s in st]
+    outs = [s[:-2] for s in st]
+    if len(inner) == 0:
+        inner, ins = [1], [[0], [0], [0]]
+    if len(inner) == 1:
+        inner, ins = [1] + inner, [[0] + s for s in ins]
+    batch, d2 = inner[0] * inner[1], inner[1]
+    for idx in np.ndindex(*outer) if outer else [()]:
+        offs = [int(sum(i * s for i, s in zip(idx, o))) for o in outs]
+        aa = Operand(a.arg, a.packed, offs[0], ins[0][0], ins[0][1], a.ld, a.ld2)
+        bo = Operand(b.arg, b.packed, offs[1], ins[1][0], ins[1][1], b.ld)
+        co = Operand(c.arg, False, offs[2], ins[2][0], ins[2][1], c.ld)
+        launches.append(gemm_launch(cfg, m=m, n=n, k=k, batch=batch, d2=d2, a=aa, b=bo, c=co,
+                                    label=label))
+    return launches

@@ -1,0 +1,228 @@
+/* Register-blocked GEMM with a fused epilogue, and the panel packing kernel.
+ *
+ *   C[z][m][n] = ACT(alpha * sum_k A[z][m][k] * B[z][k][n] + beta * BIAS[z][m,n] + Z[z][m][n])
+ *
+ * Each work-item computes an MR x NR tile (NR = VW * NV: NV float vectors per row)
+ * over the whole K range, keeping MR*NV vector accumulators in registers.
+ *
+ * Panels for B come from im2col.cl (im2col, pack_b). Operand layouts (chosen by defines; shapes and strides are run-time arguments):
+ *   A_PACKED=1  A is packed in panels of MR rows: A[(panel*K + k)*MR + r]   (weights, at plan time)
+ *   A_PACKED=0  A is strided: A[m*lda_m + k*lda_k]                         (rows clamped at the edge)
+ *   B_PACKED=1  B is packed in panels of NR columns: B[(panel*K + k)*NR + c], zero-padded
+ *               (weights at plan time, im2col output, or pack_b at run time); vector loads are aligned
+ *   B_PACKED=0  B is row-major with leading dimension ldb (1x1 convs, MatMul activations)
+ * C, Z (residual) are row-major with leading dimension ldc. BIAS is read at
+ * bias[m*bias_sm + n*bias_sn] with bias_sn in {0, 1}.
+ *
+ * The batch index z (global dim 2) is split as z1 = z / D2, z2 = z % D2 and every
+ * operand offset is off + z1*s1 + z2*s2 (batch x group for convs; broadcast operands use stride 0).
+ *
+ * Written for pocl's CPU device first: no local memory, no builtin calls in the
+ * inner loop (pocl does not inline fma/mad/vloadN), vector-pointer casts for loads.
+ */
+#pragma OPENCL FP_CONTRACT ON
+
+#ifndef MR
+#define MR 6
+#endif
+#ifndef VW
+#define VW 8
+#endif
+#ifndef NV
+#define NV 2
+#endif
+#define NR (VW * NV)
+#ifndef A_PACKED
+#define A_PACKED 1
+#endif
+#ifndef B_PACKED
+#define B_PACKED 1
+#endif
+#ifndef HAS_BIAS
+#define HAS_BIAS 0
+#endif
+#ifndef HAS_RES
+#define HAS_RES 0
+#endif
+#ifndef ACT
+#define ACT 0
+#endif
+
+#if VW == 4
+typedef float4 floatv;
+#elif VW == 8
+typedef float8 floatv;
+#elif VW == 16
+typedef float16 floatv;
+#else
+#error "VW must be 4, 8 or 16"
+#endif
+/* The same vector with 4-byte alignment: an unaligned load/store without calling vloadN. */
+typedef floatv floatv_u __attribute__((aligned(4)));
+
+/* Activations: 0 none, 1 Relu, 2 Clip(a, b), 3 LeakyRelu(a), 4 Sigmoid, 5 HardSigmoid(a, b), 6 Tanh */
+inline floatv act_v(floatv v, float a, float b) {
+#if ACT == 1
+    return v > (floatv)0.0f ? v : (floatv)0.0f;
+#elif ACT == 2
+    v = v < (floatv)a ? (floatv)a : v;
+    return v > (floatv)b ? (floatv)b : v;
+#elif ACT == 3
+    return v >= (floatv)0.0f ? v : v * a;
+#elif ACT == 4
+    return (floatv)1.0f / ((floatv)1.0f + exp(-v));
+#elif ACT == 5
+    v = v * a + b;
+    v = v < (floatv)0.0f ? (floatv)0.0f : v;
+    return v > (floatv)1.0f ? (floatv)1.0f : v;
+#elif ACT == 6
+    return tanh(v);
+#else
+    return v;
+#endif
+}
+
+__kernel void gemm(
+    __global const float* restrict A, int offA, int sA1, int sA2, int lda_m, int lda_k,
+    __global const float* restrict B, int offB, int sB1, int sB2, int ldb,
+    __global float* restrict C, int offC, int sC1, int sC2, int ldc,
+#if HAS_BIAS
+    __global const float* restrict bias, int offBias, int sBias1, int sBias2,
+    int bias_sm, int bias_sn, float beta,
+#endif
+#if HAS_RES
+    __global const float* restrict Z, int offZ, int sZ1, int sZ2,
+#endif
+    int M, int N, int K, int D2, float alpha, float act_a, float act_b)
+{
+    const int tn = get_global_id(0);
+    const int tm = get_global_id(1);
+    const int z = get_global_id(2);
+    const int m0 = tm * MR;
+    const int n0 = tn * NR;
+    if (m0 >= M || n0 >= N)
+        return;
+    const int z1 = z / D2;
+    const int z2 = z - z1 * D2;
+
+    floatv acc[MR][NV];
+#pragma unroll
+    for (int r = 0; r < MR; ++r)
+#pragma unroll
+        for (int v = 0; v < NV; ++v)
+            acc[r][v] = (floatv)0.0f;
+
+#if A_PACKED
+    const __global float* pa = A + offA + z1 * sA1 + z2 * sA2 + tm * (K * MR);
+#else
+    const __global float* pa[MR];
+#pragma unroll
+    for (int r = 0; r < MR; ++r)
+        pa[r] = A + offA + z1 * sA1 + z2 * sA2 + min(m0 + r, M - 1) * lda_m;
+#endif
+
+#if A_PACKED
+#define A_AT(r) pa[r]
+#define A_NEXT() pa += MR
+#else
+#define A_AT(r) pa[r][0]
+#define A_NEXT() do { _Pragma("unroll") for (int r_ = 0; r_ < MR; ++r_) pa[r_] += lda_k; } while (0)
+#endif
+
+#define FMA_STEP(bv) do {                                   \
+        _Pragma("unroll") for (int r = 0; r < MR; ++r) {    \
+            const float a_ = A_AT(r);                       \
+            _Pragma("unroll") for (int v = 0; v < NV; ++v)  \
+                acc[r][v] += a_ * bv[v];                    \
+        }                                                   \
+        A_NEXT();                                           \
+    } while (0)
+
+#if B_PACKED
+    const __global float* pb = B + offB + z1 * sB1 + z2 * sB2 + tn * (K * NR);
+    for (int k = 0; k < K; ++k) {
+        floatv b[NV];
+#pragma unroll
+        for (int v = 0; v < NV; ++v)
+            b[v] = *(const __global floatv*)(pb + v * VW);
+        pb += NR;
+        FMA_STEP(b);
+    }
+#else
+    const __global float* pb = B + offB + z1 * sB1 + z2 * sB2 + n0;
+    if (n0 + NR <= N) {
+        for (int k = 0; k < K; ++k) {
+            floatv b[NV];
+#pragma unroll
+            for (int v = 0; v < NV; ++v)
+                b[v] = *(const __global floatv_u*)(pb + v * VW);
+            pb += ldb;
+            FMA_STEP(b);
+        }
+    } else {
+        const int nn = N - n0;
+        for (int k = 0; k < K; ++k) {
+            floatv b[NV];
+            float* bs = (float*)b;
+#pragma unroll
+            for (int c = 0; c < NR; ++c)
+                bs[c] = c < nn ? pb[c] : 0.0f;
+            pb += ldb;
+            FMA_STEP(b);
+        }
+    }
+#endif
+
+    /* Epilogue: alpha, bias, residual, activation, store. */
+    __global float* pc = C + offC + z1 * sC1 + z2 * sC2 + m0 * ldc + n0;
+#if HAS_BIAS
+    const __global float* pbias = bias + offBias + z1 * sBias1 + z2 * sBias2 + m0 * bias_sm + n0 * bias_sn;
+#endif
+#if HAS_RES
+    const __global float* pz = Z + offZ + z1 * sZ1 + z2 * sZ2 + m0 * ldc + n0;
+#endif
+    const bool full = (m0 + MR <= M) && (n0 + NR <= N);
+#pragma unroll
+    for (int r = 0; r < MR; ++r) {
+        if (!full && m0 + r >= M)
+            break;
+#pragma unroll
+        for (int v = 0; v < NV; ++v) {
+            floatv y = acc[r][v] * alpha;
+            const int c0 = v * VW;
+            if (full) {
+#if HAS_BIAS
+                if (bias_sn == 0)
+                    y += beta * pbias[r * bias_sm];
+                else
+                    y += beta * *(const __global floatv_u*)(pbias + r * bias_sm + c0);
+#endif
+#if HAS_RES
+                y += *(const __global floatv_u*)(pz + r * ldc + c0);
+#endif
+                *(__global floatv_u*)(pc + r * ldc + c0) = act_v(y, act_a, act_b);
+            } else {
+                float* ys = (float*)&y;
+                float t[VW];
+#pragma unroll
+                for (int c = 0; c < VW; ++c) {
+                    float e = ys[c];
+                    if (n0 + c0 + c < N) {
+#if HAS_BIAS
+                        e += beta * pbias[r * bias_sm + (c0 + c) * bias_sn];
+#endif
+#if HAS_RES
+                        e += pz[r * ldc + c0 + c];
+#endif
+                    }
+                    t[c] = e;
+                }
+                y = act_v(*(floatv*)t, act_a, act_b);
+#pragma unroll
+                for (int c = 0; c < VW; ++c)
+                    if (n0 + c0 + c < N)
+                        pc[r * ldc + c0 + c] = ys[c];
+            }
+        }
+    }
+}
