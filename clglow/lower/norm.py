@@ -1,2 +1,145 @@
-"""Lowering of norm ops to OpenCL launches (see lower/base.py for the contract)."""
+"""Lowering of normalisation ops to OpenCL launches (see lower/base.py for the contract).
+
+BatchNormalization (inference) becomes a per-channel affine y = x*a + b: with constant
+parameters (a, b) are computed here once, else a tiny kernel computes them into scratch.
+LRN, LayerNormalization and InstanceNormalization have one kernel each.
+"""
 from __future__ import annotations
+
+import logging
+from typing import Optional
+
+import numpy as np
+
+from ..ir import Graph, Node
+from .base import Launch, LowerCtx, device_op, f32, i32
+from .elementwise import check_dtypes, work_size
+
+log = logging.getLogger(__name__)
+
+_F32 = {np.dtype(np.float32)}
+
+
+def _big(ctx: LowerCtx) -> None:
+    if any(t is not None and t.size >= 2 ** 31 for t in list(ctx.inputs) + list(ctx.outputs)):
+        raise ValueError(f"{ctx.node.name}: tensors over 2**31 elements are not supported by the OpenCL kernels")
+
+
+def _used_outputs(node: Node) -> int:
+    return sum(1 for o in node.outputs[1:] if o)
+
+
+# --- BatchNormalization --------------------------------------------------------------------------
+def _supports_bn(node: Node, graph: Graph) -> Optional[str]:
+    opset = graph.opset(node.domain)
+    if opset < 7 and int(node.attr("is_test", 0)) == 0:
+        return "BatchNormalization before opset 7 without is_test=1 is training mode"
+    if int(node.attr("training_mode", 0)):
+        return "BatchNormalization training_mode=1 runs on the host"
+    if int(node.attr("spatial", 1)) == 0:
+        return "BatchNormalization spatial=0 runs on the host"
+    if _used_outputs(node):
+        return "BatchNormalization's running statistics outputs run on the host"
+    return check_dtypes(node, graph, _F32)
+
+
+@device_op("BatchNormalization", supports=_supports_bn)
+def lower_batchnorm(ctx: LowerCtx) -> list:
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    _big(ctx)
+    eps = float(ctx.attr("epsilon", 1e-5))
+    C = int(x.shape[1]) if len(x.shape) > 1 else 1
+    inner = int(np.prod(x.shape[2:], dtype=np.int64))
+    params = [ctx.const(i) for i in range(1, 5)]
+    launches = []
+    if all(p is not None for p in params):
+        scale, bias, mean, var = (np.asarray(p, np.float32).reshape(-1) for p in params)
+        a = scale / np.sqrt(var + np.float32(eps))
+        ab = ctx.const_buffer(np.concatenate([a, bias - mean * a]).astype(np.float32))
+    else:
+        ab = ctx.scratch(8 * C)
+        g, l = work_size(ctx, C, cap=64)
+        launches.append(Launch("norm", "bn_prepare", g, [ctx.buf(1), ctx.buf(2), ctx.buf(3), ctx.buf(4), ab,
+                                                         i32(C), f32(eps)], l, {}, ctx.label()))
+    g, l = work_size(ctx, out.size)
+    launches.append(Launch("norm", "channel_affine", g, [ctx.buf(0), ab, ctx.out(0), i32(out.size), i32(C),
+                                                         i32(inner)], l, {}, ctx.label()))
+    return launches
+
+
+# --- LRN -----------------------------------------------------------------------------------------
+def _supports_f32(node: Node, graph: Graph) -> Optional[str]:
+    return check_dtypes(node, graph, _F32)
+
+
+@device_op("LRN", supports=_supports_f32)
+def lower_lrn(ctx: LowerCtx) -> list:
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    _big(ctx)
+    size = int(ctx.attr("size"))
+    C = int(x.shape[1])
+    inner = int(np.prod(x.shape[2:], dtype=np.int64))
+    g, l = work_size(ctx, out.size)
+    return [Launch("norm", "lrn", g, [ctx.buf(0), ctx.out(0), i32(out.size), i32(C), i32(inner), i32(size),
+                                      f32(ctx.attr("alpha", 1e-4)), f32(ctx.attr("beta", 0.75)),
+                                      f32(ctx.attr("bias", 1.0))], l, {}, ctx.label())]
+
+
+# --- LayerNormalization --------------------------------------------------------------------------
+def _supports_ln(node: Node, graph: Graph) -> Optional[str]:
+    if _used_outputs(node):
+        return "LayerNormalization's Mean/InvStdDev outputs run on the host"
+    return check_dtypes(node, graph, _F32)
+
+
+@device_op("LayerNormalization", supports=_supports_ln)
+def lower_layernorm(ctx: LowerCtx) -> list:
+    """Scale/bias broadcastable to the normalised shape are expanded here when constant."""
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    _big(ctx)
+    r = len(x.shape)
+    axis = int(ctx.attr("axis", -1))
+    axis = axis + r if axis < 0 else axis
+    norm_shape = tuple(int(d) for d in x.shape[axis:])
+    length = int(np.prod(norm_shape, dtype=np.int64))
+    rows = x.size // length if length else 0
+
+    def param(i: int):
+        t = ctx.inputs[i]
+        if t.size == length:
+            return ctx.buf(i)
+        c = ctx.const(i)
+        if c is None:
+            raise ValueError(f"{ctx.node.name}: run-time LayerNormalization input {i} of shape {t.shape} "
+                             f"must have the normalised shape {norm_shape}")
+        return ctx.const_buffer(np.broadcast_to(np.asarray(c, np.float32), norm_shape).copy())
+
+    args = [ctx.buf(0), param(1)]
+    defines: dict = {}
+    if ctx.has_input(2):
+        args.append(param(2))
+        defines["HAS_BIAS"] = None
+    g, l = work_size(ctx, rows, cap=64)
+    return [Launch("norm", "layernorm", g, args + [ctx.out(0), i32(rows), i32(length),
+                                                  f32(ctx.attr("epsilon", 1e-5))], l, defines, ctx.label())]
+
+
+# --- InstanceNormalization -----------------------------------------------------------------------
+@device_op("InstanceNormalization", supports=_supports_f32)
+def lower_instancenorm(ctx: LowerCtx) -> list:
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    _big(ctx)
+    C = int(x.shape[1])
+    planes = int(x.shape[0]) * C
+    length = int(np.prod(x.shape[2:], dtype=np.int64))
+    g, l = work_size(ctx, planes, cap=64)
+    return [Launch("norm", "instancenorm", g, [ctx.buf(0), ctx.buf(1), ctx.buf(2), ctx.out(0), i32(planes), i32(C),
+                                               i32(length), f32(ctx.attr("epsilon", 1e-5))], l, {}, ctx.label())]
