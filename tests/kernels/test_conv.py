@@ -1,0 +1,198 @@
+"""Conv and clglow FusedConv on OpenCL vs onnx.reference: kernel sizes, strides, asymmetric pads,
+dilations, groups, depthwise, auto_pad, 1-D, live weights, every fused activation with residual."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from onnx import helper
+
+pytest.importorskip("pyopencl")
+try:  # tests/kernels may or may not be a package
+    from .harness import check, device_info, lower, run
+    from .run_launches import reference
+except ImportError:
+    from harness import check, device_info, lower, run  # type: ignore
+    from run_launches import reference  # type: ignore
+
+from clglow.ir import Graph, Node, Value
+from clglow.lower import conv as conv_mod
+from clglow.lower.base import lookup
+
+RNG = np.random.default_rng(2)
+
+
+def rand(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def conv_check(x_shape, w_shape, bias=True, w_const=True, opset=17, device=None, **attrs):
+    x, w = rand(*x_shape), rand(*w_shape)
+    inputs = ["x", "w"] + (["b"] if bias else [])
+    feeds, consts = {"x": x}, {}
+    (consts if w_const else feeds)["w"] = w
+    if bias:
+        consts["b"] = rand(w_shape[0])
+    check(helper.make_node("Conv", inputs, ["y"], **attrs), feeds, consts, opset=opset, device=device)
+
+
+CASES = [
+    # (x shape, w shape, attrs)
+    ((1, 3, 17, 19), (5, 3, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((3, 4, 16, 15), (6, 4, 5, 5), dict(pads=[2, 2, 2, 2], strides=[2, 2])),
+    ((1, 3, 23, 21), (8, 3, 7, 7), dict(pads=[3, 3, 3, 3], strides=[2, 2])),   # ResNet stem shape
+    ((2, 5, 11, 13), (7, 5, 3, 3), dict(pads=[1, 2, 0, 1], strides=[2, 1])),   # asymmetric pads
+    ((1, 4, 14, 12), (6, 4, 3, 3), dict(pads=[2, 2, 2, 2], dilations=[2, 2])),
+    ((1, 4, 13, 11), (5, 4, 3, 2), dict(dilations=[2, 1], strides=[1, 2])),    # rectangular kernel
+    ((3, 6, 9, 10), (8, 3, 3, 3), dict(group=2, pads=[1, 1, 1, 1])),          # groups 2
+    ((1, 8, 7, 7), (8, 2, 3, 3), dict(group=4)),                              # groups 4, no pad
+    ((2, 6, 11, 9), (6, 1, 3, 3), dict(group=6, pads=[1, 1, 1, 1])),          # depthwise
+    ((1, 6, 12, 12), (6, 1, 3, 3), dict(group=6, pads=[0, 1, 1, 0], strides=[2, 2])),
+    ((1, 4, 10, 9), (8, 1, 5, 5), dict(group=4, pads=[2, 2, 2, 2], dilations=[2, 1])),  # multiplier 2
+    ((1, 7, 13, 11), (9, 7, 1, 1), {}),                                       # 1x1, packed at run time
+    ((3, 5, 20, 20), (7, 5, 1, 1), {}),                                       # 1x1, X read in place
+    ((2, 6, 20, 20), (4, 3, 1, 1), dict(group=2)),                            # grouped 1x1 in place
+    ((1, 5, 13, 13), (7, 5, 1, 1), dict(strides=[2, 2])),                     # strided 1x1 (im2col)
+    ((1, 5, 9, 9), (4, 5, 1, 1), dict(pads=[1, 0, 1, 2])),                    # padded 1x1
+    ((2, 3, 10, 9), (4, 3, 4, 4), dict(kernel_shape=[4, 4], strides=[3, 2])),
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", CASES, ids=[str(i) for i in range(len(CASES))])
+def test_conv2d(x_shape, w_shape, attrs):
+    conv_check(x_shape, w_shape, **attrs)
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID", "NOTSET"])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_auto_pad(auto_pad, stride):
+    conv_check((1, 3, 10, 11), (4, 3, 4, 3), auto_pad=auto_pad, strides=[stride, stride])
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
+def test_auto_pad_depthwise(auto_pad):
+    conv_check((1, 4, 8, 9), (4, 1, 4, 4), auto_pad=auto_pad, group=4, strides=[2, 2])
+
+
+@pytest.mark.parametrize("attrs", [dict(pads=[2, 1]), dict(strides=[3], dilations=[2]),
+                                   dict(auto_pad="SAME_UPPER"), dict(group=3, pads=[1, 1])], ids=str)
+def test_conv1d(attrs):
+    w_shape = (6, 1, 3) if attrs.get("group") == 3 else (5, 3, 3)
+    conv_check((2, 3, 17), w_shape, **attrs)
+
+
+def test_conv1d_pointwise():
+    conv_check((2, 3, 300), (5, 3, 1))
+
+
+@pytest.mark.parametrize("case", [0, 6, 8, 12])
+def test_live_weights(case):
+    """Weights computed at run time: A read strided instead of packed."""
+    x_shape, w_shape, attrs = CASES[case]
+    conv_check(x_shape, w_shape, w_const=False, **attrs)
+
+
+def test_no_bias_opset1():
+    conv_check((1, 2, 6, 6), (3, 2, 3, 3), bias=False, opset=1)
+
+
+def test_gpu_tiles():
+    """The GPU configuration (small tiles in padded 8x8 work-groups) on the same cases."""
+    dev = dataclasses.replace(device_info(), type="gpu")
+    for i in (1, 6, 12):
+        x_shape, w_shape, attrs = CASES[i]
+        conv_check(x_shape, w_shape, device=dev, **attrs)
+
+
+def test_scratch_chunks(monkeypatch):
+    """A batch whose im2col does not fit the scratch cap runs in chunks that reuse it."""
+    monkeypatch.setattr(conv_mod, "_SCRATCH_CAP", 1)
+    conv_check((3, 4, 9, 8), (5, 4, 3, 3), pads=[1, 1, 1, 1])
+    conv_check((3, 4, 7, 7), (5, 4, 1, 1))  # 1x1 whose pack runs per image
+
+
+def test_empty_output():
+    node = helper.make_node("Conv", ["x", "w"], ["y"])
+    assert lower(node, {"x": rand(0, 3, 5, 5)}, {"w": rand(2, 3, 3, 3)}, {"y": ((0, 2, 3, 3), np.float32)}) == []
+
+
+def test_declines_3d():
+    values = {"x": Value("x", np.dtype(np.float32), (1, 2, 4, 4, 4)),
+              "w": Value("w", np.dtype(np.float32), (3, 2, 3, 3, 3)), "y": Value("y", np.dtype(np.float32))}
+    node = Node("Conv", "c", ["x", "w"], ["y"])
+    why = lookup(node).supports(node, Graph([node], values, ["x", "w"], ["y"], {"": 17}))
+    assert why and "3-D" in why
+
+
+def test_declines_double():
+    values = {"x": Value("x", np.dtype(np.float64), (1, 2, 4, 4)),
+              "w": Value("w", np.dtype(np.float64), (3, 2, 3, 3)), "y": Value("y", np.dtype(np.float64))}
+    node = Node("Conv", "c", ["x", "w"], ["y"])
+    assert lookup(node).supports(node, Graph([node], values, ["x", "w"], ["y"], {"": 17}))
+
+
+# --- FusedConv ------------------------------------------------------------------------------------
+def _act(y, act, alpha, beta):
+    if act == "Relu":
+        return np.maximum(y, 0)
+    if act == "Clip":
+        return np.clip(y, alpha, beta)
+    if act == "LeakyRelu":
+        return np.where(y >= 0, y, y * alpha)
+    if act == "Sigmoid":
+        return 1 / (1 + np.exp(-y))
+    if act == "HardSigmoid":
+        return np.clip(y * alpha + beta, 0, 1)
+    if act == "Tanh":
+        return np.tanh(y)
+    return y
+
+
+ACTS = [("", 0.0, 0.0), ("Relu", 0.0, 0.0), ("Clip", 0.0, 6.0), ("LeakyRelu", 0.1, 0.0),
+        ("Sigmoid", 0.0, 0.0), ("HardSigmoid", 0.2, 0.5), ("Tanh", 0.0, 0.0)]
+
+
+def fused_check(x_shape, w_shape, act, alpha, beta, residual=True, bias=True, **attrs):
+    x, w, b = rand(*x_shape), rand(*w_shape), rand(w_shape[0])
+    conv_inputs = ["x", "w"] + (["b"] if bias else [])
+    consts = {"w": w, **({"b": b} if bias else {})}
+    y = reference(helper.make_node("Conv", conv_inputs, ["y"], **attrs), {"x": x}, consts, 17)[0]
+    feeds = {"x": x}
+    if residual:
+        feeds["z"] = rand(*y.shape)
+        y = y + feeds["z"]
+    expected = _act(y, act, alpha, beta).astype(np.float32)
+    node = helper.make_node("FusedConv", ["x", "w", "b" if bias else "", "z" if residual else ""], ["y"],
+                            domain="clglow", activation=act, alpha=alpha, beta=beta, **attrs)
+    check(node, feeds, consts, expected=[expected])
+
+
+@pytest.mark.parametrize("act,alpha,beta", ACTS, ids=[a[0] or "none" for a in ACTS])
+def test_fused_activations(act, alpha, beta):
+    fused_check((2, 5, 9, 11), (7, 5, 3, 3), act, alpha, beta, pads=[1, 1, 1, 1])
+
+
+@pytest.mark.parametrize("act,alpha,beta", [ACTS[1], ACTS[2], ACTS[4]], ids=["Relu", "Clip", "Sigmoid"])
+def test_fused_depthwise(act, alpha, beta):
+    fused_check((1, 6, 10, 9), (6, 1, 3, 3), act, alpha, beta, group=6, pads=[1, 1, 1, 1])
+
+
+def test_fused_pointwise_residual():
+    """The ResNet bottleneck's last 1x1: bias + residual + Relu in the GEMM epilogue, X in place."""
+    fused_check((2, 8, 16, 16), (12, 8, 1, 1), "Relu", 0.0, 0.0)
+    fused_check((1, 8, 7, 7), (12, 8, 1, 1), "Relu", 0.0, 0.0)
+
+
+def test_fused_no_bias_no_residual():
+    fused_check((1, 3, 8, 8), (4, 3, 3, 3), "LeakyRelu", 0.2, 0.0, residual=False, bias=False)
+
+
+def test_fused_grouped_residual():
+    fused_check((2, 6, 9, 9), (6, 3, 3, 3), "Relu", 0.0, 0.0, group=2, pads=[1, 1, 1, 1], strides=[2, 2])
+
+
+def test_resnet_like_layers():
+    """Real layer sizes: 3x3 over 64 channels at 56x56, and a strided 3x3 at 28x28."""
+    conv_check((1, 64, 56, 56), (64, 64, 3, 3), pads=[1, 1, 1, 1])
+    conv_check((1, 128, 28, 28), (256, 128, 3, 3), pads=[1, 1, 1, 1], strides=[2, 2])

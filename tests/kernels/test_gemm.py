@@ -1,0 +1,128 @@
+"""Gemm and MatMul on the OpenCL GEMM kernel vs onnx.reference: transposes, every C broadcast,
+constant (packed) and live operands, 1-D and batched-broadcast MatMul, ragged tile edges."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from onnx import helper
+
+pytest.importorskip("pyopencl")
+try:  # tests/kernels may or may not be a package
+    from .harness import check, device_info, lower
+except ImportError:
+    from harness import check, device_info, lower  # type: ignore
+
+from clglow.lower.gemm import gemm_config, pack_a, pack_b
+
+RNG = np.random.default_rng(1)
+
+
+def rand(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+# M, K, N deliberately not multiples of any tile size.
+M, K, N = 37, 29, 45
+
+
+@pytest.mark.parametrize("trans_a", [0, 1])
+@pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize("b_const", [False, True])
+def test_gemm_transposes(trans_a, trans_b, b_const):
+    a = rand(K, M) if trans_a else rand(M, K)
+    b = rand(N, K) if trans_b else rand(K, N)
+    node = helper.make_node("Gemm", ["a", "b", "c"], ["y"], transA=trans_a, transB=trans_b,
+                            alpha=0.75, beta=1.5)
+    feeds, consts = {"a": a, "c": rand(N)}, {}
+    (consts if b_const else feeds)["b"] = b
+    check(node, feeds, consts)
+
+
+@pytest.mark.parametrize("c_shape", [None, (), (1,), (N,), (1, N), (M, 1), (M, N), (1, 1)], ids=str)
+def test_gemm_c_broadcast(c_shape):
+    inputs = ["a", "b"] + ([] if c_shape is None else ["c"])
+    feeds = {"a": rand(M, K)}
+    if c_shape is not None:
+        feeds["c"] = rand(*c_shape)
+    check(helper.make_node("Gemm", inputs, ["y"], beta=0.5), feeds, {"b": rand(K, N)})
+
+
+def test_gemm_const_a_beta_zero():
+    """Weights as A (packed at plan time); beta=0 ignores C entirely."""
+    node = helper.make_node("Gemm", ["a", "b", "c"], ["y"], beta=0.0, transA=1)
+    check(node, {"b": rand(K, N), "c": rand(M, N)}, {"a": rand(K, M)})
+
+
+def test_gemm_wide_live_b():
+    """A live row-major B wide enough to be read in place (full and ragged column tiles)."""
+    n = 8 * gemm_config(device_info()).nr + 5
+    check(helper.make_node("Gemm", ["a", "b"], ["y"]), {"a": rand(M, K), "b": rand(K, n)})
+
+
+def test_gemm_fc_layer():
+    """A classifier head: batch 3, 512 -> 250, transposed constant weights."""
+    node = helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)
+    check(node, {"x": rand(3, 512)}, {"w": rand(250, 512), "b": rand(250)})
+
+
+def test_gemm_empty():
+    launches = lower(helper.make_node("Gemm", ["a", "b"], ["y"]), {"a": rand(0, K)}, {"b": rand(K, N)},
+                     {"y": ((0, N), np.float32)})
+    assert launches == []
+
+
+MATMUL_SHAPES = [
+    ((K,), (K, N)),                  # 1-D A
+    ((M, K), (K,)),                  # 1-D B (N = 1: packed at run time)
+    ((K,), (K,)),                    # dot product
+    ((3, M, K), (K, N)),             # batch folded into M
+    ((2, 1, M, K), (3, K, N)),       # broadcast both ways
+    ((1, K), (4, K, N)),             # broadcast A
+    ((2, 3, 4, 5, K), (2, 1, 4, K, 7)),  # three batch levels: an outer loop of launches
+    ((5, 2, K), (5, K, 3)),          # many small matrices
+]
+
+
+@pytest.mark.parametrize("shapes", MATMUL_SHAPES, ids=str)
+def test_matmul_live(shapes):
+    check(helper.make_node("MatMul", ["a", "b"], ["y"]), {"a": rand(*shapes[0]), "b": rand(*shapes[1])})
+
+
+@pytest.mark.parametrize("shapes", [((3, M, K), (K, N)), ((2, M, K), (2, K, N)), ((M, K), (3, K, N))],
+                         ids=str)
+def test_matmul_const_b(shapes):
+    check(helper.make_node("MatMul", ["a", "b"], ["y"]), {"a": rand(*shapes[0])}, {"b": rand(*shapes[1])})
+
+
+@pytest.mark.parametrize("shapes", [((M, K), (2, K, N)), ((2, M, K), (2, K, N))], ids=str)
+def test_matmul_const_a(shapes):
+    check(helper.make_node("MatMul", ["a", "b"], ["y"]), {"b": rand(*shapes[1])}, {"a": rand(*shapes[0])})
+
+
+def test_matmul_gpu_tiles():
+    """The GPU configuration (small tiles, 8x8 work-groups, padded global size) is correct too."""
+    dev = dataclasses.replace(device_info(), type="gpu")
+    node = helper.make_node("MatMul", ["a", "b"], ["y"])
+    check(node, {"a": rand(2, M, K), "b": rand(2, K, N)}, device=dev)
+    check(helper.make_node("Gemm", ["a", "b", "c"], ["y"], transB=1), {"a": rand(M, K), "c": rand(M, 1)},
+          {"b": rand(N, K)}, device=dev)
+
+
+def test_matmul_avx2_tiles():
+    """The 8-wide CPU configuration (6 x 16 tiles)."""
+    dev = dataclasses.replace(device_info(), type="cpu", preferred_vector_width_float=8)
+    check(helper.make_node("MatMul", ["a", "b"], ["y"]), {"a": rand(3, M, K), "b": rand(K, 200)}, device=dev)
+
+
+def test_pack_layouts():
+    a, b = rand(2, 5, 3), rand(3, 7)
+    pa, pb = pack_a(a, 4), pack_b(b, 4)
+    assert pa.shape == (2, 2, 3, 4) and pb.shape == (2, 3, 4)
+    assert pa[1, 1, 2, 0] == a[1, 4, 2] and pa[1, 1, 2, 1] == 0.0
+    assert pb[1, 2, 2] == b[2, 6] and pb[1, 2, 3] == 0.0
+
+
+def test_matmul_large():
+    check(helper.make_node("MatMul", ["a", "b"], ["y"]), {"a": rand(300, 700), "b": rand(700, 333)})
