@@ -85,6 +85,7 @@ def test_no_platform_says_how_to_install(monkeypatch):
                                                  code=-1001, routine="clGetPlatformIDs"))
 
     monkeypatch.setattr(cl, "get_platforms", boom)
+    monkeypatch.setattr(D, "_default", None)
     assert D.list_devices() == []
     with pytest.raises(NoDevice, match=r'pip install "pyopencl\[pocl\]"') as ei:
         D.select_device()
@@ -230,3 +231,28 @@ def test_shipped_kernels_are_found():
     names = [e.name for e in root.iterdir() if e.name.endswith(".cl")]
     assert names, f"no .cl files under {root}"
     assert D.kernel_source(names[0][:-3]).strip()
+
+
+def test_default_skips_devices_that_cannot_build(monkeypatch):
+    """A device that cannot compile (e.g. pocl on a CPU its LLVM does not know) is skipped."""
+    monkeypatch.setattr(D, "_selected", {})
+    monkeypatch.setattr(D, "_default", None)
+    monkeypatch.delenv("CLGLOW_DEVICE", raising=False)
+    monkeypatch.delenv("PYOPENCL_CTX", raising=False)
+    devices = D.list_devices()
+    first = D.select_device()
+    monkeypatch.setattr(D, "_selected", {})
+    monkeypatch.setattr(D, "_default", None)
+    broken = first.cl_device.int_ptr
+    monkeypatch.setattr(D, "_probe", lambda ctx, d: "error: unknown target CPU 'generic'"
+                        if d.int_ptr == broken else None)
+    if len(devices) > 1:
+        assert D.select_device().cl_device.int_ptr != broken
+    monkeypatch.setattr(D, "_selected", {})
+    monkeypatch.setattr(D, "_default", None)
+    monkeypatch.setattr(D, "_probe", lambda ctx, d: "error: unknown target CPU 'generic'")
+    with pytest.raises(NoDevice, match="can build a kernel") as ei:
+        D.select_device()
+    assert "unknown target CPU" in str(ei.value) and first.selector in str(ei.value)
+    # an explicit selector is taken as given, without probing
+    assert D.select_device(first.selector).cl_device.int_ptr == broken

@@ -281,12 +281,14 @@ class Device:
             source = kernel_source(name)
         except (FileNotFoundError, InvalidArgument) as e:
             raise CompileError(name, self.describe(), options, str(e)) from e
+        # Headers (.h/.clh beside the kernels) are reachable with -I only when some exist: a
+        # path with spaces in the options would not survive the driver's option parsing.
         build_opts: Tuple[str, ...] = ()
+        headers = _headers_hash()
         kdir = _kernels_path()
-        if kdir is not None:
+        if headers and kdir is not None:
             build_opts = ("-I", str(kdir))
-        return self.cache.get(name, source, options, build_options=build_opts,
-                              extra_key=_headers_hash())
+        return self.cache.get(name, source, options, build_options=build_opts, extra_key=headers)
 
     def describe(self) -> str:
         """One line: name, type, platform, OpenCL version, compute units, memory, selector."""
@@ -390,6 +392,8 @@ def select_device(selector: Optional[str] = None) -> Device:
     if selector is None:
         selector = config.device_selector()
     sel = (selector or "").strip()
+    if not sel and _default is not None:
+        return _default  # no re-enumeration: sessions call this once each
     plats = _platforms()
     pi, di = _resolve(sel, plats)  # NoDevice with the choices (or the install hint)
     word = _TYPE_WORDS.get(sel.lower())
@@ -454,7 +458,8 @@ def kernel_source(name: str) -> str:
 
 
 def _headers_hash() -> str:
-    """Hash of the headers a kernel may #include, so editing one invalidates cached binaries."""
+    """Hash of the headers (.h/.clh) a kernel may #include, so editing one invalidates cached
+    binaries; "" when there are none."""
     global _headers
     if _headers is None:
         h = hashlib.sha256()
@@ -466,7 +471,7 @@ def _headers_hash() -> str:
             entries = []
         for e in entries:
             h.update(e.name.encode() + b"\0" + e.read_bytes() + b"\0")
-        _headers = h.hexdigest()
+        _headers = h.hexdigest() if entries else ""
     return _headers
 
 
