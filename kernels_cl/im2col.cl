@@ -1,58 +1,90 @@
 /* Producers of GEMM B panels (the B_PACKED=1 layout of gemm.cl):
  *   B[z][(q*K + k)*NR + c] holds column n = q*NR + c of a K x N matrix, zero for n >= N.
+ * Each work-item writes whole panel rows (NR contiguous floats, aligned vector stores).
  * Only NR is a define; every shape is a run-time argument.
  */
 #ifndef NR
 #define NR 32
 #endif
 
-/* im2col for a 2-D convolution (1-D convs pass H = KH = 1), written straight into panels.
- * Row k = (ci*KH + kh)*KW + kw (the [Cout, Cin/G*KH*KW] weight layout), column n = oh*OW + ow.
- * z = image*G + group: the input channel block of z is at offX + (z / G)*sX1 + (z % G)*sX2.
- * gsize = (round_up(N, NR), K, images*G). */
+#if NR % 16 == 0
+#define PV 16
+typedef float16 floatp;
+#elif NR % 8 == 0
+#define PV 8
+typedef float8 floatp;
+#elif NR % 4 == 0
+#define PV 4
+typedef float4 floatp;
+#else
+#define PV 1
+typedef float floatp;
+#endif
+
+/* im2col for a 2-D convolution (1-D convs pass H = 1), written straight into panels.
+ * Row k = ci*KHW + r (r = kh*KW + kw: the [Cout, Cin/G*KH*KW] weight layout), column
+ * n = oh*OW + ow. The geometry (pads, strides, dilations) lives in a per-layer table
+ * tab[r*Np + n] = ih*W + iw, or -1 where the tap reads padding (and for n >= N), so the
+ * kernel has no division or bounds test per element. Each work-item fills the KHW rows of
+ * one input channel for one panel: gsize = (Np / NR, round_up(Cin_g, lsize), images*G).
+ * z = image*G + group: the input channel block of z is at offX + (z / G)*sX1 + (z % G)*sX2. */
 __kernel void im2col(__global const float* restrict X, int offX, int sX1, int sX2, int G,
-                     __global float* restrict dst, int dst_s,
-                     int H, int W, int OW, int KH, int KW, int sh, int sw, int ph, int pw,
-                     int dh, int dw, int N, int K)
+                     __global const int* restrict tab, __global float* restrict dst, int dst_s,
+                     int HW, int KHW, int Np, int Cg)
 {
-    const int n = get_global_id(0);
-    const int k = get_global_id(1);
+    const int q = get_global_id(0);
+    const int ci = get_global_id(1);
     const int z = get_global_id(2);
-    float v = 0.0f;
-    if (n < N) {
-        const int khw = KH * KW;
-        const int ci = k / khw;
-        const int r = k - ci * khw;
-        const int kh = r / KW;
-        const int kw = r - kh * KW;
-        const int oh = n / OW;
-        const int ow = n - oh * OW;
-        const int ih = oh * sh - ph + kh * dh;
-        const int iw = ow * sw - pw + kw * dw;
-        if (ih >= 0 && ih < H && iw >= 0 && iw < W) {
-            const int zi = z / G;
-            const int zg = z - zi * G;
-            v = X[offX + zi * sX1 + zg * sX2 + (ci * H + ih) * W + iw];
+    if (ci >= Cg)
+        return;
+    const int zi = z / G;
+    const int zg = z - zi * G;
+    const __global float* xc = X + offX + zi * sX1 + zg * sX2 + ci * HW;
+    const int K = Cg * KHW;
+    __global float* d = dst + z * dst_s + (q * K + ci * KHW) * NR;
+    const __global int* tq = tab + q * NR;
+    for (int r = 0; r < KHW; ++r) {
+        const __global int* tr = tq + r * Np;
+        float t[NR] __attribute__((aligned(64)));
+#pragma unroll
+        for (int c = 0; c < NR; ++c) {
+            const int o = tr[c];
+            const float v = xc[o < 0 ? 0 : o];
+            t[c] = o < 0 ? 0.0f : v;
         }
+        __global floatp* dv = (__global floatp*)(d + r * NR);
+#pragma unroll
+        for (int c = 0; c < NR / PV; ++c)
+            dv[c] = ((const floatp*)t)[c];
     }
-    const int q = n / NR;
-    dst[z * dst_s + (q * K + k) * NR + (n - q * NR)] = v;
 }
 
 /* Pack strided [K, N] matrices (per batch z) into panels:
  *   dst[z*dst_s + (q*K + k)*NR + c] = src[off + z1*s1 + z2*s2 + k*s_k + n*s_n], n = q*NR + c
- * with z1 = z / D2, z2 = z % D2. gsize = (round_up(N, NR), K, batches). */
+ * with z1 = z / D2, z2 = z % D2. gsize = (ceil(N / NR), K, batches). */
 __kernel void pack_b(__global const float* restrict src, int off, int s1, int s2, int s_k, int s_n,
                      __global float* restrict dst, int dst_s, int N, int K, int D2)
 {
-    const int n = get_global_id(0);
+    const int q = get_global_id(0);
     const int k = get_global_id(1);
     const int z = get_global_id(2);
     const int z1 = z / D2;
     const int z2 = z - z1 * D2;
-    const int q = n / NR;
-    float v = 0.0f;
-    if (n < N)
-        v = src[off + z1 * s1 + z2 * s2 + k * s_k + n * s_n];
-    dst[z * dst_s + (q * K + k) * NR + (n - q * NR)] = v;
+    const int n0 = q * NR;
+    const int nn = min(NR, N - n0);
+    const __global float* s = src + off + z1 * s1 + z2 * s2 + k * s_k + n0 * s_n;
+    float t[NR] __attribute__((aligned(64)));
+    if (nn == NR && s_n == 1) {
+#pragma unroll
+        for (int c = 0; c < NR; ++c)
+            t[c] = s[c];
+    } else {
+        for (int c = 0; c < NR; ++c)
+            t[c] = c < nn ? s[c * s_n] : 0.0f;
+    }
+    __global floatp* d = (__global floatp*)(dst + z * dst_s + (q * K + k) * NR);
+    const floatp* tv = (const floatp*)t;
+#pragma unroll
+    for (int c = 0; c < NR / PV; ++c)
+        d[c] = tv[c];
 }

@@ -97,6 +97,18 @@ def _epilogue(ctx: LowerCtx) -> tuple:
     return act, float(da if a is None else a), float(db if b is None else b)
 
 
+def im2col_table(h: int, w: int, oh: int, ow: int, kh: int, kw: int, sh: int, sw: int, ph: int, pw: int,
+                 dh: int, dw: int, np_: int) -> np.ndarray:
+    """[KH*KW, Np] int32: input offset ih*W + iw read by tap r at output pixel n, -1 for padding."""
+    n = np.arange(np_)
+    o_h, o_w = n // ow, n % ow
+    r = np.arange(kh * kw)
+    ih = o_h[None, :] * sh - ph + (r // kw)[:, None] * dh
+    iw = o_w[None, :] * sw - pw + (r % kw)[:, None] * dw
+    ok = (ih >= 0) & (ih < h) & (iw >= 0) & (iw < w) & (n < oh * ow)[None, :]
+    return np.where(ok, ih * w + iw, -1).astype(np.int32)
+
+
 @device_op("Conv", supports=supports_conv)
 def lower_conv(ctx: LowerCtx) -> list:
     return _lower(ctx)
@@ -183,7 +195,10 @@ def _lower(ctx: LowerCtx) -> list:
     per_img = packed_b_bytes(cfg, kk, npix, g)
     chunk = max(1, min(n_img, _SCRATCH_CAP // per_img))
     scratch = ctx.scratch(per_img * chunk)
-    pstride = max(round_up(npix, cfg.nr), cfg.nr) * kk  # packed elements per (image, group)
+    np_ = max(round_up(npix, cfg.nr), cfg.nr)
+    pstride = np_ * kk  # packed elements per (image, group)
+    if not pointwise:
+        tab = ctx.const_buffer(im2col_table(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, np_))
     for i0 in range(0, n_img, chunk):
         ni = min(chunk, n_img - i0)
         if pointwise:
@@ -191,11 +206,10 @@ def _lower(ctx: LowerCtx) -> list:
                                           s_n=1, k=kk, n=npix, batch=ni * g, d2=g, dst=scratch,
                                           label=label))
         else:
-            np_ = round_up(npix, cfg.nr)
-            launches.append(Launch("im2col", "im2col", (np_, kk, ni * g), [
-                ctx.buf(0), i32(i0 * x_s1), i32(x_s1), i32(x_s2), i32(g), scratch, i32(pstride),
-                i32(h), i32(w), i32(ow), i32(kh), i32(kw), i32(sh), i32(sw), i32(ph), i32(pw),
-                i32(dh), i32(dw), i32(npix), i32(kk)], None, {"NR": cfg.nr}, label))
+            ly = 8 if cin_g >= 8 else 1
+            launches.append(Launch("im2col", "im2col", (np_ // cfg.nr, round_up(cin_g, ly), ni * g), [
+                ctx.buf(0), i32(i0 * x_s1), i32(x_s1), i32(x_s2), i32(g), tab, scratch, i32(pstride),
+                i32(hw), i32(kh * kw), i32(np_), i32(cin_g)], (1, ly, 1), {"NR": cfg.nr}, label))
         b = Operand(scratch, packed=True, s1=g * pstride, s2=pstride)
         res = Operand(ctx.buf(3), off=i0 * c_s1, s1=c_s1, s2=c_s2) if has_res else None
         launches.append(gemm_launch(cfg, m=m, n=npix, k=kk, batch=ni * g, d2=g, a=a, b=b,

@@ -146,7 +146,7 @@ def pack_b_launch(cfg: GemmConfig, *, src: Arg, off: int, s1: int, s2: int, s_k:
     np_ = round_up(n, cfg.nr)
     args = [src, i32(off), i32(s1), i32(s2), i32(s_k), i32(s_n), dst, i32(np_ * k), i32(n), i32(k),
             i32(max(d2, 1))]
-    return Launch("im2col", "pack_b", (np_, k, batch), args, None, {"NR": cfg.nr}, label)
+    return Launch("im2col", "pack_b", (np_ // cfg.nr, k, batch), args, None, {"NR": cfg.nr}, label)
 
 
 def packed_b_bytes(cfg: GemmConfig, k: int, n: int, batch: int) -> int:
