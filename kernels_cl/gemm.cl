@@ -95,8 +95,10 @@ __kernel void gemm(
 #endif
     int M, int N, int K, int D2, float alpha, float act_a, float act_b)
 {
-    const int tn = get_global_id(0);
-    const int tm = get_global_id(1);
+    /* Row tiles vary fastest: consecutive work-items (run back to back by a CPU thread) share
+     * one B panel, which then streams from memory once while the A panels stay in cache. */
+    const int tm = get_global_id(0);
+    const int tn = get_global_id(1);
     const int z = get_global_id(2);
     const int m0 = tm * MR;
     const int n0 = tn * NR;

@@ -136,7 +136,7 @@ def gemm_launch(cfg: GemmConfig, *, m: int, n: int, k: int, batch: int, d2: int,
         args += [res.arg, i32(res.off), i32(res.s1), i32(res.s2)]
     args += [i32(m), i32(n), i32(k), i32(max(d2, 1)), f32(alpha), f32(act_alpha), f32(act_beta)]
     ls = cfg.lsize
-    gsize = (round_up(-(-n // cfg.nr), ls[0]), round_up(-(-m // cfg.mr), ls[1]), round_up(batch, ls[2]))
+    gsize = (round_up(-(-m // cfg.mr), ls[0]), round_up(-(-n // cfg.nr), ls[1]), round_up(batch, ls[2]))
     return Launch("gemm", "gemm", gsize, args, ls, defines, label)
 
 
