@@ -159,7 +159,7 @@ def _lower(ctx: LowerCtx) -> list:
                            node=label)
 
     if cin_g == 1 and g > 1:
-        defines = {"HAS_BIAS": int(has_bias), "HAS_RES": int(has_res), "ACT": ACTIVATIONS[act]}
+        defines = {"DW_T": 16, "HAS_BIAS": int(has_bias), "HAS_RES": int(has_res), "ACT": ACTIVATIONS[act]}
         args: list = [ctx.buf(0), ctx.buf(1)]
         if has_bias:
             args.append(ctx.buf(2))
@@ -167,7 +167,7 @@ def _lower(ctx: LowerCtx) -> list:
             args.append(ctx.buf(3))
         args += [ctx.out(0)] + [i32(v) for v in (cin, h, w, cout, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw,
                                                  cout // cin)] + [f32(act_a), f32(act_b)]
-        return [Launch("dwconv", "dwconv", (ow, oh, n_img * cout), args, None, defines, label)]
+        return [Launch("dwconv", "dwconv", (-(-ow // 16), oh, n_img * cout), args, None, defines, label)]
 
     cfg = gemm_config(ctx.device)
     m, kk, npix = cout // g, cin_g * kh * kw, oh * ow

@@ -50,6 +50,8 @@ CASES = [
     ((2, 6, 11, 9), (6, 1, 3, 3), dict(group=6, pads=[1, 1, 1, 1])),          # depthwise
     ((1, 6, 12, 12), (6, 1, 3, 3), dict(group=6, pads=[0, 1, 1, 0], strides=[2, 2])),
     ((1, 4, 10, 9), (8, 1, 5, 5), dict(group=4, pads=[2, 2, 2, 2], dilations=[2, 1])),  # multiplier 2
+    ((2, 3, 5, 41), (3, 1, 3, 3), dict(group=3, pads=[1, 1, 1, 1])),          # wide rows: interior path
+    ((1, 2, 6, 77), (4, 1, 3, 5), dict(group=2, pads=[1, 2, 0, 1], strides=[1, 2], dilations=[1, 2])),
     ((1, 7, 13, 11), (9, 7, 1, 1), {}),                                       # 1x1, packed at run time
     ((3, 5, 20, 20), (7, 5, 1, 1), {}),                                       # 1x1, X read in place
     ((2, 6, 20, 20), (4, 3, 1, 1), dict(group=2)),                            # grouped 1x1 in place
@@ -86,7 +88,7 @@ def test_conv1d_pointwise():
     conv_check((2, 3, 300), (5, 3, 1))
 
 
-@pytest.mark.parametrize("case", [0, 6, 8, 12])
+@pytest.mark.parametrize("case", [0, 6, 8, 14])
 def test_live_weights(case):
     """Weights computed at run time: A read strided instead of packed."""
     x_shape, w_shape, attrs = CASES[case]
@@ -100,7 +102,7 @@ def test_no_bias_opset1():
 def test_gpu_tiles():
     """The GPU configuration (small tiles in padded 8x8 work-groups) on the same cases."""
     dev = dataclasses.replace(device_info(), type="gpu")
-    for i in (1, 6, 12):
+    for i in (1, 6, 14):
         x_shape, w_shape, attrs = CASES[i]
         conv_check(x_shape, w_shape, device=dev, **attrs)
 
