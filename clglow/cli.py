@@ -1,0 +1,267 @@
+"""The `clglow` command line: devices, run, demo, check, profile, bench, cache."""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from typing import Optional, Sequence
+
+import numpy as np
+
+
+def _print_devices(args: argparse.Namespace) -> int:
+    from .runtime.device import list_devices
+
+    try:
+        devs = list_devices()
+    except Exception as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if not devs:
+        print("No OpenCL device found. Install a CPU driver: pip install \"pyopencl[pocl]\"")
+        return 1
+    for d in devs:
+        print(d.describe())
+    return 0
+
+
+def _random_input(arg, rng: np.random.Generator, dims: dict) -> np.ndarray:
+    shape = [d if isinstance(d, int) else dims.get(d, 1) for d in arg.shape]
+    dtype = np.dtype(arg.dtype) if arg.dtype is not None else np.dtype(np.float32)
+    if dtype.kind == "f":
+        return rng.random(shape, dtype=np.float64).astype(dtype)
+    if dtype.kind in "iu":
+        return rng.integers(0, 10, size=shape).astype(dtype)
+    if dtype == np.bool_:
+        return rng.random(shape) > 0.5
+    return np.zeros(shape, dtype=dtype)
+
+
+def _load_inputs(sess, specs: Sequence[str], seed: int, dims: dict) -> dict:
+    rng = np.random.default_rng(seed)
+    given = {}
+    for s in specs or []:
+        if "=" not in s:
+            raise SystemExit(f"--input expects NAME=FILE.npy, got {s!r}")
+        name, path = s.split("=", 1)
+        given[name] = np.load(path)
+    return {a.name: given.get(a.name, None) if a.name in given else _random_input(a, rng, dims)
+            for a in sess.get_inputs()}
+
+
+def _stats(name: str, y: np.ndarray) -> str:
+    if y.size == 0 or y.dtype.kind not in "fiub":
+        return f"{name}: shape {list(y.shape)} {y.dtype}"
+    yf = y.astype(np.float64)
+    return (f"{name}: shape {list(y.shape)} {y.dtype} min {yf.min():.5g} max {yf.max():.5g} "
+            f"mean {yf.mean():.5g} std {yf.std():.5g}")
+
+
+def _top5(y: np.ndarray) -> Optional[str]:
+    if y.ndim == 2 and y.shape[1] >= 5 and y.dtype.kind == "f":
+        row = y[0]
+        idx = np.argsort(-row)[:5]
+        return "top-5: " + ", ".join(f"{i} ({row[i]:.4f})" for i in idx)
+    return None
+
+
+def _make_session(model, device: Optional[str], profiling: bool = False):
+    from . import InferenceSession, SessionOptions
+
+    return InferenceSession(model, SessionOptions(enable_profiling=profiling), device=device)
+
+
+def _parse_dims(specs: Sequence[str]) -> dict:
+    dims = {}
+    for s in specs or []:
+        k, _, v = s.partition("=")
+        dims[k] = int(v)
+    return dims
+
+
+def _run(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    sess = _make_session(args.model, args.device)
+    t_load = time.perf_counter() - t0
+    print(f"device: {sess.device.describe()}")
+    feeds = _load_inputs(sess, args.input, args.seed, _parse_dims(args.dim))
+    times = []
+    outs = None
+    for _ in range(max(1, args.repeat)):
+        t = time.perf_counter()
+        outs = sess.run(None, feeds)
+        times.append(time.perf_counter() - t)
+    if args.explain:
+        print(sess.explain())
+    for arg, y in zip(sess.get_outputs(), outs):
+        print(_stats(arg.name, y))
+        t5 = _top5(y)
+        if t5:
+            print("  " + t5)
+    if args.save:
+        os.makedirs(args.save, exist_ok=True)
+        for arg, y in zip(sess.get_outputs(), outs):
+            safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in arg.name)
+            np.save(os.path.join(args.save, safe + ".npy"), y)
+        print(f"outputs saved in {args.save}")
+    print(f"load {t_load * 1000:.1f} ms; first run {times[0] * 1000:.1f} ms"
+          + (f"; median of {len(times) - 1} more {np.median(times[1:]) * 1000:.1f} ms" if len(times) > 1 else ""))
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from onnx.reference import ReferenceEvaluator
+
+    from .models import resnet50
+
+    print("building ResNet-50 (opset 13) with seeded weights ...", flush=True)
+    model = resnet50(opset=13, batch=1, seed=0)
+    t0 = time.perf_counter()
+    sess = _make_session(model, args.device)
+    t_load = time.perf_counter() - t0
+    print(f"device: {sess.device.describe()}")
+    print(f"loaded in {t_load:.2f} s: {sess.explain().splitlines()[0]}")
+    x = np.random.default_rng(args.seed).random((1, 3, 224, 224), dtype=np.float64).astype(np.float32)
+    name = sess.get_inputs()[0].name
+    times = []
+    y = None
+    for _ in range(max(2, args.repeat)):
+        t = time.perf_counter()
+        (y,) = sess.run(None, {name: x})
+        times.append(time.perf_counter() - t)
+    print("checking against onnx.reference.ReferenceEvaluator ...", flush=True)
+    (ref,) = ReferenceEvaluator(model).run(None, {name: x})
+    err = float(np.abs(y - ref).max())
+    tol = 1e-4 + 1e-3 * float(np.abs(ref).max())
+    print(f"clglow   {_top5(y)}")
+    print(f"onnx ref {_top5(ref)}")
+    print(f"max |clglow - reference| = {err:.3g} (tolerance {tol:.3g})")
+    print(f"first run {times[0] * 1000:.1f} ms, median of {len(times) - 1} warm runs "
+          f"{np.median(times[1:]) * 1000:.1f} ms")
+    ok = err <= tol and list(np.argsort(-y[0])[:5]) == list(np.argsort(-ref[0])[:5])
+    print("PASS" if ok else "FAIL: outputs differ from the reference")
+    return 0 if ok else 1
+
+
+def _check(args: argparse.Namespace) -> int:
+    from .frontend.onnx_model import import_model, load_model
+    from .partition import format_placement, place
+    from .passes.pipeline import optimize
+
+    proto, _ = load_model(args.model)
+    g = optimize(import_model(proto))
+    print(format_placement(place(g, host_fallback=True)))
+    return 0
+
+
+def _profile(args: argparse.Namespace) -> int:
+    from .runtime.profiler import summary_by_op, write_chrome_trace
+
+    sess = _make_session(args.model, args.device, profiling=True)
+    feeds = _load_inputs(sess, args.input, args.seed, _parse_dims(args.dim))
+    sess.run(None, feeds)  # warm-up (not recorded)
+    sess._engine.records.clear()
+    for _ in range(max(1, args.repeat)):
+        sess.run(None, feeds)
+    records = list(sess._engine.records)
+    path = write_chrome_trace(records, args.output)
+    total = 0.0
+    print(f"{'op type':24s} {'ms/run':>10s} {'launches/run':>13s}")
+    n = max(1, args.repeat)
+    for op, ms, count in summary_by_op(records):
+        total += ms
+        print(f"{op:24s} {ms / n:10.3f} {count // n:13d}")
+    print(f"{'total kernel time':24s} {total / n:10.3f}")
+    print(f"trace written to {path} (open it in https://ui.perfetto.dev)")
+    return 0
+
+
+def _cache(args: argparse.Namespace) -> int:
+    from .runtime import cache
+
+    if args.action == "clear":
+        n = cache.clear_disk()
+        print(f"removed {n} cached program(s) from {cache.programs_dir()}")
+    else:
+        files, nbytes = cache.disk_usage()
+        print(f"cache directory: {cache.programs_dir()}")
+        print(f"entries: {files} ({nbytes / 1e6:.1f} MB)")
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    try:
+        from benchmarks.runner import main as bench_main
+    except ImportError:
+        print("the benchmarks are run from a source checkout: python -m benchmarks", file=sys.stderr)
+        return 1
+    return bench_main([args.model] + (["--batch", str(args.batch)] if args.batch else []))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="clglow", description="Run ONNX models on OpenCL devices.")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv for debug)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    sp = sub.add_parser("devices", help="list OpenCL devices and how to select each")
+    sp.set_defaults(fn=_print_devices)
+
+    def model_args(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("model", help="path to an .onnx file")
+        sp.add_argument("--device", help="device selector (as CLGLOW_DEVICE)")
+        sp.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="input data (default random)")
+        sp.add_argument("--dim", action="append", metavar="SYMBOL=N", help="value of a symbolic dimension")
+        sp.add_argument("--seed", type=int, default=0)
+        sp.add_argument("--repeat", type=int, default=1)
+
+    sp = sub.add_parser("run", help="run a model on random or given inputs")
+    model_args(sp)
+    sp.add_argument("--explain", action="store_true", help="print where each node runs and why")
+    sp.add_argument("--save", metavar="DIR", help="save outputs as .npy files")
+    sp.set_defaults(fn=_run)
+
+    sp = sub.add_parser("demo", help="ResNet-50 (built locally) checked against onnx's reference")
+    sp.add_argument("--device")
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--repeat", type=int, default=5)
+    sp.set_defaults(fn=_demo)
+
+    sp = sub.add_parser("check", help="report which nodes of a model run on OpenCL and which on the host")
+    sp.add_argument("model")
+    sp.set_defaults(fn=_check)
+
+    sp = sub.add_parser("profile", help="per-kernel times as a Chrome trace plus a per-op summary")
+    model_args(sp)
+    sp.add_argument("-o", "--output", default="clglow_trace.json")
+    sp.set_defaults(fn=_profile)
+
+    sp = sub.add_parser("bench", help="benchmark a model against onnxruntime (source checkout)")
+    sp.add_argument("model")
+    sp.add_argument("--batch", type=int)
+    sp.set_defaults(fn=_bench)
+
+    sp = sub.add_parser("cache", help="show or clear the on-disk program cache")
+    sp.add_argument("action", choices=["info", "clear"], nargs="?", default="info")
+    sp.set_defaults(fn=_cache)
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from .errors import ClglowError
+
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.fn(args) or 0)
+    except ClglowError as e:
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
