@@ -200,9 +200,9 @@ class _Run:
     def _trace(self) -> list:
         """Per-kernel 'X' events from OpenCL profiling when the engine exposes them, else one."""
         events: list = []
-        kernels = getattr(self.run, "kernel_events", None) or []
+        kernels = getattr(self.run, "kernel_events", None) or []  # (label, ..., cl.Event) tuples
         try:
-            stamps = [(str(name), int(ev.profile.start), int(ev.profile.end)) for name, ev in kernels]
+            stamps = [(str(k[0]), int(k[-1].profile.start), int(k[-1].profile.end)) for k in kernels]
         except Exception:  # queue without profiling
             stamps = []
         if stamps:
@@ -821,8 +821,13 @@ def _bind(g: _Graph, count: int, descs: Optional[Sequence[TensorDescriptor]], sp
     return bound
 
 
-def _engine_io(bound: dict) -> dict:
-    """Host arrays as they are; cl_mem as the pyopencl Buffer (the engine reads dtype/shape from the graph)."""
+def _engine_inputs(bound: dict) -> dict:
+    """Host arrays as they are; a cl_mem as (pyopencl.Buffer, dtype, shape), as InferenceSession.enqueue takes it."""
+    return dict(bound)
+
+
+def _engine_outputs(bound: dict) -> dict:
+    """Host arrays as they are; a cl_mem as the pyopencl.Buffer to write into."""
     return {k: (v[0] if isinstance(v, tuple) else v) for k, v in bound.items()}
 
 
@@ -858,7 +863,7 @@ def _start_run(g: _Graph, gate: Optional[_Event], outputFence: MemoryFence,
         raise _Fail(C.ONNXIFI_STATUS_UNIDENTIFIED_NAME, "graph inputs/outputs are not set (onnxSetGraphIO)")
     inputs, outputs = g.io
     wait_for = [gate.cl_event] if gate is not None else []
-    handle = g.session.enqueue(_engine_io(inputs), _engine_io(outputs), wait_for=wait_for)
+    handle = g.session.enqueue(_engine_inputs(inputs), _engine_outputs(outputs), wait_for=wait_for)
     run = _Run(g, handle, gate)
     run.trace_sink = trace
     g.runs = [r for r in g.runs if not r.finished] + [run]
