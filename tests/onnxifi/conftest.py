@@ -1,0 +1,71 @@
+"""Fixtures for the ONNXIFI tests: the C library, a C compiler, the installed onnxifi.h."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+HEADER_CANDIDATES = [Path("/usr/include/onnx/onnxifi.h"),
+                     Path("/usr/lib/python3/dist-packages/onnx/onnxifi.h")]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "onnxifi: ONNXIFI tests (Python API, C library, C hosts)")
+    config.addinivalue_line("markers", "slow: slow tests (ResNet-50, the ONNX test driver)")
+
+
+def onnxifi_header() -> Path | None:
+    """onnx/onnxifi.h from Debian's libonnx-dev (ONNXIFI_HEADER overrides)."""
+    env = os.environ.get("ONNXIFI_HEADER")
+    if env:
+        return Path(env) if Path(env).exists() else None
+    return next((p for p in HEADER_CANDIDATES if p.exists()), None)
+
+
+@pytest.fixture(scope="session")
+def header() -> Path:
+    h = onnxifi_header()
+    if h is None:
+        pytest.skip("onnx/onnxifi.h not found (apt-get install libonnx-dev)")
+    return h
+
+
+@pytest.fixture(scope="session")
+def cc() -> str:
+    c = shutil.which(os.environ.get("CC", "gcc")) or shutil.which("cc")
+    if c is None:
+        pytest.skip("no C compiler (apt-get install gcc)")
+    return c
+
+
+@pytest.fixture(scope="session")
+def library(cc: str) -> str:
+    """Absolute path of libonnxifi-clglow.so, built for this session when needed."""
+    import onnxifi
+
+    try:
+        return onnxifi.library_path()
+    except Exception as e:  # noqa: BLE001
+        pytest.fail(f"building the ONNXIFI library failed: {e}")
+
+
+@pytest.fixture(scope="session")
+def device_env(device) -> dict:
+    """Environment for child processes: the same OpenCL device as this session."""
+    env = dict(os.environ)
+    if getattr(device, "selector", None):
+        env["CLGLOW_DEVICE"] = device.selector
+    return env
+
+
+def run(cmd: list, timeout: float, env: dict | None = None, cwd: str | None = None) -> subprocess.CompletedProcess:
+    """Run a child process; its output is shown when it fails."""
+    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
+    if p.returncode != 0:
+        print(p.stdout[-20000:])
+        print(p.stderr[-20000:])
+    return p
