@@ -91,9 +91,16 @@ def _arg_names(params: str) -> str:
 
 def _c_source() -> str:
     """The hand-written C layer: exported wrappers, extension table, trace allocation."""
-    out = ['#include "onnxifi_clglow.h"', "#include <stdlib.h>", "#include <string.h>", "",
+    soname = sysconfig.get_config_var("INSTSONAME") or sysconfig.get_config_var("LDLIBRARY") or ""
+    out = ['#include "onnxifi_clglow.h"', "#include <dlfcn.h>", "#include <stdlib.h>", "#include <string.h>", "",
            "static volatile int clglow_ready = 0;",
-           "void clglow_mark_ready(void) { clglow_ready = 1; }", ""]
+           "void clglow_mark_ready(void) { clglow_ready = 1; }", "",
+           "/* Hosts dlopen() us with RTLD_LOCAL, which hides libpython's symbols from the extension",
+           "   modules the embedded interpreter imports: promote libpython to global scope first. */",
+           "__attribute__((constructor)) static void clglow_promote_libpython(void) {",
+           f'  if (!dlopen("{soname}", RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD))',
+           f'    dlopen("{soname}", RTLD_NOW | RTLD_GLOBAL);',
+           "}", ""]
     for name, params in CORE_SIGNATURES + EXT_SIGNATURES:
         out.append(f"onnxStatus clglow_py_{name}({params});")
     out.append("onnxStatus clglow_py_onnxGetExtensionFunctionAddress(onnxBackendID backendID, const char* name, "
