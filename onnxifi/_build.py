@@ -188,13 +188,22 @@ def _python_paths() -> list[str]:
 
 
 def _init_code() -> str:
+    # RTLD_DEEPBIND: a host may carry its own libonnx/libprotobuf (ONNX's test driver links
+    # Debian's libonnx.so); onnx's Python extension must bind to its own copies, not those.
     return f"""
 import os, sys
 for _p in reversed({_python_paths()!r} + [p for p in os.environ.get("ONNXIFI_CLGLOW_PYTHONPATH", "").split(os.pathsep) if p]):
     if _p not in sys.path:
         sys.path.insert(0, _p)
-from {MODULE_NAME} import ffi, lib
-from onnxifi import _cbridge
+_flags = sys.getdlopenflags()
+if hasattr(os, "RTLD_DEEPBIND") and os.environ.get("ONNXIFI_CLGLOW_DEEPBIND", "1") != "0":
+    sys.setdlopenflags(_flags | os.RTLD_DEEPBIND)
+try:
+    from {MODULE_NAME} import ffi, lib
+    from onnxifi import _cbridge
+    _cbridge.preload()
+finally:
+    sys.setdlopenflags(_flags)
 _cbridge.install(ffi, lib)
 lib.clglow_mark_ready()
 """

@@ -34,6 +34,18 @@ def _configure_logging() -> None:
         lg.setLevel(getattr(logging, level, logging.WARNING))
 
 
+def preload() -> None:
+    """Import the modules with native code now (the library's init code imports them with RTLD_DEEPBIND)."""
+    import numpy  # noqa: F401
+    import onnx  # noqa: F401
+    import onnx.checker  # noqa: F401
+    import onnx.shape_inference  # noqa: F401
+    import pyopencl  # noqa: F401
+
+    import clglow  # noqa: F401
+    from . import compat  # noqa: F401
+
+
 def install(ffi: Any, lib: Any) -> None:
     """Register every ``clglow_py_*`` function of the library."""
     _configure_logging()

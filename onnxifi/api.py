@@ -145,6 +145,7 @@ class _Backend:
     def __init__(self, bid: _BackendID, device: Any, log_level: int, optimization: int) -> None:
         self.bid, self.device = bid, device
         self.context = device.context
+        self.queue = device.make_queue() if hasattr(device, "make_queue") else device.queue
         self.log_level, self.optimization = log_level, optimization
         self.graphs: set[int] = set()
         self.events: set[int] = set()
@@ -155,8 +156,13 @@ class _Backend:
 class _Run:
     """One onnxRunGraph in flight: the engine's run handle and its outcome."""
 
-    def __init__(self, graph: "_Graph", run: Any, gate: Optional["_Event"]) -> None:
+    def __init__(self, graph: "_Graph", run: Any, gate: Optional["_Event"], done_event: Any = None,
+                 keepalive: Optional[list] = None) -> None:
         self.graph, self.run, self.gate = graph, run, gate
+        # The event after which every output is in the caller's memory (read-backs included), and
+        # the transfers' NannyEvents + staging buffers, which must live until then.
+        self.done_event = done_event if done_event is not None else run.event
+        self.keepalive = keepalive or []
         self.t_start_us = time.time_ns() // 1000
         self.t_done_us: Optional[int] = None
         self.finished = False
@@ -168,7 +174,7 @@ class _Run:
     def is_complete(self) -> bool:
         if self.finished:
             return True
-        st = int(self.run.event.command_execution_status)
+        st = int(self.done_event.command_execution_status)
         if st <= 0:  # CL_COMPLETE (0) or an error (< 0)
             self.finish()
             return True
@@ -184,10 +190,13 @@ class _Run:
                 err = getattr(self.run, "error", None)
                 if err is not None:
                     raise err
+                if self.done_event is not self.run.event:
+                    self.done_event.wait()
             except BaseException as e:  # noqa: BLE001 - recorded for the caller
                 self.status = status_of(e)
                 self.message = f"{type(e).__name__}: {e}"
                 log.warning("run failed: %s", self.message)
+            self.keepalive = []
             self.t_done_us = time.time_ns() // 1000
             self.finished = True
             if self.trace_sink is not None:
@@ -860,10 +869,45 @@ def _start_run(g: _Graph, gate: Optional[_Event], outputFence: MemoryFence,
                trace: Optional[TraceEventList]) -> int:
     if g.io is None:
         raise _Fail(C.ONNXIFI_STATUS_UNIDENTIFIED_NAME, "graph inputs/outputs are not set (onnxSetGraphIO)")
+    import pyopencl as cl
+
     inputs, outputs = g.io
     wait_for = [gate.cl_event] if gate is not None else []
-    handle = g.session.enqueue(_engine_inputs(inputs), _engine_outputs(outputs), wait_for=wait_for)
-    run = _Run(g, handle, gate)
+    # CPU memory goes through staging buffers this layer owns: the uploads wait for the input
+    # fence, the read-backs for the run, and their NannyEvents stay alive in the _Run (a
+    # dropped NannyEvent blocks until its transfer is done, i.e. until the fence is signalled).
+    ctx, queue = g.backend.context, g.backend.queue
+    keep: list = []
+    eng_in: dict = {}
+    uploads: list = []
+    for name, v in inputs.items():
+        if isinstance(v, tuple):
+            eng_in[name] = v
+            continue
+        buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, max(1, v.nbytes))
+        if v.nbytes:
+            uploads.append(cl.enqueue_copy(queue, buf, v, is_blocking=False, wait_for=wait_for or None))
+        keep += [buf, v]
+        eng_in[name] = (buf, v.dtype, v.shape)
+    eng_out: dict = {}
+    readbacks: list = []
+    for name, v in outputs.items():
+        if isinstance(v, tuple):
+            eng_out[name] = v[0]
+            continue
+        buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, max(1, v.nbytes))
+        eng_out[name] = buf
+        readbacks.append((buf, v))
+    queue.flush()
+    handle = g.session.enqueue(eng_in, eng_out, wait_for=uploads or wait_for)
+    done = handle.event
+    reads = [cl.enqueue_copy(queue, arr, buf, is_blocking=False, wait_for=[handle.event])
+             for buf, arr in readbacks if arr.nbytes]
+    if reads:
+        done = cl.enqueue_marker(queue, wait_for=reads)
+    queue.flush()
+    keep += uploads + reads + [b for b, _ in readbacks] + [a for _, a in readbacks]
+    run = _Run(g, handle, gate, done, keep)
     run.trace_sink = trace
     g.runs = [r for r in g.runs if not r.finished] + [run]
     outputFence.event = _register_event(_Event(g.backend, run))
