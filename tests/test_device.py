@@ -160,6 +160,7 @@ def test_from_context_shares_and_validates(device):
     a = D.Device.from_context(ctx)
     b = D.Device.from_context(ctx, device.cl_device)
     assert a is b and a.context is ctx and a is not device
+    assert D.Device.from_context(ctx.int_ptr) is a  # a raw cl_context handle, as ONNXIFI passes it
     assert a.info == device.info
     other = [d for p in cl.get_platforms() for d in p.get_devices() if d != device.cl_device]
     if other:

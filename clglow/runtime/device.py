@@ -29,7 +29,7 @@ import weakref
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import pyopencl as cl
 
@@ -234,11 +234,17 @@ class Device:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_context(cls, ctx: cl.Context, device: Optional[cl.Device] = None) -> "Device":
+    def from_context(cls, ctx: Union[cl.Context, int], device: Optional[cl.Device] = None) -> "Device":
         """Wrap a context the caller shares (ONNXIFI's OPENCL_CONTEXT); `device` defaults to its first.
 
+        `ctx` may be a raw ``cl_context`` handle (an int, as ONNXIFI passes it); it is retained.
         The same (context, device) gives the same Device while any user holds it.
         """
+        if isinstance(ctx, int):
+            try:
+                ctx = cl.Context.from_int_ptr(ctx, retain=True)
+            except cl.Error as e:
+                raise InvalidArgument(f"not a valid OpenCL context handle: {ctx:#x} ({e})") from e
         ctx_devices = list(ctx.devices)
         if device is None:
             device = ctx_devices[0]
