@@ -3,27 +3,18 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-HEADER_CANDIDATES = [Path("/usr/include/onnx/onnxifi.h"),
-                     Path("/usr/lib/python3/dist-packages/onnx/onnxifi.h")]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from onnxifi_testutil import onnxifi_header  # noqa: E402
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "onnxifi: ONNXIFI tests (Python API, C library, C hosts)")
     config.addinivalue_line("markers", "slow: slow tests (ResNet-50, the ONNX test driver)")
-
-
-def onnxifi_header() -> Path | None:
-    """onnx/onnxifi.h from Debian's libonnx-dev (ONNXIFI_HEADER overrides)."""
-    env = os.environ.get("ONNXIFI_HEADER")
-    if env:
-        return Path(env) if Path(env).exists() else None
-    return next((p for p in HEADER_CANDIDATES if p.exists()), None)
 
 
 @pytest.fixture(scope="session")
@@ -60,12 +51,3 @@ def device_env(device) -> dict:
     if getattr(device, "selector", None):
         env["CLGLOW_DEVICE"] = device.selector
     return env
-
-
-def run(cmd: list, timeout: float, env: dict | None = None, cwd: str | None = None) -> subprocess.CompletedProcess:
-    """Run a child process; its output is shown when it fails."""
-    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
-    if p.returncode != 0:
-        print(p.stdout[-20000:])
-        print(p.stderr[-20000:])
-    return p

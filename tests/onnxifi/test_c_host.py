@@ -8,11 +8,11 @@ import numpy as np
 import onnx
 import pytest
 
-from conftest import HERE, run
+from onnxifi_testutil import HERE, run
 
 pytestmark = pytest.mark.onnxifi
 sys.path.insert(0, str(HERE))
-from _models import reference, small_convnet  # noqa: E402
+from onnxifi_models import reference, small_convnet  # noqa: E402
 
 DATATYPES = {np.dtype(np.float32): 1, np.dtype(np.int64): 7, np.dtype(np.int32): 6, np.dtype(np.uint8): 2}
 

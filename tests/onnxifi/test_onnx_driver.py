@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import HERE, run
+from onnxifi_testutil import HERE, run
 
 pytestmark = pytest.mark.onnxifi
 sys.path.insert(0, str(HERE))
-import driver_cases  # noqa: E402
+import onnxifi_driver_cases as driver_cases  # noqa: E402
 
 DRIVER_SRC = Path("/usr/lib/python3/dist-packages/onnx/backend/test/cpp")
 LIBDIR = Path("/usr/lib/x86_64-linux-gnu")

@@ -13,11 +13,11 @@ from onnx import TensorProto, helper
 
 import onnxifi as o
 from onnxifi import compat
-from conftest import HERE
+from onnxifi_testutil import HERE
 
 pytestmark = pytest.mark.onnxifi
 sys.path.insert(0, str(HERE))
-from _models import reference, small_convnet  # noqa: E402
+from onnxifi_models import reference, small_convnet  # noqa: E402
 
 F32 = o.ONNXIFI_DATATYPE_FLOAT32
 CPU = o.ONNXIFI_MEMORY_TYPE_CPU
