@@ -178,23 +178,34 @@ def _embedding_api() -> str:
     return "\n".join(lines)
 
 
-def _python_paths() -> list[str]:
-    """sys.path for the embedded interpreter: this package's parent, then the builder's path."""
-    paths = [str(_HERE.parent)]
-    for p in sys.path:
-        if p and os.path.isdir(p) and p not in paths:
-            paths.append(os.path.abspath(p))
-    return paths
+def _python_paths() -> tuple[list[str], list[str]]:
+    """(folders for sys.path, site folders whose .pth files count) for the embedded interpreter.
+
+    This package's parent first, then the building interpreter's site-packages (a virtual
+    environment's included, which the embedded interpreter would not find by itself).
+    """
+    import site
+
+    sites = []
+    for p in list(site.getsitepackages()) + [site.getusersitepackages(),
+                                             sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]:
+        if p and os.path.isdir(p) and p not in sites:
+            sites.append(os.path.abspath(p))
+    return [str(_HERE.parent)], sites
 
 
 def _init_code() -> str:
     # RTLD_DEEPBIND: a host may carry its own libonnx/libprotobuf (ONNX's test driver links
     # Debian's libonnx.so); onnx's Python extension must bind to its own copies, not those.
+    paths, sites = _python_paths()
     return f"""
-import os, sys
-for _p in reversed({_python_paths()!r} + [p for p in os.environ.get("ONNXIFI_CLGLOW_PYTHONPATH", "").split(os.pathsep) if p]):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+import os, site, sys
+for _s in {sites!r}:
+    site.addsitedir(_s)
+for _p in reversed({paths!r} + [p for p in os.environ.get("ONNXIFI_CLGLOW_PYTHONPATH", "").split(os.pathsep) if p]):
+    if _p in sys.path:
+        sys.path.remove(_p)
+    sys.path.insert(0, _p)
 _flags = sys.getdlopenflags()
 if hasattr(os, "RTLD_DEEPBIND") and os.environ.get("ONNXIFI_CLGLOW_DEEPBIND", "1") != "0":
     sys.setdlopenflags(_flags | os.RTLD_DEEPBIND)
