@@ -80,6 +80,9 @@ def _probe(op: str, inputs=("x",), attrs=None, elem=None, opset=13) -> bytes:
 
 # --- backend IDs and info ------------------------------------------------------------------------
 def test_backend_ids_size_query():
+    from onnxifi import api
+
+    held_elsewhere = {b.handle: b.refs for b in api._backend_ids()}  # e.g. by the `bid` fixture
     n = o.Ref(0)
     assert o.onnxGetBackendIDs(None, n) == o.ONNXIFI_STATUS_FALLBACK and n.value >= 1
     short = o.Ref(n.value - 1)
@@ -91,7 +94,8 @@ def test_backend_ids_size_query():
     assert len(set(ids)) == len(ids) and all(ids)
     for i in ids:
         assert o.onnxReleaseBackendID(i) == o.ONNXIFI_STATUS_SUCCESS
-    assert o.onnxReleaseBackendID(ids[0]) == o.ONNXIFI_STATUS_INVALID_ID
+    if held_elsewhere[ids[0]] == 0:
+        assert o.onnxReleaseBackendID(ids[0]) == o.ONNXIFI_STATUS_INVALID_ID
     assert o.onnxReleaseBackendID(None) == o.ONNXIFI_STATUS_INVALID_ID
     assert o.onnxReleaseBackendID(12345) == o.ONNXIFI_STATUS_INVALID_ID
 
