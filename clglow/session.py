@@ -121,7 +121,8 @@ class InferenceSession:
         self._last_plan = None
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._profile_start = time.time()
-        if all(isinstance(d, int) for a in self._input_args for d in a.shape) and not self._has_unknown_inputs():
+        if all(isinstance(d, int) for a in self._input_args for d in a.shape) and not self._has_unknown_inputs() \
+                and not self._engine.shape_inputs:  # plans that depend on input values wait for them
             self._last_plan = self._engine.plan(self._input_types_static())
         log.info("loaded %s in %.2fs on %s", self._proto_meta["graph"], time.perf_counter() - t0,
                  getattr(self.device, "name", self.device))
@@ -232,7 +233,7 @@ class InferenceSession:
         names = self._select_outputs(output_names)
         feeds, types = self._check_feeds(input_feed)
         outs = self._engine.run(feeds, types=types)
-        self._last_plan = self._engine.plan(types)
+        self._last_plan = self._engine.last_plan
         return [outs[n] for n in names]
 
     def run_async(self, output_names: Optional[Sequence[str]], input_feed: Mapping[str, Any],
@@ -289,7 +290,7 @@ class InferenceSession:
                 host_feeds[name] = arr
                 types[name] = (arr.dtype, arr.shape)
         out_names = self._select_outputs(list(outputs))
-        plan = self._engine.plan(types)
+        plan = self._engine.plan(types, host_feeds)
         self._last_plan = plan
         direct = plan.stop is None and not any(type(s).__name__ == "HostStep" for s in plan.steps) \
             and not plan.host_inputs

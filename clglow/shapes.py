@@ -103,20 +103,13 @@ def specialize(graph: Graph, input_types: Mapping[str, tuple]) -> tuple[Graph, O
             raise InvalidArgument("is not an input of the model", tensor=name)
         g.values[name] = Value(name, np.dtype(dtype), tuple(int(d) for d in shape), v.const)
     keep: list[Node] = []
-    outputs = set(g.outputs)
     for idx, node in enumerate(g.nodes):
         folded = _fold_shape_op(node, g)
         outs = [folded] if folded is not None else fold_node(node, g)
-        if outs is not None and not any(o in outputs for o in node.outputs):
+        if outs is not None:  # known now: a constant from here on (graph outputs are returned as such)
             for name, arr in zip([o for o in node.outputs if o], outs):
                 arr = np.asarray(arr)
                 g.values[name] = Value(name, arr.dtype, tuple(arr.shape), arr)
-            continue
-        if outs is not None:  # a graph output: keep the node, but its value is known
-            for name, arr in zip([o for o in node.outputs if o], outs):
-                arr = np.asarray(arr)
-                g.values[name] = Value(name, arr.dtype, tuple(arr.shape), None)
-            keep.append(node)
             continue
         inferred = infer_node(node, g)
         complete = True

@@ -59,7 +59,15 @@ class Node:
     def to_proto(self) -> onnx.NodeProto:
         """An ONNX NodeProto for this node (the original one when unchanged)."""
         if self.proto is not None:
-            return self.proto
+            if list(self.proto.input) == self.inputs and list(self.proto.output) == self.outputs:
+                return self.proto
+            p = onnx.NodeProto()
+            p.CopyFrom(self.proto)
+            del p.input[:]
+            del p.output[:]
+            p.input.extend(self.inputs)
+            p.output.extend(self.outputs)
+            return p
         from onnx import helper, numpy_helper
 
         attrs = {}

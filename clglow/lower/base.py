@@ -152,7 +152,8 @@ class LowerCtx:
         src = self.const(i)
         if src is None:
             raise ValueError(f"input {i} of {self.node.name} is not constant")
-        return ConstBuf(f"{self.node.inputs[i]}#{tag}", np.ascontiguousarray(fn(src)))
+        # id(src): a constant folded per input shape keeps its name but not its value
+        return ConstBuf(f"{self.node.inputs[i]}@{id(src):x}#{tag}", np.ascontiguousarray(fn(src)))
 
     def label(self) -> str:
         return self.node.name

@@ -6,8 +6,8 @@ import numpy as np
 from ..ir import Graph
 
 
-def _is_inference_dropout(node, graph: Graph) -> bool:
-    if len(node.outputs) > 1 and node.outputs[1]:
+def _is_inference_dropout(node, graph: Graph, used: set) -> bool:
+    if len(node.outputs) > 1 and node.outputs[1] and node.outputs[1] in used:
         return False  # the mask is used
     if node.attr("is_test", 1) == 0 and graph.opset() < 7:
         return False
@@ -22,9 +22,10 @@ def remove_identity(graph: Graph) -> Graph:
     rename: dict[str, str] = {}
     keep = []
     outputs = set(g.outputs)
+    used = set(g.consumers()) | outputs
     for node in g.nodes:
         node.inputs = [rename.get(i, i) for i in node.inputs]
-        removable = node.op_type == "Identity" or (node.op_type == "Dropout" and _is_inference_dropout(node, g))
+        removable = node.op_type == "Identity" or (node.op_type == "Dropout" and _is_inference_dropout(node, g, used))
         if removable and node.domain in ("", "ai.onnx") and node.outputs[0] not in outputs:
             rename[node.outputs[0]] = node.inputs[0]
             continue

@@ -14,7 +14,7 @@ import numpy as np
 import pyopencl as cl
 
 from ..errors import ClglowError, DeviceError, InvalidModel
-from ..ir import Graph
+from ..ir import Graph, Value
 from ..shapes import specialize
 from .executor import Plan, RunRecord, WeightCache, build_plan, execute
 
@@ -23,6 +23,36 @@ log = logging.getLogger(__name__)
 
 def _signature(types: dict) -> tuple:
     return tuple(sorted((k, np.dtype(d).str, tuple(int(x) for x in s)) for k, (d, s) in types.items()))
+
+
+# Node inputs whose values decide output shapes (or kernel parameters fixed at plan time). When a
+# graph input feeds one of these, its run-time value is part of the plan key and the plan is
+# specialised with it as a constant (as onnxruntime keeps shape tensors on the CPU); otherwise the
+# node would end a stage and run on the host.
+SHAPE_INPUTS: dict = {
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 2, 3),
+    "Squeeze": (1,), "Unsqueeze": (1,), "Split": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
+    "OneHot": (1, 2), "TopK": (1,), "Resize": (1, 2, 3), "Upsample": (1,), "CenterCropPad": (1, 2),
+    "Trilu": (1,), "CumSum": (1,), "CumProd": (1,), "Dropout": (1, 2), "Col2Im": (1, 2, 3),
+    "AffineGrid": (1,), "MaxUnpool": (2,), "BlackmanWindow": (0,), "HammingWindow": (0,), "HannWindow": (0,),
+    **{op: (1,) for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+                           "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")},
+}
+SHAPE_INPUT_MAX_ELEMENTS = 64
+
+
+def shape_inputs(graph: Graph) -> set:
+    """Graph inputs that feed a shape-deciding position of some node (see SHAPE_INPUTS)."""
+    inputs = set(graph.inputs)
+    found = set()
+    for node in graph.nodes:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        for i in SHAPE_INPUTS.get(node.op_type, ()):
+            name = node.input(i)
+            if name in inputs:
+                found.add(name)
+    return found
 
 
 class Engine:
@@ -36,15 +66,41 @@ class Engine:
         self._lock = threading.RLock()  # one run at a time per session: plans own their buffers
         self.records: list[RunRecord] = []
         self.profiling = profiling
+        self.shape_inputs = shape_inputs(graph)
+        self.last_plan: Optional[Plan] = None
 
     # -- planning --------------------------------------------------------------------------------
-    def plan(self, input_types: dict) -> Plan:
-        key = _signature(input_types)
+    def _shape_values(self, feeds: Optional[dict]) -> dict:
+        """Values of the small shape-deciding inputs present in `feeds` (host arrays only)."""
+        out = {}
+        if not feeds or not self.shape_inputs:
+            return out
+        for name in self.shape_inputs:
+            x = feeds.get(name)
+            if x is None or isinstance(x, cl.MemoryObjectHolder):
+                continue
+            arr = np.asarray(x)
+            if arr.size <= SHAPE_INPUT_MAX_ELEMENTS and arr.dtype.kind in "iuf":
+                out[name] = arr
+        return out
+
+    def plan(self, input_types: dict, feeds: Optional[dict] = None) -> Plan:
+        """The plan for these input (dtype, shape)s; `feeds` supplies the values of shape-deciding
+        inputs (see SHAPE_INPUTS), which then become constants of the plan."""
+        values = self._shape_values(feeds)
+        key = _signature(input_types) + tuple(sorted((k, v.dtype.str, v.shape, v.tobytes())
+                                                     for k, v in values.items()))
         with self._lock:
             plan = self._plans.get(key)
             if plan is None:
-                plan = self._build(self.graph, input_types, self.graph.outputs)
+                graph = self.graph
+                if values:
+                    graph = graph.copy()
+                    for k, v in values.items():
+                        graph.values[k] = Value(k, v.dtype, tuple(v.shape), v)
+                plan = self._build(graph, input_types, self.graph.outputs)
                 self._plans[key] = plan
+            self.last_plan = plan
             return plan
 
     def _build(self, graph: Graph, input_types: dict, outputs: Sequence[str]) -> Plan:
@@ -81,7 +137,7 @@ class Engine:
         with self._lock:
             if types is None:
                 types = {k: (np.asarray(v).dtype, np.asarray(v).shape) for k, v in feeds.items()}
-            plan = self.plan(types)
+            plan = self.plan(types, feeds)
             record = RunRecord() if self.profiling else None
             values = dict(feeds)
             while True:

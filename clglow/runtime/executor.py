@@ -22,7 +22,8 @@ from ..errors import DeviceError, InvalidModel, OutOfDeviceMemory
 from ..ir import Graph, Node
 from ..lower import LowerCtx, TensorInfo, lookup
 from ..lower.base import Buf, ConstBuf, Launch, Scratch
-from ..partition import DEVICE, Placement, place
+from ..errors import UnsupportedNode, UnsupportedOperator
+from ..partition import DEVICE, HOST, Placement, place
 from .host import HostKernel
 from .memory import Interval, assign_buffers
 
@@ -58,6 +59,7 @@ class WeightCache:
     def __init__(self, context: cl.Context, queue: cl.CommandQueue):
         self.context, self.queue = context, queue
         self._buffers: dict[str, cl.Buffer] = {}
+        self._keep: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
 
     def get(self, key: str, array: np.ndarray) -> cl.Buffer:
@@ -75,6 +77,14 @@ class WeightCache:
                 self._buffers[key] = buf
             return buf
 
+    def get_const(self, name: str, array: np.ndarray) -> cl.Buffer:
+        """The device copy of constant tensor `name`. Keyed by the array's identity too: a constant
+        folded at one input shape shares its name with the one folded at another."""
+        key = f"{name}@{id(array):x}"
+        buf = self.get(key, array)
+        self._keep[key] = array  # holds the id while the buffer exists
+        return buf
+
     @property
     def nbytes(self) -> int:
         return sum(b.size for b in self._buffers.values())
@@ -84,6 +94,7 @@ class WeightCache:
             for b in self._buffers.values():
                 b.release()
             self._buffers.clear()
+            self._keep.clear()
 
 
 @dataclass
@@ -153,6 +164,14 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
     nodes = graph.nodes if stop is None else graph.nodes[:stop]
     sub = Graph(nodes, graph.values, graph.inputs, list(outputs), graph.opsets, graph.name, graph.ir_version)
     placement = place(sub, host_fallback)
+    if stop is not None and placement and placement[-1].where == DEVICE:
+        # the last node of a stage has data-dependent output shapes: only the host can run it
+        last_node = nodes[-1]
+        if not host_fallback:
+            raise UnsupportedOperator([UnsupportedNode(last_node.name, last_node.op_type, last_node.domain,
+                                                       graph.opset(last_node.domain),
+                                                       "output shape depends on data; host fallback is disabled")])
+        placement[-1] = Placement(last_node.name, last_node.op_type, HOST, "output shape depends on data")
     where = {p.node: p.where for p in placement}
 
     # 1. lower every node; work out which tensors live on the device
@@ -223,7 +242,8 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
                 uploaded.add(i)
                 on_device.add(i)
                 first[i] = idx
-                if i in graph_inputs:
+                if i in graph_inputs:  # uploaded before the first step
+                    first[i] = 0
                     device_inputs.append(i)
                 else:
                     steps.append(("upload", i))
@@ -272,12 +292,12 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
     for name, s in assignment.items():
         device_tensors[name] = slots[s]
     for name in consts_on_device:
-        device_tensors[name] = weights.get(name, graph.values[name].const)
+        device_tensors[name] = weights.get_const(name, graph.values[name].const)
     for view, src in root.items():
         if src in device_tensors:
             device_tensors[view] = device_tensors[src]
         elif graph.values[src].const is not None:
-            device_tensors[view] = device_tensors[src] = weights.get(src, graph.values[src].const)
+            device_tensors[view] = device_tensors[src] = weights.get_const(src, graph.values[src].const)
 
     # 4. kernels bound to their arguments, once
     final_steps: list = []
@@ -407,6 +427,9 @@ def execute(plan: Plan, device, queue: cl.CommandQueue, feeds: dict, wait_for: S
     results: dict = {}
     pending: list = []
     for name in plan.outputs:
+        if name in feeds and feeds[name] is not None:
+            results[name] = feeds[name]
+            continue
         if name in values:
             results[name] = values[name]
             continue
