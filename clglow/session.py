@@ -33,9 +33,9 @@ from .runtime.engine import Engine
 
 log = logging.getLogger(__name__)
 
-_ONNXIFI_MISMATCHING_SHAPE = 0x0018
-_ONNXIFI_MISMATCHING_DATATYPE = 0x0019
-_ONNXIFI_UNIDENTIFIED_NAME = 0x0008
+from .errors import ONNXIFI_STATUS_MISMATCHING_DATATYPE as _ONNXIFI_MISMATCHING_DATATYPE  # noqa: E402
+from .errors import ONNXIFI_STATUS_MISMATCHING_SHAPE as _ONNXIFI_MISMATCHING_SHAPE  # noqa: E402
+from .errors import ONNXIFI_STATUS_UNIDENTIFIED_NAME as _ONNXIFI_UNIDENTIFIED_NAME  # noqa: E402
 
 
 @dataclass
@@ -65,12 +65,15 @@ class RunHandle:
     def __init__(self, event: cl.Event, outputs: dict, error: Optional[BaseException] = None,
                  thread: Optional[threading.Thread] = None):
         self.event, self.outputs, self.error, self._thread = event, outputs, error, thread
+        self.hold: list = []  # events and staging arrays the run still uses
+        self.kernel_events: list = []  # (node, kernel, op type, cl.Event) when profiling is enabled
 
     def wait(self) -> dict:
         if self._thread is not None:
             self._thread.join()
         else:
             self.event.wait()
+        self.hold = []
         if self.error is not None:
             raise self.error
         return self.outputs
@@ -299,13 +302,20 @@ class InferenceSession:
             for n in out_names:
                 self._check_destination(n, outputs[n], plan)
             with self._engine._lock:
-                from .runtime.executor import execute
+                from .runtime.executor import RunRecord, execute
 
-                _, pending = execute(plan, self.device, queue, host_feeds, wait_for, None, device_feeds,
-                                     dest={n: outputs[n] for n in out_names})
+                hold: list = []
+                record = RunRecord() if self._engine.profiling else None
+                _, pending = execute(plan, self.device, queue, host_feeds, wait_for, record, device_feeds,
+                                     dest={n: outputs[n] for n in out_names}, hold=hold)
                 marker = cl.enqueue_marker(queue, wait_for=pending or None)
+                if record is not None:
+                    self._engine.records.append(record)
             queue.flush()
-            return RunHandle(marker, outputs)
+            handle = RunHandle(marker, outputs)
+            handle.hold = hold
+            handle.kernel_events = record.kernel_events if record is not None else []
+            return handle
 
         user_ev = cl.UserEvent(self.device.context)
         handle = RunHandle(user_ev, outputs)

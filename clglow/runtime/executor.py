@@ -354,12 +354,14 @@ class RunRecord:
 
 def execute(plan: Plan, device, queue: cl.CommandQueue, feeds: dict, wait_for: Sequence[cl.Event] = (),
             record: Optional[RunRecord] = None, device_feeds: Optional[dict] = None,
-            dest: Optional[dict] = None) -> tuple[dict, list]:
+            dest: Optional[dict] = None, hold: Optional[list] = None) -> tuple[dict, list]:
     """Enqueue one run of `plan`. Returns (host outputs dict, pending events).
 
     Host outputs are numpy arrays being filled by non-blocking reads: they are valid once every
     returned event has completed. `device_feeds` maps input names to caller cl.Buffers (copied on device);
-    `dest` maps output names to caller numpy arrays / cl.Buffers to write into directly.
+    `dest` maps output names to caller numpy arrays / cl.Buffers to write into directly. When `hold`
+    is given, every event and staging array of the run is appended to it: keep it until the run is done
+    (a run that returns before its inputs are ready must not block on dropping them).
     """
     graph = plan.graph
     values: dict[str, np.ndarray] = {}
@@ -453,6 +455,9 @@ def execute(plan: Plan, device, queue: cl.CommandQueue, feeds: dict, wait_for: S
         arr = _read(plan, queue, name, events, wait=False, out=target)
         results[name] = arr
     pending += [events[n] for n in events if n.startswith("__read:")]
+    if hold is not None:  # pyopencl's events of host copies block when dropped: the caller keeps them
+        hold.extend(events.values())
+        hold.extend(keepalive)
     return results, pending
 
 
