@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+import onnx
+
 from .errors import UnsupportedNode, UnsupportedOperator
 from .ir import Graph, Node
 from .lower import lookup
@@ -71,3 +73,31 @@ def format_placement(placements: list[Placement]) -> str:
     lines = [f"{n_dev}/{len(placements)} nodes on OpenCL, {len(placements) - n_dev} on the host"]
     lines += [str(p) for p in placements]
     return "\n".join(lines)
+
+
+def judge_node(node: onnx.NodeProto, opset: int, types: Optional[dict] = None) -> tuple:
+    """Cheap verdict for one NodeProto without importing a model or weights (ONNXIFI's compatibility
+    probe): ('SUCCESS' | 'FALLBACK' | 'UNSUPPORTED_OPERATOR', reason). `types` maps value names to
+    declared onnx.TypeProto where the caller knows them."""
+    from .frontend.onnx_model import attribute_value, type_to_dtype_shape
+    from .ir import graph as ir
+
+    types = types or {}
+    attrs = {a.name: attribute_value(a) for a in node.attribute}
+    values: dict = {}
+    for name in list(node.input) + list(node.output):
+        if not name or name in values:
+            continue
+        tp = types.get(name)
+        dtype, shape = type_to_dtype_shape(tp) if tp is not None else (None, None)
+        values[name] = ir.Value(name, dtype, shape)
+    n = ir.Node(node.op_type, node.name or node.op_type, list(node.input), list(node.output), attrs,
+                node.domain, node)
+    g = ir.Graph([n], values, [], [], {node.domain or "": opset})
+    reason = device_reason(n, g)
+    if reason is None:
+        return "SUCCESS", ""
+    host = host_supported(n, opset)
+    if host is None:
+        return "FALLBACK", reason
+    return "UNSUPPORTED_OPERATOR", f"{reason}; {host}"

@@ -88,64 +88,12 @@ def _declared_type_problem(name: str, tp: Any) -> Optional[str]:
     return None
 
 
-def _fallback_judge_node(node: onnx.NodeProto, opset: int, types: dict[str, Any]) -> tuple[str, str]:
-    """Our own per-node check over clglow's kernel registry, until clglow.partition.judge_node exists."""
-    import numpy as np
-
-    from clglow.ir import graph as ir
-    from clglow.partition import device_reason
-    from clglow.runtime.host import host_supported
-
-    attrs: dict[str, Any] = {}
-    for a in node.attribute:
-        v = helper.get_attribute_value(a)
-        if isinstance(v, onnx.TensorProto):
-            v = numpy_helper.to_array(v)
-        elif isinstance(v, bytes):
-            v = v.decode("utf-8", "replace")
-        elif isinstance(v, list) and v and isinstance(v[0], bytes):
-            v = [x.decode("utf-8", "replace") for x in v]
-        attrs[a.name] = v
-    values: dict[str, Any] = {}
-    for name in list(node.input) + list(node.output):
-        if not name or name in values:
-            continue
-        tp = types.get(name)
-        dtype = shape = None
-        if tp is not None and tp.WhichOneof("value") == "tensor_type":
-            tt = tp.tensor_type
-            if tt.elem_type:
-                try:
-                    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
-                except Exception:
-                    dtype = None
-            if tt.HasField("shape"):
-                shape = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-                              for d in tt.shape.dim)
-        values[name] = ir.Value(name, dtype, shape)
-    n = ir.Node(node.op_type, node.name or node.op_type, list(node.input), list(node.output), attrs,
-                node.domain, node)
-    g = ir.Graph([n], values, [], [], {node.domain or "": opset})
-    reason = device_reason(n, g)
-    if reason is None:
-        return "SUCCESS", ""
-    host = host_supported(n, opset)
-    if host is None:
-        return "FALLBACK", reason
-    return "UNSUPPORTED_OPERATOR", f"{reason}; {host}"
-
-
 def _judge_node(node: onnx.NodeProto, opset: int, types: dict[str, Any]) -> tuple[int, str]:
     try:
-        from clglow import partition
-
-        judge = getattr(partition, "judge_node", None)
+        from clglow.partition import judge_node
     except Exception as e:  # clglow missing or broken: nothing can run
         return C.ONNXIFI_STATUS_BACKEND_UNAVAILABLE, f"clglow cannot be imported: {e}"
-    if judge is not None:
-        name, reason = judge(node, opset)
-    else:
-        name, reason = _fallback_judge_node(node, opset, types)
+    name, reason = judge_node(node, opset, types)
     return _status_from_name(name), reason
 
 
