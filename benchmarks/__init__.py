@@ -1,0 +1,1 @@
+"""clglow's side-by-side benchmarks (run from a source checkout): ``python -m benchmarks --help``."""
