@@ -1,0 +1,196 @@
+"""Reductions, ArgMax/ArgMin, Hardmax and CumSum/CumProd on OpenCL (kernels_cl/reduce.cl).
+
+Axes come from the attribute (older opsets) or the constant `axes` input (ReduceSum >= 13,
+the others >= 18); a run-time axes tensor that is a graph input becomes a plan constant
+(runtime.engine.SHAPE_INPUTS). One work-item per output element walks the reduced set through a
+small (dims, strides) table, so any set of axes needs no transpose.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Optional, Sequence
+
+import numpy as np
+
+from ..ir import Graph, Node
+from . import _types as ty
+from .base import Launch, LowerCtx, device_op, i32
+from .elementwise import work_size
+
+log = logging.getLogger(__name__)
+
+_REDUCE = {"ReduceSum": "SUM", "ReduceMean": "MEAN", "ReduceMax": "MAX", "ReduceMin": "MIN",
+           "ReduceProd": "PROD", "ReduceL1": "L1", "ReduceL2": "L2", "ReduceLogSum": "LOGSUM",
+           "ReduceLogSumExp": "LOGSUMEXP", "ReduceSumSquare": "SUMSQUARE"}
+
+
+def _axes_from_input(op_type: str, opset: int) -> bool:
+    return opset >= (13 if op_type == "ReduceSum" else 18)
+
+
+def _supports_reduce(node: Node, graph: Graph) -> Optional[str]:
+    allowed = ty.numeric() if node.op_type not in ("ReduceLogSumExp", "ReduceLogSum") else ty.floats()
+    if node.op_type in ("ReduceMax", "ReduceMin"):
+        allowed = allowed | {ty.BOOL} if False else allowed
+    return ty.check(node, graph, allowed, [0])
+
+
+def _strides(shape: Sequence[int]) -> list:
+    st, acc = [0] * len(shape), 1
+    for d in range(len(shape) - 1, -1, -1):
+        st[d] = acc
+        acc *= int(shape[d])
+    return st
+
+
+def _merge(dims: list, strides: list) -> tuple:
+    """Drop unit dims and merge neighbours that are contiguous with each other."""
+    od, os_ = [], []
+    for d, s in zip(dims, strides):
+        if d == 1:
+            continue
+        if od and os_[-1] == s * d:
+            od[-1] *= d
+            os_[-1] = s
+        else:
+            od.append(int(d))
+            os_.append(int(s))
+    if not od:
+        return [1], [0]
+    return od, os_
+
+
+def reduce_meta(shape: Sequence[int], axes: Sequence[int]) -> tuple:
+    """(meta int32 array, RK, RR, n_out, n_red) for reducing `shape` over `axes`."""
+    st = _strides(shape)
+    kd, ks = _merge([int(shape[a]) for a in range(len(shape)) if a not in axes],
+                    [st[a] for a in range(len(shape)) if a not in axes])
+    rd, rs = _merge([int(shape[a]) for a in axes], [st[a] for a in axes])
+    n_out = int(np.prod([shape[a] for a in range(len(shape)) if a not in axes], dtype=np.int64))
+    n_red = int(np.prod([shape[a] for a in axes], dtype=np.int64))
+    meta = np.array(kd + ks + rd + rs, dtype=np.int32)
+    return meta, len(kd), len(rd), n_out, n_red
+
+
+def _reduce_axes(ctx: LowerCtx) -> list:
+    x = ctx.inputs[0]
+    r = len(x.shape)
+    op = ctx.node.op_type
+    noop = int(ctx.attr("noop_with_empty_axes", 0))
+    if _axes_from_input(op, ctx.opset):
+        if ctx.has_input(1):
+            c = ctx.const(1)
+            if c is None:
+                raise ValueError(f"{ctx.node.name}: {op} with run-time axes")
+            axes = [int(a) for a in np.asarray(c).reshape(-1)]
+        else:
+            axes = []
+    else:
+        axes = list(ctx.attr("axes", []) or [])
+    if not axes:
+        return [] if noop else list(range(r))
+    return sorted({ty.norm_axis(a, r) for a in axes})
+
+
+def _empty_value(op: str, dt: np.dtype) -> str:
+    if dt.kind == "f":
+        return "(-INFINITY)" if op == "MAX" else "INFINITY"
+    info = np.iinfo(dt)
+    return f"({int(info.min)})" if op == "MAX" else f"({int(info.max)}UL)" if dt.kind == "u" else f"({int(info.max)})"
+
+
+@device_op(*_REDUCE, supports=_supports_reduce)
+def lower_reduce(ctx: LowerCtx) -> list:
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    op = _REDUCE[ctx.node.op_type]
+    axes = _reduce_axes(ctx)
+    meta, rk, rr, n_out, n_red = reduce_meta(x.shape, axes)
+    dt = np.dtype(x.dtype)
+    defines = ty.type_defines(T=dt, TO=np.dtype(out.dtype))
+    defines.update({f"OP_{op}": None, "ACC": ty.acc_type(dt), "RK": rk, "RR": rr})
+    if op in ("MAX", "MIN"):
+        defines["EMPTY"] = _empty_value(op, dt)
+    g, l = work_size(ctx, n_out)
+    return [Launch("reduce", "reduce", g, [ctx.buf(0), ctx.out(0), i32(n_out), i32(n_red),
+                                           ctx.const_buffer(meta)], l, defines, ctx.label())]
+
+
+def _supports_arg(node: Node, graph: Graph) -> Optional[str]:
+    return ty.check(node, graph, ty.numeric(), [0])
+
+
+@device_op("ArgMax", "ArgMin", supports=_supports_arg)
+def lower_arg(ctx: LowerCtx) -> list:
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    axis = ty.norm_axis(ctx.attr("axis", 0), len(x.shape))
+    shape = list(x.shape)
+    st = _strides(shape)
+    kd, ks = _merge([shape[a] for a in range(len(shape)) if a != axis], [st[a] for a in range(len(shape)) if a != axis])
+    meta = np.array(kd + ks + [shape[axis], st[axis]], dtype=np.int32)
+    n_out = out.size
+    defines = ty.type_defines(T=np.dtype(x.dtype))
+    defines.update({"OP_" + ctx.node.op_type.upper(): None, "RK": len(kd), "RR": 1})
+    g, l = work_size(ctx, n_out)
+    return [Launch("reduce", "argreduce", g, [ctx.buf(0), ctx.out(0), i32(n_out), i32(shape[axis]),
+                                              ctx.const_buffer(meta), i32(int(ctx.attr("select_last_index", 0)))],
+                   l, defines, ctx.label())]
+
+
+def _axis_meta(shape: Sequence[int], axis: int) -> tuple:
+    shape = list(shape)
+    st = _strides(shape)
+    kd, ks = _merge([shape[a] for a in range(len(shape)) if a != axis], [st[a] for a in range(len(shape)) if a != axis])
+    meta = np.array(kd + ks + [shape[axis], st[axis]], dtype=np.int32)
+    n_out = int(np.prod([shape[a] for a in range(len(shape)) if a != axis], dtype=np.int64))
+    return meta, len(kd), n_out
+
+
+def _supports_hardmax(node: Node, graph: Graph) -> Optional[str]:
+    return ty.check(node, graph, ty.floats(), [0])
+
+
+@device_op("Hardmax", supports=_supports_hardmax)
+def lower_hardmax(ctx: LowerCtx) -> list:
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    r = len(x.shape)
+    if ctx.opset < 13:  # coerced to 2-D at `axis`, the max over the flattened trailing dims
+        axis = ty.norm_axis(ctx.attr("axis", 1), r)
+        outer = int(np.prod(x.shape[:axis], dtype=np.int64))
+        shape, axis = (outer, int(np.prod(x.shape[axis:], dtype=np.int64))), 1
+    else:
+        axis, shape = ty.norm_axis(ctx.attr("axis", -1), r), x.shape
+    meta, rk, n_out = _axis_meta(shape, axis)
+    defines = ty.type_defines(T=np.dtype(x.dtype))
+    defines.update({"RK": rk, "RR": 1})
+    g, l = work_size(ctx, n_out)
+    return [Launch("reduce", "hardmax", g, [ctx.buf(0), ctx.out(0), i32(n_out), i32(shape[axis]),
+                                            ctx.const_buffer(meta)], l, defines, ctx.label())]
+
+
+def _supports_scan(node: Node, graph: Graph) -> Optional[str]:
+    return ty.check(node, graph, ty.numeric(), [0])
+
+
+@device_op("CumSum", "CumProd", supports=_supports_scan)
+def lower_scan(ctx: LowerCtx) -> list:
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    c = ctx.const(1)
+    if c is None:
+        raise ValueError(f"{ctx.node.name}: {ctx.node.op_type} with a run-time axis")
+    axis = ty.norm_axis(int(np.asarray(c).reshape(-1)[0]), len(x.shape))
+    meta, rk, n_out = _axis_meta(x.shape, axis)
+    dt = np.dtype(x.dtype)
+    defines = ty.type_defines(T=dt)
+    defines.update({"RK": rk, "RR": 1, "ACC": ty.acc_type(dt), "OP_" + ctx.node.op_type.upper(): None})
+    g, l = work_size(ctx, n_out)
+    return [Launch("reduce", "scan", g, [ctx.buf(0), ctx.out(0), i32(n_out), i32(x.shape[axis]),
+                                         ctx.const_buffer(meta), i32(int(ctx.attr("exclusive", 0))),
+                                         i32(int(ctx.attr("reverse", 0)))], l, defines, ctx.label())]

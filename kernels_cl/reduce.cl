@@ -1,0 +1,169 @@
+/* Reductions over arbitrary axes (ReduceSum/Mean/Max/Min/Prod/L1/L2/LogSum/LogSumExp/SumSquare),
+ * ArgMax/ArgMin, and scans along one axis (CumSum/CumProd). One work-item per output element.
+ *   T     input storage type        TO   output storage type      ACC  accumulator type
+ *   OP_<NAME>  which reduction      RK   kept rank (>= 1)          RR   reduced rank (>= 1)
+ *   EMPTY value written when the reduced set is empty (Max/Min)
+ * meta (int32): kept dims[RK], kept input strides[RK], reduced dims[RR], reduced input strides[RR].
+ */
+#ifdef USE_FP64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
+#ifndef T
+#define T float
+#endif
+#ifndef TO
+#define TO T
+#endif
+#ifndef ACC
+#define ACC float
+#endif
+#ifndef RK
+#define RK 1
+#endif
+#ifndef RR
+#define RR 1
+#endif
+#ifndef EMPTY
+#define EMPTY 0
+#endif
+
+inline int kept_offset(int o, __global const int* meta) {
+    int base = 0;
+    for (int d = RK - 1; d >= 0; --d) {
+        const int dim = meta[d];
+        const int q = o / dim;
+        base += (o - q * dim) * meta[RK + d];
+        o = q;
+    }
+    return base;
+}
+
+inline int red_offset(int r, __global const int* meta) {
+    int off = 0;
+    for (int d = RR - 1; d >= 0; --d) {
+        const int dim = meta[2 * RK + d];
+        const int q = r / dim;
+        off += (r - q * dim) * meta[2 * RK + RR + d];
+        r = q;
+    }
+    return off;
+}
+
+__kernel void reduce(__global const T* x, __global TO* y, const int n_out, const int n_red,
+                     __global const int* restrict meta) {
+    const int o = get_global_id(0);
+    if (o >= n_out) return;
+    const int base = kept_offset(o, meta);
+#if defined(OP_MAX) || defined(OP_MIN)
+    if (n_red == 0) { y[o] = (TO)(EMPTY); return; }
+    ACC acc = (ACC)x[base + red_offset(0, meta)];
+    for (int r = 1; r < n_red; ++r) {
+        const ACC v = (ACC)x[base + red_offset(r, meta)];
+#ifdef OP_MAX
+        if (v > acc || v != v) acc = v;
+#else
+        if (v < acc || v != v) acc = v;
+#endif
+    }
+    y[o] = (TO)acc;
+#elif defined(OP_LOGSUMEXP)
+    ACC mx = -INFINITY;
+    for (int r = 0; r < n_red; ++r) {
+        const ACC v = (ACC)x[base + red_offset(r, meta)];
+        if (v > mx && !isinf(v)) mx = v;
+    }
+    if (mx == -INFINITY) mx = 0;
+    ACC s = 0;
+    for (int r = 0; r < n_red; ++r) s += exp((ACC)x[base + red_offset(r, meta)] - mx);
+    y[o] = (TO)(log(s) + mx);
+#else
+#ifdef OP_PROD
+    ACC acc = (ACC)1;
+#else
+    ACC acc = (ACC)0;
+#endif
+    for (int r = 0; r < n_red; ++r) {
+        const ACC v = (ACC)x[base + red_offset(r, meta)];
+#if defined(OP_PROD)
+        acc *= v;
+#elif defined(OP_L1)
+        acc += v < (ACC)0 ? -v : v;
+#elif defined(OP_L2) || defined(OP_SUMSQUARE)
+        acc += v * v;
+#else
+        acc += v;
+#endif
+    }
+#if defined(OP_MEAN)
+    y[o] = (TO)(acc / (ACC)n_red);
+#elif defined(OP_L2)
+    y[o] = (TO)sqrt((float)acc);
+#elif defined(OP_LOGSUM)
+    y[o] = (TO)log((float)acc);
+#else
+    y[o] = (TO)acc;
+#endif
+#endif
+}
+
+/* ArgMax/ArgMin along one axis: meta as above with RR == 1; output int64. */
+__kernel void argreduce(__global const T* x, __global long* y, const int n_out, const int n_red,
+                        __global const int* restrict meta, const int select_last) {
+    const int o = get_global_id(0);
+    if (o >= n_out) return;
+    const int base = kept_offset(o, meta);
+    const int st = meta[2 * RK + RR];
+    T best = x[base];
+    int bi = 0;
+    for (int r = 1; r < n_red; ++r) {
+        const T v = x[base + r * st];
+#ifdef OP_ARGMAX
+        const int better = select_last ? (v >= best) : (v > best);
+#else
+        const int better = select_last ? (v <= best) : (v < best);
+#endif
+        if (better) { best = v; bi = r; }
+    }
+    y[o] = (long)bi;
+}
+
+/* Hardmax along one axis: 1 at the first maximum, 0 elsewhere (meta as argreduce). */
+__kernel void hardmax(__global const T* x, __global T* y, const int n_out, const int n_red,
+                      __global const int* restrict meta) {
+    const int o = get_global_id(0);
+    if (o >= n_out) return;
+    const int base = kept_offset(o, meta);
+    const int st = meta[2 * RK + RR];
+    T best = x[base];
+    int bi = 0;
+    for (int r = 1; r < n_red; ++r) {
+        const T v = x[base + r * st];
+        if (v > best) { best = v; bi = r; }
+    }
+    for (int r = 0; r < n_red; ++r) y[base + r * st] = (T)(r == bi ? 1 : 0);
+}
+
+/* CumSum/CumProd along one axis (meta as argreduce), exclusive and/or reverse. */
+__kernel void scan(__global const T* x, __global T* y, const int n_out, const int n_red,
+                   __global const int* restrict meta, const int exclusive, const int reverse) {
+    const int o = get_global_id(0);
+    if (o >= n_out) return;
+    const int base = kept_offset(o, meta);
+    const int st = meta[2 * RK + RR];
+#ifdef OP_CUMPROD
+    ACC acc = (ACC)1;
+#else
+    ACC acc = (ACC)0;
+#endif
+    for (int k = 0; k < n_red; ++k) {
+        const int r = reverse ? n_red - 1 - k : k;
+        const ACC v = (ACC)x[base + r * st];
+        if (exclusive) y[base + r * st] = (T)acc;
+#ifdef OP_CUMPROD
+        acc *= v;
+#else
+        acc += v;
+#endif
+        if (!exclusive) y[base + r * st] = (T)acc;
+    }
+}
