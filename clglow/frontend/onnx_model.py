@@ -110,7 +110,8 @@ def check_model(proto: onnx.ModelProto) -> None:
     try:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as e:
-        raise InvalidModel(f"onnx.checker rejected the model: {str(e).strip().splitlines()[0]}") from None
+        # the whole message, on one line: its "Context" part names the node or tensor
+        raise InvalidModel(f"onnx.checker rejected the model: {' '.join(str(e).split())}") from None
     except Exception as e:
         raise InvalidModel(f"onnx.checker failed: {e}") from None
 
