@@ -255,6 +255,13 @@ def import_model(proto: onnx.ModelProto, weights: Optional[Mapping[str, np.ndarr
 
     graph_inputs = [vi.name for vi in g.input if vi.name not in init_names]
     outputs = [vi.name for vi in g.output]
+    if not outputs:
+        raise InvalidModel(f"graph {g.name or '(unnamed)'!r} has no outputs")
+    seen_out: set = set()
+    for name in outputs:
+        if name in seen_out:
+            raise InvalidModel("graph output is listed more than once", tensor=name)
+        seen_out.add(name)
     for name in outputs:
         if name not in values:
             raise InvalidModel("graph output is never produced", tensor=name)
