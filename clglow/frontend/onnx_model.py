@@ -197,6 +197,7 @@ def import_model(proto: onnx.ModelProto, weights: Optional[Mapping[str, np.ndarr
     if check:
         check_model(proto)
     opsets = {(o.domain if o.domain != "ai.onnx" else ""): int(o.version) for o in proto.opset_import}
+    _check_opsets(opsets)
     if "" not in opsets:
         opsets[""] = 1 if not proto.opset_import else opsets.get("", 1)
     inferred = infer_shapes(proto)
@@ -268,6 +269,15 @@ def import_model(proto: onnx.ModelProto, weights: Optional[Mapping[str, np.ndarr
     graph = Graph(nodes, values, graph_inputs, outputs, opsets, g.name or "graph", int(proto.ir_version))
     _check_topology(graph)
     return graph
+
+
+def _check_opsets(opsets: Mapping[str, int]) -> None:
+    """Refuse opsets newer than the installed onnx knows (onnx.checker accepts, say, opset 999)."""
+    newest = onnx.defs.onnx_opset_version()
+    for domain, version in opsets.items():
+        if domain == "" and version > newest:
+            raise InvalidModel(f"opset {version} of domain 'ai.onnx' is newer than the newest supported "
+                               f"({newest})")
 
 
 def _check_topology(graph: Graph) -> None:
