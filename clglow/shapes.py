@@ -71,6 +71,59 @@ def infer_node(node: Node, graph: Graph) -> dict:
     return {k: type_to_dtype_shape(tp) for k, tp in out.items()}
 
 
+def _static_shape(graph: Graph, name: str) -> Optional[tuple]:
+    v = graph.values.get(name)
+    return tuple(v.shape) if v is not None and v.is_static else None
+
+
+def check_node(node: Node, graph: Graph) -> None:
+    """Checks onnx's shape inference does not make: constant Gather indices in range, Reshape
+    targets with the input's element count. Raises InvalidModel naming the node and tensor."""
+    if node.domain not in ("", "ai.onnx"):
+        return
+    if node.op_type == "Gather":
+        shape, idx = _static_shape(graph, node.input(0)), graph.const(node.input(1))
+        if shape is None or idx is None or idx.size == 0 or idx.dtype.kind not in "iu" or not shape:
+            return
+        axis = int(node.attr("axis", 0))
+        axis = axis + len(shape) if axis < 0 else axis
+        if not 0 <= axis < len(shape):
+            raise InvalidModel(f"Gather axis {node.attr('axis', 0)} is out of range for rank {len(shape)}",
+                               node=node.name)
+        dim = int(shape[axis])
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < -dim or hi >= dim:
+            bad = lo if lo < -dim else hi
+            raise InvalidModel(f"Gather index {bad} is out of range [{-dim}, {dim - 1}] for axis {axis} of "
+                               f"{node.input(0)!r} (shape {list(shape)})", node=node.name, tensor=node.input(1))
+    elif node.op_type == "Reshape":
+        shape, target = _static_shape(graph, node.input(0)), graph.const(node.input(1))
+        if shape is None or target is None or target.dtype.kind not in "iu":
+            return
+        dims = [int(d) for d in np.asarray(target).reshape(-1)]
+        allowzero = int(node.attr("allowzero", 0) or 0)
+        total = int(np.prod(shape, dtype=object))
+        known, infer = 1, 0
+        for i, d in enumerate(dims):
+            if d == -1:
+                infer += 1
+            elif d < -1:
+                infer = 2  # reported below
+            elif d == 0 and not allowzero:
+                if i >= len(shape):
+                    raise InvalidModel(f"Reshape target {dims} copies dimension {i} (0) of a rank-{len(shape)} "
+                                       f"input", node=node.name, tensor=node.input(1))
+                known *= int(shape[i])
+            else:
+                known *= d
+        ok = infer <= 1 and (total == known if infer == 0 else (total % known == 0 if known else total == 0))
+        if allowzero and infer and 0 in dims:
+            ok = False
+        if not ok:
+            raise InvalidModel(f"cannot reshape {node.input(0)!r} of shape {list(shape)} ({total} elements) to "
+                               f"{dims}", node=node.name, tensor=node.input(1))
+
+
 def _fold_shape_op(node: Node, graph: Graph) -> Optional[np.ndarray]:
     if node.domain not in ("", "ai.onnx"):
         return None
@@ -111,6 +164,7 @@ def specialize(graph: Graph, input_types: Mapping[str, tuple]) -> tuple[Graph, O
                 arr = np.asarray(arr)
                 g.values[name] = Value(name, arr.dtype, tuple(arr.shape), arr)
             continue
+        check_node(node, g)
         inferred = infer_node(node, g)
         complete = True
         for o in node.outputs:
