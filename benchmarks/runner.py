@@ -75,10 +75,21 @@ def alternate(backends: dict[str, Callable[[], object]], repeat: int, warmup: in
 def ort_session(model_bytes: bytes):
     import onnxruntime as ort
 
+    return ort.InferenceSession(model_bytes, ort_options(), providers=["CPUExecutionProvider"])
+
+
+def ort_options():
+    """onnxruntime's CPU provider with one intra-op thread per core and spin-waiting off: its
+    spinning threads would otherwise steal the cores from whatever runs next (clglow, numpy) and,
+    on a machine shared with other jobs, slow onnxruntime itself (measured here: ResNet-50 74 ms
+    with spinning, 38 ms without, while another job held one core)."""
+    import onnxruntime as ort
+
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = os.cpu_count() or 1
     opts.log_severity_level = 3
-    return ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return opts
 
 
 def clglow_session(model, profiling: bool = False):
@@ -249,10 +260,7 @@ def _child(argv: Sequence[str]) -> int:
         import onnxruntime as ort
 
         t1 = time.perf_counter()
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = os.cpu_count() or 1
-        opts.log_severity_level = 3
-        sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(path, ort_options(), providers=["CPUExecutionProvider"])
         t2 = time.perf_counter()
         feeds = dict(np.load(feeds_path))
         t2b = time.perf_counter()
@@ -374,12 +382,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     dev = os.environ.get("CLGLOW_DEVICE", "(unset)")
     t_start = time.perf_counter()
+    load0 = os.getloadavg()[0]
     results = []
     for spec, b in cases:
         log(f"benchmarking {spec} batch {b} ...")
         results.append(bench_model(spec, b, args.repeat, args.warmup, log))
     header = (f"clglow {clglow.__version__} on {results[0].device if results else '?'} (CLGLOW_DEVICE={dev}); onnxruntime "
-              f"{onnxruntime.__version__} CPUExecutionProvider, intra_op_num_threads={os.cpu_count()}; "
+              f"{onnxruntime.__version__} CPUExecutionProvider, intra_op_num_threads={os.cpu_count()}, "
+              f"allow_spinning=0; "
               f"numpy {np.__version__}; {os.cpu_count()} CPUs; warmup {args.warmup}, repeat {args.repeat}, alternating")
     out = [header, "", "### Latency and throughput", "", model_table(results), "",
            "clglow/ORT is the ratio of medians (below 1: clglow faster). GFLOP/s counts Conv/Gemm/MatMul only.",
@@ -396,7 +406,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         log("GEMM ...")
         gemm_rows = gemm.bench(repeat=max(5, args.repeat // 2), warmup=args.warmup, log=log)
         out += ["### SGEMM (one-node MatMul models)", "", gemm.table(gemm_rows), ""]
-    out.append(f"total benchmark time {time.perf_counter() - t_start:.0f} s")
+    out.append(f"total benchmark time {time.perf_counter() - t_start:.0f} s; load average at the end "
+               f"{os.getloadavg()[0]:.2f} (at the start {load0:.2f})")
     print("\n".join(out))
     if args.json:
         with open(args.json, "w") as f:
