@@ -24,7 +24,7 @@ from ..lower import LowerCtx, TensorInfo, lookup
 from ..lower.base import Buf, ConstBuf, Launch, Scratch
 from ..errors import UnsupportedNode, UnsupportedOperator
 from ..partition import DEVICE, HOST, Placement, place
-from .host import HostKernel
+from .host import HostKernel, _outer_scope_names
 from .memory import Interval, assign_buffers
 
 log = logging.getLogger(__name__)
@@ -222,8 +222,9 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
     graph_inputs = set(graph.inputs)
     for node, launches, is_host in lowered:
         idx = len(steps)
-        if is_host:
-            for i in node.inputs:
+        if is_host:  # subgraph bodies (If/Loop/Scan) may read outer-scope values too
+            outer = [n for n in _outer_scope_names(node) if n not in node.inputs and n in graph.values]
+            for i in list(node.inputs) + outer:
                 if i and (r(i) in on_device or i in on_device) and graph.values[i].const is None:
                     downloads_needed.add(i)
                     use(i, idx)
