@@ -11,6 +11,9 @@
  * Plain a*b+c is used rather than fma()/mad(), and no vloadN/vstoreN, because
  * pocl does not inline those builtins.
  */
+#ifdef USE_FP64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
 #ifndef T0
 #define T0 float
 #endif
@@ -74,6 +77,44 @@
 #define UN(x) ((x) > 20.0f ? (x) : log1p(exp(x)))
 #elif defined(OP_SOFTSIGN)
 #define UN(x) ((x) / (1.0f + fabs(x)))
+#elif defined(OP_TAN)
+#define UN(x) tan(x)
+#elif defined(OP_ASIN)
+#define UN(x) asin(x)
+#elif defined(OP_ACOS)
+#define UN(x) acos(x)
+#elif defined(OP_ATAN)
+#define UN(x) atan(x)
+#elif defined(OP_SINH)
+#define UN(x) sinh(x)
+#elif defined(OP_COSH)
+#define UN(x) cosh(x)
+#elif defined(OP_ASINH)
+#define UN(x) asinh(x)
+#elif defined(OP_ACOSH)
+#define UN(x) acosh(x)
+#elif defined(OP_ATANH)
+#define UN(x) atanh(x)
+#elif defined(OP_GELU)
+#define UN(x) (0.5f * (x) * (1.0f + erf((x) * 0.7071067811865476f)))
+#elif defined(OP_GELU_TANH)
+#define UN(x) (0.5f * (x) * (1.0f + tanh(0.7978845608028654f * ((x) + 0.044715f * (x) * (x) * (x)))))
+#elif defined(OP_MISH)
+#define UN(x) ((x) * tanh((x) > 20.0f ? (x) : log1p(exp(x))))
+#elif defined(OP_CELU)
+#define UN(x) (max((T0)0, (x)) + min((T0)0, (T0)(alpha * (exp((x) / alpha) - 1.0f))))
+#elif defined(OP_THRESHRELU)
+#define UN(x) ((x) > alpha ? (x) : (T0)0)
+#elif defined(OP_SHRINK)
+#define UN(x) ((x) < -beta ? (T0)((x) + alpha) : ((x) > beta ? (T0)((x) - alpha) : (T0)0))
+#elif defined(OP_SWISH)
+#define UN(x) ((x) / (1.0f + exp(-alpha * (x))))
+#elif defined(OP_ISNAN)
+#define UN(x) ((x) != (x))
+#elif defined(OP_ISINF)
+#define UN(x) (isinf(x) && (((x) > 0 && ihi) || ((x) < 0 && ilo)))
+#elif defined(OP_BITNOT)
+#define UN(x) (~(x))
 #elif defined(OP_NOT)
 #define UN(x) ((x) == (T0)0)
 #elif defined(OP_CLIP)
@@ -99,8 +140,34 @@
 #define DIV(a, b) ((a) / (b))
 #define ISNAN(a) ((a) != (a))
 #endif
+#if defined(OP_MOD) || defined(OP_FMOD)
+inline T0 mod_op(T0 a, T1 b) {
+#ifdef IS_INT
+    if (b == (T1)0) return (T0)0;
+    T0 r = (T0)(a % b);
+#else
+    T0 r = fmod(a, (T0)b);
+#endif
+#ifdef OP_MOD
+    if (r != (T0)0 && ((r < (T0)0) != (b < (T1)0))) r += b;
+#endif
+    return r;
+}
+#endif
 #if defined(OP_ADD)
 #define BIN(a, b) ((a) + (b))
+#elif defined(OP_MOD) || defined(OP_FMOD)
+#define BIN(a, b) mod_op(a, b)
+#elif defined(OP_SHL)
+#define BIN(a, b) (((b) < (T1)0 || (b) >= (T1)(8 * sizeof(T0))) ? (T0)0 : (T0)(((ulong)(a)) << (b)))
+#elif defined(OP_SHR)
+#define BIN(a, b) (((b) < (T1)0 || (b) >= (T1)(8 * sizeof(T0))) ? ((a) < (T0)0 ? (T0)-1 : (T0)0) : (T0)((a) >> (b)))
+#elif defined(OP_BITAND)
+#define BIN(a, b) ((a) & (b))
+#elif defined(OP_BITOR)
+#define BIN(a, b) ((a) | (b))
+#elif defined(OP_BITXOR)
+#define BIN(a, b) ((a) ^ (b))
 #elif defined(OP_SUB)
 #define BIN(a, b) ((a) - (b))
 #elif defined(OP_MUL)
@@ -108,7 +175,11 @@
 #elif defined(OP_DIV)
 #define BIN(a, b) DIV(a, b)
 #elif defined(OP_POW)
+#ifdef USE_FP64
+#define BIN(a, b) pow((double)(a), (double)(b))
+#else
 #define BIN(a, b) pow((float)(a), (float)(b))
+#endif
 #elif defined(OP_MAX)
 #define BIN(a, b) (((a) > (b) || ISNAN(a)) ? (a) : (b))
 #elif defined(OP_MIN)
@@ -205,4 +276,22 @@ __kernel void ternary_bcast(__global const T0* a, __global const T1* b, __global
     const T1 vb = b[ob];
     const T2 vc = c[oc];
     out[i] = (TO)(TER(va, vb, vc));
+}
+
+/* Casts from/to float16 storage (half arithmetic is optional in OpenCL; these builtins are core). */
+__kernel void cast_from_half(__global const half* x, __global TO* y, const int n) {
+    const int i = get_global_id(0);
+    if (i < n) {
+        const float v = vload_half(i, x);
+#ifdef OP_CAST_BOOL
+        y[i] = (TO)(v != 0.0f);
+#else
+        y[i] = (TO)v;
+#endif
+    }
+}
+
+__kernel void cast_to_half(__global const T0* x, __global half* y, const int n) {
+    const int i = get_global_id(0);
+    if (i < n) vstore_half_rte((float)x[i], i, y);
 }

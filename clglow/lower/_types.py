@@ -88,3 +88,25 @@ def norm_axis(axis: int, rank: int) -> int:
     if axis < -max(rank, 1) or axis >= max(rank, 1):
         raise ValueError(f"axis {axis} out of range for rank {rank}")
     return axis + rank if axis < 0 else axis
+
+
+class DynSet:
+    """A set computed on first use (dtype sets that depend on the default device's extensions)."""
+
+    def __init__(self, fn):
+        self._fn = fn
+
+    def _get(self) -> set:
+        return set(self._fn())
+
+    def __contains__(self, x) -> bool:
+        return x in self._get()
+
+    def __iter__(self):
+        return iter(self._get())
+
+    def __or__(self, other) -> "DynSet":
+        return DynSet(lambda: self._get() | set(other))
+
+    def __ror__(self, other) -> "DynSet":
+        return DynSet(lambda: set(other) | self._get())

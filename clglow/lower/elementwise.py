@@ -14,13 +14,14 @@ import numpy as np
 
 from ..dtypes import cl_type
 from ..ir import Graph, Node
+from . import _types as ty
 from .base import ConstBuf, Launch, LowerCtx, device_op, f32, i32, i64, round_up
 
 log = logging.getLogger(__name__)
 
 _INT_LIMIT = 2 ** 31 - 1  # index math is int32
 
-_FLOAT = {np.dtype(np.float32)}
+_FLOAT = ty.DynSet(ty.floats)  # float32, and float64 where the default device has cl_khr_fp64
 _INTS = {np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64)}
 _NUMERIC = _FLOAT | _INTS
 _BOOL = {np.dtype(np.bool_)}
@@ -92,6 +93,8 @@ def _defines(op: str, types: Sequence[np.dtype], out: np.dtype, **extra) -> dict
         d[f"T{k}"] = cl_type(t)
     if np.dtype(types[0]) in _INTS or np.dtype(types[0]) in _BOOL:
         d["IS_INT"] = None
+    if any(np.dtype(t) == np.float64 for t in list(types) + [out]):
+        d["USE_FP64"] = None
     d.update(extra)
     return d
 
@@ -134,15 +137,22 @@ _UNARY_FLOAT = {"Sigmoid": "SIGMOID", "Tanh": "TANH", "LeakyRelu": "LEAKYRELU", 
                 "Sqrt": "SQRT", "Reciprocal": "RECIPROCAL", "Erf": "ERF", "Floor": "FLOOR", "Ceil": "CEIL",
                 "Round": "ROUND", "Sin": "SIN", "Cos": "COS", "Elu": "ELU", "Selu": "SELU",
                 "HardSigmoid": "HARDSIGMOID", "HardSwish": "HARDSWISH", "Softplus": "SOFTPLUS",
-                "Softsign": "SOFTSIGN"}
+                "Softsign": "SOFTSIGN", "Tan": "TAN", "Asin": "ASIN", "Acos": "ACOS", "Atan": "ATAN",
+                "Sinh": "SINH", "Cosh": "COSH", "Asinh": "ASINH", "Acosh": "ACOSH", "Atanh": "ATANH",
+                "Gelu": "GELU", "Mish": "MISH", "Celu": "CELU", "ThresholdedRelu": "THRESHRELU",
+                "Shrink": "SHRINK", "Swish": "SWISH"}
 _UNARY_NUMERIC = {"Relu": "RELU", "Neg": "NEG", "Abs": "ABS", "Sign": "SIGN"}
 _UNARY_PARAMS = {"LeakyRelu": (("alpha", 0.01), None), "Elu": (("alpha", 1.0), None),
                  "Selu": (("alpha", 1.67326319217681884765625), ("gamma", 1.05070102214813232421875)),
-                 "HardSigmoid": (("alpha", 0.2), ("beta", 0.5))}
-_SIGNED = {np.dtype(t) for t in (np.float32, np.int8, np.int16, np.int32, np.int64)}
+                 "HardSigmoid": (("alpha", 0.2), ("beta", 0.5)), "Celu": (("alpha", 1.0), None),
+                 "ThresholdedRelu": (("alpha", 1.0), None), "Shrink": (("bias", 0.0), ("lambd", 0.5)),
+                 "Swish": (("alpha", 1.0), None)}
+_SIGNED = ty.DynSet(lambda: ty.floats() | ty.SIGNED)
 
 
 def _supports_unary_float(node: Node, graph: Graph) -> Optional[str]:
+    if node.op_type == "Shrink":
+        return check_dtypes(node, graph, _SIGNED)
     return check_dtypes(node, graph, _FLOAT)
 
 
@@ -160,6 +170,8 @@ def lower_unary(ctx: LowerCtx) -> list:
     _too_big(ctx)
     op_type = ctx.node.op_type
     op = _UNARY_FLOAT.get(op_type) or _UNARY_NUMERIC[op_type]
+    if op == "GELU" and ctx.attr("approximate", "none") == "tanh":
+        op = "GELU_TANH"
     params = [0.0, 0.0]
     for k, p in enumerate(_UNARY_PARAMS.get(op_type, (None, None))):
         if p is not None:
@@ -180,12 +192,40 @@ def lower_not(ctx: LowerCtx) -> list:
     return [unary_launch(ctx, "NOT", ctx.buf(0), ctx.out(0), n, np.dtype(np.bool_), np.dtype(np.bool_))]
 
 
+def _supports_isx(node: Node, graph: Graph) -> Optional[str]:
+    return check_dtypes(node, graph, _FLOAT)
+
+
+@device_op("IsNaN", "IsInf", supports=_supports_isx)
+def lower_isx(ctx: LowerCtx) -> list:
+    n = ctx.outputs[0].size
+    if n == 0:
+        return []
+    dt = np.dtype(ctx.inputs[0].dtype)
+    op = ctx.node.op_type.upper()
+    return [unary_launch(ctx, op, ctx.buf(0), ctx.out(0), n, dt, np.dtype(np.bool_),
+                         ilo=int(ctx.attr("detect_negative", 1)), ihi=int(ctx.attr("detect_positive", 1)))]
+
+
+def _supports_bitnot(node: Node, graph: Graph) -> Optional[str]:
+    return check_dtypes(node, graph, _INTS)
+
+
+@device_op("BitwiseNot", supports=_supports_bitnot)
+def lower_bitnot(ctx: LowerCtx) -> list:
+    n = ctx.outputs[0].size
+    if n == 0:
+        return []
+    dt = np.dtype(ctx.inputs[0].dtype)
+    return [unary_launch(ctx, "BITNOT", ctx.buf(0), ctx.out(0), n, dt, dt)]
+
+
 # --- Cast ----------------------------------------------------------------------------------------
 def _supports_cast(node: Node, graph: Graph) -> Optional[str]:
     src = dtype_of(graph, node.input(0))
     dst = dtype_of(graph, node.outputs[0])
     for dt in (src, dst):
-        if dt is not None and dt not in _ALL:
+        if dt is not None and dt not in _ALL and dt != np.float16:
             return f"Cast involving {dt.name} is not handled by the OpenCL kernel"
     if node.attr("saturate") is not None and dst is not None and dst not in _ALL:
         return "saturating float8 casts run on the host"
@@ -200,6 +240,14 @@ def lower_cast(ctx: LowerCtx) -> list:
         return []
     _too_big(ctx)
     src, dst = np.dtype(ctx.inputs[0].dtype), np.dtype(out.dtype)
+    if np.float16 in (src, dst) and src != dst:  # half is storage only: vload_half / vstore_half
+        g, l = work_size(ctx, out.size)
+        other = dst if src == np.float16 else src
+        defines = _defines("CAST_BOOL" if dst == np.bool_ else "CAST", [other], other)
+        kernel = "cast_from_half" if src == np.float16 else "cast_to_half"
+        return [Launch("elementwise", kernel, g, [ctx.buf(0), ctx.out(0), i32(out.size)], l, defines, ctx.label())]
+    if src == dst == np.float16:
+        src = dst = np.dtype(np.uint16)  # a bit copy
     op = "CAST_BOOL" if dst == np.bool_ and src != np.bool_ else "CAST"
     return [unary_launch(ctx, op, ctx.buf(0), ctx.out(0), out.size, src, dst)]
 
@@ -217,7 +265,7 @@ def lower_clip(ctx: LowerCtx) -> list:
         return []
     _too_big(ctx)
     dt = np.dtype(ctx.inputs[0].dtype)
-    is_float = dt in _FLOAT
+    is_float = dt.kind == "f"
     if is_float:
         lo_d, hi_d = -np.inf, np.inf
     else:
@@ -253,14 +301,17 @@ def lower_clip(ctx: LowerCtx) -> list:
 # --- binary & variadic ---------------------------------------------------------------------------
 _BINARY = {"Add": "ADD", "Sub": "SUB", "Mul": "MUL", "Div": "DIV", "Pow": "POW", "PRelu": "PRELU",
            "Equal": "EQUAL", "Less": "LESS", "Greater": "GREATER", "LessOrEqual": "LESSOREQUAL",
-           "GreaterOrEqual": "GREATEROREQUAL", "And": "AND", "Or": "OR", "Xor": "XOR"}
+           "GreaterOrEqual": "GREATEROREQUAL", "And": "AND", "Or": "OR", "Xor": "XOR", "Mod": "MOD",
+           "BitShift": "SHL", "BitwiseAnd": "BITAND", "BitwiseOr": "BITOR", "BitwiseXor": "BITXOR"}
 _VARIADIC = {"Sum": "ADD", "Mean": "ADD", "Max": "MAX", "Min": "MIN"}
 
 
 def _supports_binary(node: Node, graph: Graph) -> Optional[str]:
     op = node.op_type
     if op == "Pow":
-        return check_dtypes(node, graph, _FLOAT, [0]) or check_dtypes(node, graph, _FLOAT | _INTS, [1])
+        return check_dtypes(node, graph, _NUMERIC, [0]) or check_dtypes(node, graph, _NUMERIC, [1])
+    if op in ("BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor"):
+        return check_dtypes(node, graph, _INTS)
     if op in ("And", "Or", "Xor"):
         return check_dtypes(node, graph, _BOOL)
     if op == "Equal":
@@ -281,7 +332,12 @@ def lower_binary(ctx: LowerCtx) -> list:
     ins = [(ctx.buf(i), ctx.inputs[i]) for i in range(len(ctx.inputs)) if ctx.has_input(i)]
     if op_type in _BINARY:
         (a, ta), (b, tb) = ins[0], ins[1]
-        return [binary_launch(ctx, _BINARY[op_type], a, b, ctx.out(0), ta.shape, tb.shape, out.shape,
+        op = _BINARY[op_type]
+        if op == "MOD" and int(ctx.attr("fmod", 0)):
+            op = "FMOD"
+        if op == "SHL" and ctx.attr("direction", "LEFT") == "RIGHT":
+            op = "SHR"
+        return [binary_launch(ctx, op, a, b, ctx.out(0), ta.shape, tb.shape, out.shape,
                               ta.dtype, tb.dtype, out.dtype)]
     op = _VARIADIC[op_type]
     dt = np.dtype(out.dtype)
