@@ -1,0 +1,59 @@
+"""The supported-operator table, generated from the op registry: `python -m clglow.ops_table`.
+
+Prints markdown: every ai.onnx operator of the installed onnx with where clglow runs it
+(OpenCL kernel, host fallback through onnx.reference, or neither). An OpenCL op may still
+decline some attribute/dtype combinations (supports()); those nodes fall back to the host.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Optional, TextIO
+
+from onnx import defs
+
+
+def _host_ok(op: str, domain: str, opset: int) -> bool:
+    try:
+        from onnx.reference.ops import load_op
+
+        load_op(domain, op, opset)
+        return True
+    except Exception:
+        return False
+
+
+def rows(domain: str = "") -> list:
+    """[(op, on OpenCL, on host)] for the latest schema of every op in `domain`."""
+    from .lower import REGISTRY
+
+    latest: dict = {}
+    for s in defs.get_all_schemas_with_history():
+        if s.domain != domain or s.deprecated:
+            continue
+        if s.name not in latest or s.since_version > latest[s.name]:
+            latest[s.name] = s.since_version
+    out = []
+    for op in sorted(latest):
+        out.append((op, (domain, op) in REGISTRY, _host_ok(op, domain, latest[op])))
+    return out
+
+
+def markdown(domain: str = "") -> str:
+    lines = ["| Operator | OpenCL | Host fallback |", "|---|:---:|:---:|"]
+    table = rows(domain)
+    for op, dev, host in table:
+        lines.append(f"| {op} | {'yes' if dev else ''} | {'yes' if host else ''} |")
+    n_dev = sum(1 for _, d, _ in table if d)
+    n_any = sum(1 for _, d, h in table if d or h)
+    lines.append("")
+    lines.append(f"{n_dev} of {len(table)} ai.onnx operators have an OpenCL kernel; {n_any} run "
+                 f"(OpenCL or host fallback).")
+    return "\n".join(lines)
+
+
+def main(out: Optional[TextIO] = None) -> None:
+    (out or sys.stdout).write(markdown() + "\n")
+
+
+if __name__ == "__main__":
+    main()
