@@ -120,9 +120,12 @@
 #elif defined(OP_CLIP)
 /* alpha/beta carry the bounds for float; lo/hi ints for integer types */
 #ifdef IS_INT
-#define UN(x) ((x) < (T0)ilo ? (T0)ilo : ((x) > (T0)ihi ? (T0)ihi : (x)))
+/* max first, then min: with lo > hi every element becomes hi (numpy.clip, onnx.reference) */
+#define CLIPLH(x, lo, hi) (((x) < (lo) ? (lo) : (x)) > (hi) ? (hi) : ((x) < (lo) ? (lo) : (x)))
+#define UN(x) CLIPLH(x, (T0)ilo, (T0)ihi)
 #else
-#define UN(x) ((x) < alpha ? alpha : ((x) > beta ? beta : (x)))
+#define CLIPLH(x, lo, hi) (((x) < (lo) ? (lo) : (x)) > (hi) ? (hi) : ((x) < (lo) ? (lo) : (x)))
+#define UN(x) CLIPLH(x, (T0)alpha, (T0)beta)
 #endif
 #elif defined(OP_SCALE)
 #define UN(x) ((x) * alpha)
@@ -210,7 +213,7 @@ inline T0 mod_op(T0 a, T1 b) {
 #if defined(OP_WHERE)
 #define TER(a, b, c) ((a) ? (b) : (c))
 #elif defined(OP_CLIP3)
-#define TER(a, b, c) ((a) < (b) ? (b) : ((a) > (c) ? (c) : (a)))
+#define TER(a, b, c) ((((a) < (b) ? (b) : (a)) > (c)) ? (c) : ((a) < (b) ? (b) : (a)))
 #else
 #define TER(a, b, c) (a)
 #endif

@@ -316,6 +316,8 @@ def _supports_binary(node: Node, graph: Graph) -> Optional[str]:
         return check_dtypes(node, graph, _BOOL)
     if op == "Equal":
         return check_dtypes(node, graph, _ALL)
+    if op == "PRelu" and graph.opset(node.domain) < 7:
+        return "PRelu before opset 7 broadcasts the slope per channel; it runs on the host"
     if op in ("PRelu", "Mean"):
         return check_dtypes(node, graph, _FLOAT)
     return check_dtypes(node, graph, _NUMERIC)
