@@ -73,7 +73,9 @@ def fold_node(node: Node, graph: Graph) -> Optional[list]:
         return None
     check_size(node, graph)
     try:
-        return HostKernel(node, graph).run([graph.const(i) if i else None for i in node.inputs if i])
+        kernel = HostKernel(node, graph)
+        # one array per kernel input name: it lists a repeated input (Concat(b, b)) once
+        return kernel.run([graph.const(i) for i in kernel.input_names])
     except InvalidModel:
         raise
     except Exception as e:  # leave it to run time rather than fail the load
