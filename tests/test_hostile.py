@@ -483,3 +483,14 @@ def test_one_session_from_8_threads():
     assert sorted(results) == list(range(len(xs)))
     for i, y in enumerate(sequential):
         np.testing.assert_array_equal(results[i], y)
+
+
+def test_folded_node_with_a_repeated_input():
+    """Concat(a, a, b) of constants folds to [2, 2, 3] (a repeated input once shifted the later ones)."""
+    inits = [numpy_helper.from_array(np.array([2], np.int64), "two"),
+             numpy_helper.from_array(np.array([3], np.int64), "three")]
+    nodes = [helper.make_node("Concat", ["two", "two", "three"], ["shape"], name="cat", axis=0),
+             helper.make_node("Reshape", ["x", "shape"], ["y"], name="rs")]
+    s = clglow.InferenceSession(_model(nodes, [_vi("x", [12])], [_vi("y", [2, 2, 3])], inits))
+    x = np.arange(12, dtype=np.float32)
+    np.testing.assert_array_equal(s.run(None, {"x": x})[0], x.reshape(2, 2, 3))
