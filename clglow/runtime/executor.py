@@ -232,12 +232,14 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
                     host_inputs.append(i)
             steps.append(("host", node))
             continue
+        bound = {a.name for launch in launches for a in launch.args if isinstance(a, Buf)}
         for i in node.inputs:
             if not i:
                 continue
             v = graph.values[i]
             if v.const is not None:
-                consts_on_device.add(i)
+                if i in bound:  # constants a kernel reads as they are (packed copies come as ConstBuf)
+                    consts_on_device.add(i)
                 continue
             if r(i) not in on_device and i not in uploaded:  # produced on the host or a graph input
                 uploaded.add(i)
