@@ -1,2 +1,31 @@
-"""The commented exclusion list: every suite case that neither passes nor skips, with why."""
-EXCLUDED: list = []
+"""The one commented exclusion list of the ONNX backend suite: (regex on the test name, reason).
+
+Every case not listed here passes, or skips with UnsupportedOperator when host fallback is
+disabled. Grouped by cause; the first groups are clglow limitations to work on.
+"""
+
+EXCLUDED: list = [
+    # --- sequences and optionals: the session API takes and returns tensors only ------------------------
+    (r"^test_(identity_opt|identity_sequence|if_opt|if_seq)_", "sequence/optional graph outputs"),
+    (r"^test_optional_(get_element_optional_sequence|get_element_sequence|has_element_empty_optional_input)_",
+     "sequence/optional graph inputs"),
+    (r"^test_sequence_(insert_at_back|insert_at_front)_", "sequence graph inputs"),
+    (r"^test_sequence_map_", "sequence graph inputs/outputs (SequenceMap)"),
+    (r"^test_sequence_model[1-8]_", "sequence graph outputs (simple model group)"),
+    (r"^test_split_to_sequence_", "sequence graph outputs (SplitToSequence)"),
+    (r"^test_loop(13_seq|16_seq_none)_", "Loop with sequence/optional state"),
+    (r"^test_scan_sum_", "Scan-8 with a sequence_lens input that onnx.reference's Scan cannot take"),
+    # --- strings: no string tensors in the session API (feeds are converted to numeric arrays) --------
+    (r"^test_(equal_string|string_concat|string_split|strnorm|regex_full_match)", "string tensors"),
+    # --- environment / nondeterminism ----------------------------------------------------------------
+    (r"^test_image_decoder_", "onnx.reference's ImageDecoder needs Pillow (not a clglow dependency)"),
+    (r"^test_bernoulli", "random output: compared with a different random draw"),
+    # --- expanded function bodies that the host fallback (onnx.reference, one node at a time) cannot run:
+    #     their Loop/If bodies read function-local outer-scope names that shape inference drops
+    (r"^test_(affine_grid_\w+|blackmanwindow\w*|hammingwindow\w*|hannwindow\w*|center_crop_pad_\w+)_expanded_",
+     "expanded function: subgraph outer-scope value lost (KeyError in onnx.reference)"),
+    (r"^test_linear_attention_\w+_expanded_", "expanded function: Loop body outer-scope value lost"),
+    (r"^test_range_(bfloat16|float16)_type_positive_delta_expanded_", "expanded Range: Loop state output lost"),
+    (r"^test_range_(float_type_positive_delta|int32_type_negative_delta)_expanded_",
+     "expanded Range: the Loop's scan output is [N, 1]; the expected output is [N] (onnx.reference gives [N, 1] too)"),
+]

@@ -63,3 +63,5 @@ for _name, _case in _cases.items():
     for _attr in [a for a in vars(_case) if a.startswith("test_") and a.endswith("_cuda")]:
         delattr(_case, _attr)  # only the OpenCL device ("CPU") runs; CUDA cases would all skip
     globals()[_name] = pytest.mark.onnx_backend(_case)
+
+del _name, _case
