@@ -32,7 +32,7 @@
 
 /* ---- unary: y = UN(x) with float params alpha, beta ----------------------------------------- */
 #if defined(OP_RELU)
-#define UN(x) ((x) > (T0)0 ? (x) : (T0)0)
+#define UN(x) ((x) < (T0)0 ? (T0)0 : (x))  /* NaN passes through, as in numpy */
 #elif defined(OP_SIGMOID)
 #define UN(x) (1.0f / (1.0f + exp(-(x))))
 #elif defined(OP_TANH)

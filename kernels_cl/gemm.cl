@@ -63,7 +63,7 @@ typedef floatv floatv_u __attribute__((aligned(4)));
 /* Activations: 0 none, 1 Relu, 2 Clip(a, b), 3 LeakyRelu(a), 4 Sigmoid, 5 HardSigmoid(a, b), 6 Tanh */
 inline floatv act_v(floatv v, float a, float b) {
 #if ACT == 1
-    return v > (floatv)0.0f ? v : (floatv)0.0f;
+    return v < (floatv)0.0f ? (floatv)0.0f : v;  /* NaN passes through */
 #elif ACT == 2
     v = v < (floatv)a ? (floatv)a : v;
     return v > (floatv)b ? (floatv)b : v;

@@ -419,16 +419,17 @@ def test_zero_size_tensors(sess):
 
 
 def test_nan_and_inf_pass_through_as_data():
-    """Add carries NaN and +-Inf through as data (vs numpy); Relu maps +-Inf as numpy does."""
+    """Add and Relu carry NaN and +-Inf through as data, as numpy does."""
     nodes = [helper.make_node("Add", ["a", "b"], ["s"], name="add0"), helper.make_node("Relu", ["a"], ["r"], name="r0")]
     s = clglow.InferenceSession(_model(nodes, [_vi("a", [2, 4]), _vi("b", [2, 4])], [_vi("s", [2, 4]), _vi("r", [2, 4])]))
-    a = np.array([[np.inf, -np.inf, np.inf, 1.0], [-0.0, np.inf, -2.0, -np.inf]], np.float32)
+    a = np.array([[np.inf, -np.inf, np.nan, 1.0], [-0.0, np.inf, -2.0, -np.inf]], np.float32)
     b = np.array([[1.0, np.nan, -np.inf, np.nan], [0.0, -np.inf, 5.0, np.inf]], np.float32)
     out_s, out_r = s.run(None, {"a": a, "b": b})
     with np.errstate(invalid="ignore"):
         ref_s = a + b
     np.testing.assert_array_equal(out_s, ref_s)
     assert np.isnan(out_s).sum() == np.isnan(ref_s).sum() == 5 and np.isinf(out_s).sum() == 1
+    assert np.isnan(out_r[0, 2])
     np.testing.assert_array_equal(out_r, np.maximum(a, 0))
     good = {"a": np.ones((2, 4), np.float32), "b": np.ones((2, 4), np.float32)}
     np.testing.assert_array_equal(s.run(["s"], good)[0], np.full((2, 4), 2, np.float32))
