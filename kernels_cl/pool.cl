@@ -1,76 +1,157 @@
-/* Pooling over up to 3 spatial dims (1-D and 2-D are padded with unit dims), one output
- * element per work-item.
+/* Pooling over up to 3 spatial dims (1-D and 2-D are padded with unit dims).
  *   T               element type (float)
  *   POOL_MAX / POOL_AVG
  *   COUNT_INCLUDE_PAD   AveragePool divides by the window clipped to the padded extent
  *   WITH_INDICES    MaxPool also writes the flat (row-major, whole tensor) argmax as long
- * p (int32): in[3], out[3], kernel[3], stride[3], pad_begin[3], pad_end[3], dilation[3].
+ * The window geometry comes as by-value arguments (uniform across work-items, so pocl keeps the
+ * window loops scalar and vectorises across output columns); padded taps read a clamped, valid
+ * address and are masked with a select, no branches.
+ * gsize = (round_up(OW, lsize0), OH, N*C*OD): one output element per work-item.
  */
 #ifndef T
 #define T float
 #endif
 
-__kernel void pool(__global const T* x, __global T* y,
+#define POOL_GEOM int ID, int IH, int IW, int OD, int OH, int OW, int KD, int KH, int KW, \
+                  int SD, int SH, int SW, int PD, int PH, int PW, int ED, int EH, int EW,   \
+                  int DD, int DH, int DW
+
+__kernel void pool(__global const T* restrict x, __global T* restrict y,
 #ifdef WITH_INDICES
-                   __global long* ind,
+                   __global long* restrict ind,
 #endif
-                   const int n, __global const int* restrict p) {
-    const int i = get_global_id(0);
-    if (i >= n) return;
-    const int ID = p[0], IH = p[1], IW = p[2];
-    const int OD = p[3], OH = p[4], OW = p[5];
-    const int ow = i % OW;
-    const int t1 = i / OW;
-    const int oh = t1 % OH;
-    const int t2 = t1 / OH;
-    const int od = t2 % OD;
-    const int nc = t2 / OD;
-    const int d0 = od * p[9] - p[12], h0 = oh * p[10] - p[13], w0 = ow * p[11] - p[14];
-    __global const T* xc = x + (long)nc * ID * IH * IW;
+                   POOL_GEOM) {
+    const int ow = get_global_id(0);
+    const int oh = get_global_id(1);
+    const int z = get_global_id(2);
+    if (ow >= OW) return;
+    const int nc = z / OD;
+    const int od = z - nc * OD;
+    const int d0 = od * SD - PD, h0 = oh * SH - PH, w0 = ow * SW - PW;
+    const int plane = ID * IH * IW;
+    __global const T* xc = x + (long)nc * plane;
 #ifdef POOL_MAX
     T best = -INFINITY;
-    long arg = -1;
+#ifdef WITH_INDICES
+    int arg = -1;
+#endif
 #else
     float acc = 0.0f;
     int cnt = 0;
 #endif
-    for (int kd = 0; kd < p[6]; ++kd) {
-        const int id = d0 + kd * p[18];
+    for (int kd = 0; kd < KD; ++kd) {
+        const int id = d0 + kd * DD;
+        const bool din = id >= 0 && id < ID;
+        const int idc = clamp(id, 0, ID - 1);
 #if defined(POOL_AVG) && defined(COUNT_INCLUDE_PAD)
-        const int din = (id >= -p[12] && id < ID + p[15]);
+        const bool dpad = id >= -PD && id < ID + ED;
 #endif
-        for (int kh = 0; kh < p[7]; ++kh) {
-            const int ih = h0 + kh * p[19];
+        for (int kh = 0; kh < KH; ++kh) {
+            const int ih = h0 + kh * DH;
+            const bool hin = din && ih >= 0 && ih < IH;
+            const int row = (idc * IH + clamp(ih, 0, IH - 1)) * IW;
 #if defined(POOL_AVG) && defined(COUNT_INCLUDE_PAD)
-            const int hin = din && (ih >= -p[13] && ih < IH + p[16]);
+            const bool hpad = dpad && ih >= -PH && ih < IH + EH;
 #endif
-            for (int kw = 0; kw < p[8]; ++kw) {
-                const int iw = w0 + kw * p[20];
-                const int inside = id >= 0 && id < ID && ih >= 0 && ih < IH && iw >= 0 && iw < IW;
-#if defined(POOL_AVG) && defined(COUNT_INCLUDE_PAD)
-                cnt += hin && (iw >= -p[14] && iw < IW + p[17]);
-#elif defined(POOL_AVG)
-                cnt += inside;
-#endif
-                if (!inside) continue;
-                const int off = (id * IH + ih) * IW + iw;
+            for (int kw = 0; kw < KW; ++kw) {
+                const int iw = w0 + kw * DW;
+                const bool inside = hin && iw >= 0 && iw < IW;
+                const int off = row + clamp(iw, 0, IW - 1);
                 const T v = xc[off];
 #ifdef POOL_MAX
-                if (v > best || arg < 0) { best = v; arg = off; }
+#ifdef WITH_INDICES
+                const bool take = inside && (v > best || arg < 0);
+                arg = take ? off : arg;
+                best = take ? v : best;
 #else
-                acc += v;
+                best = (inside && v > best) ? v : best;
+#endif
+#else
+                acc += inside ? v : 0.0f;
+#ifdef COUNT_INCLUDE_PAD
+                cnt += (hpad && iw >= -PW && iw < IW + EW) ? 1 : 0;
+#else
+                cnt += inside ? 1 : 0;
+#endif
 #endif
             }
         }
     }
+    const int i = (z * OH + oh) * OW + ow;
 #ifdef POOL_MAX
     y[i] = best;
 #ifdef WITH_INDICES
-    ind[i] = arg < 0 ? 0 : (long)nc * ID * IH * IW + arg;
+    ind[i] = arg < 0 ? 0 : (long)nc * plane + arg;
 #endif
 #else
     y[i] = cnt > 0 ? acc / (float)cnt : 0.0f;
 #endif
+}
+
+/* 2-D MaxPool fast path (no dilation, no Indices, 15*SW + KW <= 48): one work-item per output row,
+ * 16 outputs at a time. The KH input rows are max-reduced first with float16
+ * loads over the 48 input columns the 16 windows span (columns outside the image are -inf),
+ * then each output takes the max of its KW columns. gsize = (OH, N*C). */
+typedef float16 float16_u __attribute__((aligned(4)));
+
+__kernel void maxpool2d(__global const float* restrict x, __global float* restrict y,
+                        int IH, int IW, int OH, int OW, int KH, int KW, int SH, int SW, int PH, int PW) {
+    const int oh = get_global_id(0);
+    const int z = get_global_id(1);
+    const int h0 = oh * SH - PH;
+    const int nchunk = (15 * SW + KW + 15) / 16;
+    __global const float* xc = x + (long)z * IH * IW;
+    for (int ow0 = 0; ow0 < OW; ow0 += 16) {
+    const int cw0 = ow0 * SW - PW;
+    float16 v[3];
+#pragma unroll
+    for (int j = 0; j < 3; ++j)
+        v[j] = (float16)(-INFINITY);
+    for (int kh = 0; kh < KH; ++kh) {
+        const int ih = h0 + kh;
+        if (ih < 0 || ih >= IH)
+            continue;
+        __global const float* row = xc + ih * IW;
+#pragma unroll
+        for (int j = 0; j < 3; ++j) {
+            const int c = cw0 + 16 * j;
+            float16 t;
+            if (c >= 0 && c + 16 <= IW) {
+                t = *(const __global float16_u*)(row + c);
+            } else {
+                float tt[16] __attribute__((aligned(64)));
+#pragma unroll
+                for (int e = 0; e < 16; ++e) {
+                    const int cc = c + e;
+                    const float val = row[clamp(cc, 0, IW - 1)];
+                    tt[e] = (cc >= 0 && cc < IW) ? val : -INFINITY;
+                }
+                t = *(const float16*)tt;
+            }
+            v[j] = t > v[j] ? t : v[j];
+            if (j + 1 >= nchunk)
+                break;
+        }
+    }
+    const float* vm = (const float*)v;
+    float o[16] __attribute__((aligned(64)));
+#pragma unroll
+    for (int c = 0; c < 16; ++c) {
+        float m = -INFINITY;
+        for (int kw = 0; kw < KW; ++kw) {
+            const float t = vm[c * SW + kw];
+            m = t > m ? t : m;
+        }
+        o[c] = m;
+    }
+    __global float* yr = y + ((long)z * OH + oh) * OW + ow0;
+    if (ow0 + 16 <= OW) {
+        *(__global float16_u*)yr = *(const float16*)o;
+    } else {
+        for (int c = 0; c < OW - ow0; ++c)
+            yr[c] = o[c];
+    }
+    }
 }
 
 /* Global pooling: one work-item per (n, c) plane of `len` elements. */

@@ -1,7 +1,7 @@
 """Lowering of pooling ops to OpenCL launches (see lower/base.py for the contract).
 
 One kernel covers 1-D..3-D MaxPool/AveragePool by padding the spatial dims to three; the
-window geometry travels in a 21-int ConstBuf. Output sizes (ceil_mode) are taken from the
+window geometry travels as 21 by-value int arguments. Output sizes (ceil_mode) are taken from the
 concrete output shape; the kernel only needs the pads, which auto_pad is resolved to here.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Optional
 import numpy as np
 
 from ..ir import Graph, Node
-from .base import Launch, LowerCtx, device_op, i32
+from .base import Launch, LowerCtx, device_op, i32, round_up
 from .elementwise import check_dtypes, work_size
 
 log = logging.getLogger(__name__)
@@ -73,9 +73,8 @@ def lower_pool(ctx: LowerCtx) -> list:
     out_sp = [int(v) for v in out.shape[2:]]
     pb, pe = _pads(ctx, in_sp, out_sp, ks, st, dil)
     pad3 = lambda v, fill: [fill] * (3 - nd) + list(v)  # noqa: E731
-    table = (pad3(in_sp, 1) + pad3(out_sp, 1) + pad3(ks, 1) + pad3(st, 1) + pad3(pb, 0) + pad3(pe, 0)
-             + pad3(dil, 1))
-    p = ctx.const_buffer(np.array(table, dtype=np.int32))
+    geom = (pad3(in_sp, 1) + pad3(out_sp, 1) + pad3(ks, 1) + pad3(st, 1) + pad3(pb, 0) + pad3(pe, 0)
+            + pad3(dil, 1))
     is_max = ctx.node.op_type == "MaxPool"
     defines: dict = {"T": "float", "POOL_MAX" if is_max else "POOL_AVG": None}
     args: list = [ctx.buf(0), ctx.out(0)]
@@ -84,8 +83,22 @@ def lower_pool(ctx: LowerCtx) -> list:
         args.append(ctx.out(1))
     if not is_max and int(ctx.attr("count_include_pad", 0)):
         defines["COUNT_INCLUDE_PAD"] = None
-    g, l = work_size(ctx, out.size)
-    return [Launch("pool", "pool", g, args + [i32(out.size), p], l, defines, ctx.label())]
+    od, oh, ow = pad3(out_sp, 1)
+    nc = int(out.shape[0]) * int(out.shape[1])
+    if (is_max and "WITH_INDICES" not in defines and nd <= 2 and all(d == 1 for d in dil)
+            and 15 * st[-1] + ks[-1] <= 48):
+        # 2-D fast path: rows max-reduced with float16 loads, one work-item per output row.
+        h, w = pad3(in_sp, 1)[1:]
+        kh, kw = pad3(ks, 1)[1:]
+        sh, sw = pad3(st, 1)[1:]
+        ph, pw = pad3(pb, 0)[1:]
+        return [Launch("pool", "maxpool2d", (oh, nc), args + [i32(v) for v in (h, w, oh, ow, kh, kw, sh, sw,
+                                                                                 ph, pw)],
+                       (1, 1), {"T": "float"}, ctx.label())]
+    # 16 output columns per work-group (pocl vectorises across them); one local size for all.
+    l0 = 16
+    return [Launch("pool", "pool", (round_up(ow, l0), oh, nc * od), args + [i32(v) for v in geom],
+                   (l0, 1, 1), defines, ctx.label())]
 
 
 def _supports_global(node: Node, graph: Graph) -> Optional[str]:
