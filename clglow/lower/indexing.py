@@ -1,0 +1,152 @@
+"""Lowering of index-driven movement: GatherElements, ScatterElements (and legacy Scatter),
+GatherND, ScatterND (see lower/base.py for the contract).
+
+Gathers are one work-item per output element. Scatters copy data into the output, then apply
+the updates: one work-item per update without a reduction, else one work-item applying them in
+order (repeated indices then accumulate exactly as the reference does).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from ..dtypes import cl_type
+from ..ir import Graph, Node
+from . import _types as ty
+from .base import Launch, LowerCtx, device_op, i32, i64
+from .elementwise import work_size
+from .movement import _BITS, _supports_any, contiguous_strides, copy_launches
+
+_IDX = {np.dtype(np.int32), np.dtype(np.int64)}
+
+
+def _t(dt) -> str:
+    return _BITS[np.dtype(dt).itemsize]
+
+
+def _big(ctx: LowerCtx) -> None:
+    if any(t is not None and t.size >= 2 ** 31 for t in list(ctx.inputs) + list(ctx.outputs)):
+        raise ValueError(f"{ctx.node.name}: tensors over 2**31 elements are not supported by the OpenCL kernels")
+
+
+def _reduction(node: Node) -> str:
+    r = node.attr("reduction", "none")
+    return r.decode() if isinstance(r, bytes) else r
+
+
+def _supports(node: Node, graph: Graph) -> Optional[str]:
+    r = ty.check(node, graph, _IDX, inputs=[1])
+    if r:
+        return r
+    red = _reduction(node)
+    if red != "none":
+        dt = ty.dtype_of(graph, node.input(0))
+        if dt is not None and dt not in ty.numeric():
+            return f"{node.op_type} reduction {red!r} over dtype {dt.name} runs on the host"
+    return _supports_any(node, graph)
+
+
+def _defines(ctx: LowerCtx, dt, idx_dt, **extra) -> dict:
+    d = {"T": _t(dt), "TI": cl_type(idx_dt)}
+    red = _reduction(ctx.node)
+    if red != "none":
+        d["TV"] = cl_type(dt)
+        d[f"REDUCE_{red.upper()}"] = None
+        if np.dtype(dt) == ty.F64:
+            d["USE_FP64"] = None
+    d.update(extra)
+    return d
+
+
+@device_op("GatherElements", supports=_supports)
+def lower_gather_elements(ctx: LowerCtx) -> list:
+    x, ind, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    _big(ctx)
+    r = len(x.shape)
+    axis = ty.norm_axis(ctx.attr("axis", 0), r)
+    meta = ctx.const_buffer(np.array(list(ind.shape) + contiguous_strides(x.shape), np.int32))
+    g, l = work_size(ctx, out.size)
+    return [Launch("indexing", "gather_elements", g, [ctx.buf(0), ctx.buf(1), ctx.out(0), i32(out.size), meta,
+                                                       i32(axis), i32(x.shape[axis])], l,
+                   _defines(ctx, x.dtype, ind.dtype, RANK=max(r, 1)), ctx.label())]
+
+
+def _copy_data(ctx: LowerCtx) -> list:
+    x = ctx.inputs[0]
+    return copy_launches(ctx, ctx.buf(0), ctx.out(0), x.dtype, [x.size], [1], [1])
+
+
+@device_op("ScatterElements", "Scatter", supports=_supports)
+def lower_scatter_elements(ctx: LowerCtx) -> list:
+    x, ind, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    _big(ctx)
+    launches = _copy_data(ctx)
+    if ind.size == 0:
+        return launches
+    r = len(x.shape)
+    axis = ty.norm_axis(ctx.attr("axis", 0), r)
+    meta = ctx.const_buffer(np.array(list(ind.shape) + contiguous_strides(x.shape), np.int32))
+    serial = _reduction(ctx.node) != "none"
+    g, l = ((1,), (1,)) if serial else work_size(ctx, ind.size)
+    extra = {"RANK": max(r, 1)}
+    if serial:
+        extra["SERIAL"] = None
+    launches.append(Launch("indexing", "scatter_elements", g, [ctx.buf(1), ctx.buf(2), ctx.out(0), i32(ind.size),
+                                                                meta, i32(axis), i32(x.shape[axis])], l,
+                           _defines(ctx, x.dtype, ind.dtype, **extra), ctx.label()))
+    return launches
+
+
+def _nd_meta(ctx: LowerCtx, shape, first: int, k: int):
+    st = contiguous_strides(shape)
+    return ctx.const_buffer(np.array([int(d) for d in shape[first:first + k]] + st[first:first + k] or [0],
+                                     np.int32))
+
+
+@device_op("ScatterND", supports=_supports)
+def lower_scatter_nd(ctx: LowerCtx) -> list:
+    x, ind, upd, out = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    _big(ctx)
+    launches = _copy_data(ctx)
+    if upd.size == 0:
+        return launches
+    k = int(ind.shape[-1])
+    inner = int(np.prod(x.shape[k:], dtype=np.int64))
+    serial = _reduction(ctx.node) != "none"
+    g, l = ((1,), (1,)) if serial else work_size(ctx, upd.size)
+    extra = {"RANK": max(k, 1)}
+    if serial:
+        extra["SERIAL"] = None
+    if k == 0:
+        raise ValueError(f"{ctx.node.name}: ScatterND with empty index tuples")
+    launches.append(Launch("indexing", "scatter_nd", g, [ctx.buf(1), ctx.buf(2), ctx.out(0), i32(upd.size),
+                                                          i32(inner), _nd_meta(ctx, x.shape, 0, k)], l,
+                           _defines(ctx, x.dtype, ind.dtype, **extra), ctx.label()))
+    return launches
+
+
+@device_op("GatherND", supports=_supports)
+def lower_gather_nd(ctx: LowerCtx) -> list:
+    x, ind, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    _big(ctx)
+    b = int(ctx.attr("batch_dims", 0))
+    k = int(ind.shape[-1])
+    if k == 0:
+        raise ValueError(f"{ctx.node.name}: GatherND with empty index tuples")
+    inner = int(np.prod(x.shape[b + k:], dtype=np.int64))
+    per_batch = int(np.prod(ind.shape[b:-1], dtype=np.int64))
+    batch_stride = int(np.prod(x.shape[b:], dtype=np.int64))
+    g, l = work_size(ctx, out.size)
+    return [Launch("indexing", "gather_nd", g, [ctx.buf(0), ctx.buf(1), ctx.out(0), i32(out.size), i32(inner),
+                                                 i32(max(per_batch, 1)), i64(batch_stride),
+                                                 _nd_meta(ctx, x.shape, b, k)], l,
+                   _defines(ctx, x.dtype, ind.dtype, RANK=k), ctx.label())]
