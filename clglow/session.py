@@ -393,10 +393,17 @@ class InferenceSession:
 
     def release(self) -> None:
         """Free device buffers now (also done when the session is garbage collected)."""
-        if self._pool is not None:
+        if getattr(self, "_pool", None) is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
-        self._engine.release()
+        if getattr(self, "_engine", None) is not None:
+            self._engine.release()
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:  # interpreter shutdown: OpenCL may be gone already
+            pass
 
     def __enter__(self) -> "InferenceSession":
         return self

@@ -53,6 +53,31 @@ def _status_name(code: Optional[int]) -> Optional[str]:
     return str(code)
 
 
+_live_lock = threading.Lock()
+_live: dict = {}  # id(buffer) -> bytes, for every buffer clglow allocated and has not released
+
+
+def device_alloc(context: cl.Context, nbytes: int, what: str, flags: int = cl.mem_flags.READ_WRITE) -> cl.Buffer:
+    """Every device allocation of clglow goes through here: errors become OutOfDeviceMemory /
+    DeviceError naming `what`, and live buffers are counted (tests patch this to inject faults)."""
+    buf = cl_call(f"allocating {what} ({nbytes} bytes)", cl.Buffer, context, flags, max(int(nbytes), 4))
+    with _live_lock:
+        _live[id(buf)] = buf.size
+    return buf
+
+
+def device_free(buf: cl.Buffer) -> None:
+    with _live_lock:
+        _live.pop(id(buf), None)
+    buf.release()
+
+
+def live_buffers() -> tuple:
+    """(count, bytes) of device buffers allocated by clglow and not yet released."""
+    with _live_lock:
+        return len(_live), sum(_live.values())
+
+
 class WeightCache:
     """Device copies of constants (weights, packed panels, index tables), uploaded once per session."""
 
@@ -69,9 +94,7 @@ class WeightCache:
                 arr = np.ascontiguousarray(array)
                 if arr.dtype == np.bool_:
                     arr = arr.astype(np.uint8)
-                nbytes = max(arr.nbytes, 4)
-                buf = cl_call(f"allocating constant {key!r} ({nbytes} bytes)", cl.Buffer, self.context,
-                              cl.mem_flags.READ_ONLY, nbytes)
+                buf = device_alloc(self.context, arr.nbytes, f"constant {key!r}", cl.mem_flags.READ_ONLY)
                 if arr.nbytes:
                     cl_call(f"uploading constant {key!r}", cl.enqueue_copy, self.queue, buf, arr, is_blocking=True)
                 self._buffers[key] = buf
@@ -92,7 +115,7 @@ class WeightCache:
     def release(self) -> None:
         with self._lock:
             for b in self._buffers.values():
-                b.release()
+                device_free(b)
             self._buffers.clear()
             self._keep.clear()
 
@@ -139,7 +162,7 @@ class Plan:
 
     def release(self) -> None:
         for b in self._buffers:
-            b.release()
+            device_free(b)
         self._buffers.clear()
         for st in self.next_stages.values():
             st.release()
@@ -279,73 +302,76 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
         intervals.append(Interval(name, _nbytes(graph, name), first[name], last.get(name, first[name])))
     assignment, slot_sizes = assign_buffers(intervals)
     buffers: list = []
-    slots = []
-    for size in slot_sizes:
-        b = cl_call(f"allocating an activation buffer of {size} bytes", cl.Buffer, device.context,
-                    cl.mem_flags.READ_WRITE, size)
-        buffers.append(b)
-        slots.append(b)
-    scratch = {}
-    for slot, size in scratch_sizes.items():
-        b = cl_call(f"allocating {size} bytes of scratch", cl.Buffer, device.context, cl.mem_flags.READ_WRITE,
-                    max(size, 4))
-        buffers.append(b)
-        scratch[slot] = b
-    device_tensors: dict = {}
-    for name, s in assignment.items():
-        device_tensors[name] = slots[s]
-    for name in consts_on_device:
-        device_tensors[name] = weights.get_const(name, graph.values[name].const)
-    for view, src in root.items():
-        if src in device_tensors:
-            device_tensors[view] = device_tensors[src]
-        elif graph.values[src].const is not None:
-            device_tensors[view] = device_tensors[src] = weights.get_const(src, graph.values[src].const)
+    try:
+        slots = []
+        for size in slot_sizes:
+            b = device_alloc(device.context, size, "an activation buffer")
+            buffers.append(b)
+            slots.append(b)
+        scratch = {}
+        for slot, size in scratch_sizes.items():
+            b = device_alloc(device.context, size, "scratch")
+            buffers.append(b)
+            scratch[slot] = b
+        device_tensors: dict = {}
+        for name, s in assignment.items():
+            device_tensors[name] = slots[s]
+        for name in consts_on_device:
+            device_tensors[name] = weights.get_const(name, graph.values[name].const)
+        for view, src in root.items():
+            if src in device_tensors:
+                device_tensors[view] = device_tensors[src]
+            elif graph.values[src].const is not None:
+                device_tensors[view] = device_tensors[src] = weights.get_const(src, graph.values[src].const)
 
-    # 4. kernels bound to their arguments, once
-    final_steps: list = []
-    n_launches = 0
-    for st in steps:
-        kind = st[0]
-        if kind == "host":
-            node = st[1]
-            final_steps.append(HostStep(HostKernel(node, graph), [i for i in node.inputs], 
-                                        [o for o in node.outputs], node.name, node.op_type))
-        elif kind == "upload":
-            final_steps.append(("upload", st[1]))
-        elif kind == "kernel":
-            node, launch = st[1], st[2]
-            prg = device.program(launch.program, launch.build_options())
-            try:
-                knl = cl.Kernel(prg, launch.kernel)
-            except cl.Error as e:
-                raise InvalidModel(f"kernel {launch.kernel!r} not found in {launch.program}.cl: {e}",
-                                   node=node.name) from None
-            args = []
-            reads, writes = [], []
-            for a in launch.args:
-                if isinstance(a, Buf):
-                    if a.name not in device_tensors:
-                        raise InvalidModel(f"tensor {a.name!r} has no device buffer", node=node.name)
-                    args.append(device_tensors[a.name])
-                    (writes if a.name in node.outputs else reads).append(r(a.name))
-                elif isinstance(a, Scratch):
-                    args.append(scratch[a.slot])
-                elif isinstance(a, ConstBuf):
-                    args.append(weights.get("const:" + a.key, a.array))
-                else:
-                    args.append(a)
-            try:
-                knl.set_args(*args)
-            except (cl.Error, TypeError, ValueError) as e:
-                raise InvalidModel(f"binding arguments of kernel {launch.kernel!r} failed: {e}",
-                                   node=node.name) from None
-            final_steps.append(KernelStep(knl, tuple(int(x) for x in launch.gsize),
-                                          None if launch.lsize is None else tuple(int(x) for x in launch.lsize),
-                                          reads, writes, node.name, launch.kernel, node.op_type))
-            n_launches += 1
-    return Plan(sub, placement, final_steps, device_tensors, host_inputs, device_inputs, out_set, stop,
-                sum(slot_sizes), sum(scratch_sizes.values()), n_launches, root=root, _buffers=buffers)
+        # 4. kernels bound to their arguments, once
+        final_steps: list = []
+        n_launches = 0
+        for st in steps:
+            kind = st[0]
+            if kind == "host":
+                node = st[1]
+                final_steps.append(HostStep(HostKernel(node, graph), [i for i in node.inputs], 
+                                            [o for o in node.outputs], node.name, node.op_type))
+            elif kind == "upload":
+                final_steps.append(("upload", st[1]))
+            elif kind == "kernel":
+                node, launch = st[1], st[2]
+                prg = device.program(launch.program, launch.build_options())
+                try:
+                    knl = cl.Kernel(prg, launch.kernel)
+                except cl.Error as e:
+                    raise InvalidModel(f"kernel {launch.kernel!r} not found in {launch.program}.cl: {e}",
+                                       node=node.name) from None
+                args = []
+                reads, writes = [], []
+                for a in launch.args:
+                    if isinstance(a, Buf):
+                        if a.name not in device_tensors:
+                            raise InvalidModel(f"tensor {a.name!r} has no device buffer", node=node.name)
+                        args.append(device_tensors[a.name])
+                        (writes if a.name in node.outputs else reads).append(r(a.name))
+                    elif isinstance(a, Scratch):
+                        args.append(scratch[a.slot])
+                    elif isinstance(a, ConstBuf):
+                        args.append(weights.get("const:" + a.key, a.array))
+                    else:
+                        args.append(a)
+                try:
+                    knl.set_args(*args)
+                except (cl.Error, TypeError, ValueError) as e:
+                    raise InvalidModel(f"binding arguments of kernel {launch.kernel!r} failed: {e}",
+                                       node=node.name) from None
+                final_steps.append(KernelStep(knl, tuple(int(x) for x in launch.gsize),
+                                              None if launch.lsize is None else tuple(int(x) for x in launch.lsize),
+                                              reads, writes, node.name, launch.kernel, node.op_type))
+                n_launches += 1
+        return Plan(sub, placement, final_steps, device_tensors, host_inputs, device_inputs, out_set, stop,
+                    sum(slot_sizes), sum(scratch_sizes.values()), n_launches, root=root, _buffers=buffers)
+    except BaseException:  # a failed plan gives back what it allocated: the session stays usable
+        for b in buffers:
+            device_free(b)
+        raise
 
 
 @dataclass
