@@ -258,7 +258,7 @@ LOAD_CASES = [
     ("duplicate_producer", b_duplicate_producer, InvalidModel, ["'y'"]),
     ("duplicate_graph_outputs", b_duplicate_graph_outputs, InvalidModel, ["dup_y"]),
     ("cycle", b_cycle, InvalidModel, ["cyc_a"]),
-    ("unknown_op", b_unknown_op, InvalidModel, ["FrobnicateX", "frob_node"]),
+    ("unknown_op", b_unknown_op, UnsupportedOperator, ["FrobnicateX", "frob_node"]),
     ("unknown_domain", b_unknown_domain, UnsupportedOperator, ["Mystery", "com.evil", "mystery_node"]),
     ("opset_999", b_opset_999, InvalidModel, ["999", "ai.onnx"]),
     ("conv_channel_mismatch", b_conv_channels, InvalidModel, ["bad_conv"]),

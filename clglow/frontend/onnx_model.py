@@ -195,6 +195,7 @@ def import_model(proto: onnx.ModelProto, weights: Optional[Mapping[str, np.ndarr
     `weights` supplies or overrides initializer values by name (ONNXIFI weight descriptors).
     """
     if check:
+        _check_known_ops(proto)
         check_model(proto)
     opsets = {(o.domain if o.domain != "ai.onnx" else ""): int(o.version) for o in proto.opset_import}
     _check_opsets(opsets)
@@ -278,6 +279,28 @@ def _check_opsets(opsets: Mapping[str, int]) -> None:
         if domain == "" and version > newest:
             raise InvalidModel(f"opset {version} of domain 'ai.onnx' is newer than the newest supported "
                                f"({newest})")
+
+
+def _check_known_ops(proto: onnx.ModelProto) -> None:
+    """Every ai.onnx op must exist at the model's opset; all unknown ones are listed at once
+    (onnx.checker would stop at the first, as an InvalidModel)."""
+    from ..errors import UnsupportedNode, UnsupportedOperator
+
+    version = next((int(o.version) for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+    if version is None:
+        return
+    functions = {(f.domain, f.name) for f in proto.functions}
+    unknown = []
+    for i, n in enumerate(proto.graph.node):
+        if n.domain not in ("", "ai.onnx") or (n.domain, n.op_type) in functions:
+            continue
+        try:
+            onnx.defs.get_schema(n.op_type, version, "")
+        except Exception:
+            unknown.append(UnsupportedNode(n.name or f"{n.op_type}_{i}", n.op_type, "", version,
+                                           "no such operator in the ONNX standard at this opset"))
+    if unknown:
+        raise UnsupportedOperator(unknown)
 
 
 def _check_topology(graph: Graph) -> None:

@@ -300,7 +300,14 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
         if name in consts_on_device:
             continue
         intervals.append(Interval(name, _nbytes(graph, name), first[name], last.get(name, first[name])))
+    for iv in intervals:  # checked before anything is allocated
+        if iv.nbytes > device.info.max_alloc_size:
+            raise OutOfDeviceMemory(f"tensor {iv.name!r} needs {iv.nbytes} bytes, more than the device's largest "
+                                    f"allocation ({device.info.max_alloc_size} bytes)", device=device.info.name)
     assignment, slot_sizes = assign_buffers(intervals)
+    if sum(slot_sizes) > device.info.global_mem_size:
+        raise OutOfDeviceMemory(f"the activations need {sum(slot_sizes)} bytes, more than the device's memory "
+                                f"({device.info.global_mem_size} bytes)", device=device.info.name)
     buffers: list = []
     try:
         slots = []
