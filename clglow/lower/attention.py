@@ -1,0 +1,126 @@
+"""Lowering of Attention (opset 23+) to OpenCL (see lower/base.py for the contract).
+
+3-D inputs (batch, seq, heads * head_size) and 4-D inputs (batch, heads, seq, head_size) are
+read through strides, so no transposes are materialised. past_key/past_value are concatenated
+with K/V into present_key/present_value (or scratch) by strided copies; then one work-item per
+(batch, q head, query) computes scores, masks (attn_mask bool/float, shorter than the kv length
+pads with -inf; is_causal offset by the past length or nonpad_kv_seqlen; sliding windows),
+softcap, softmax with fully-masked rows zeroed, and P @ V. Grouped-query heads share K/V.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from ..ir import Graph, Node
+from . import _types as ty
+from .base import Launch, LowerCtx, device_op, i32
+from .elementwise import work_size
+from .movement import contiguous_strides, copy_launches
+
+
+def _supports(node: Node, graph: Graph) -> Optional[str]:
+    r = ty.check(node, graph, ty.floats(), inputs=[0, 1, 2, 4, 5])
+    if r:
+        return r
+    fl = ty.floats()
+    if node.input(3):
+        dt = ty.dtype_of(graph, node.input(3))
+        if dt is not None and dt != ty.BOOL and dt not in fl:
+            return f"attn_mask of dtype {dt.name}"
+    if node.input(6):
+        r = ty.check(node, graph, {np.dtype(np.int64)}, inputs=[6])
+        if r:
+            return r
+    return None
+
+
+def _out(ctx: LowerCtx, j: int) -> bool:
+    return j < len(ctx.node.outputs) and bool(ctx.node.outputs[j])
+
+
+@device_op("Attention", supports=_supports)
+def lower_attention(ctx: LowerCtx) -> list:
+    Q, K, V = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2]
+    y = ctx.outputs[0]
+    for t in list(ctx.inputs) + list(ctx.outputs):
+        if t is not None and t.size >= 2 ** 31:
+            raise ValueError(f"{ctx.node.name}: tensors over 2**31 elements are not supported by the OpenCL kernels")
+    dt = np.dtype(Q.dtype)
+    isz = dt.itemsize
+    B = int(Q.shape[0])
+    if len(Q.shape) == 3:
+        QH, KVH = int(ctx.attr("q_num_heads")), int(ctx.attr("kv_num_heads"))
+        SQ, SNEW = int(Q.shape[1]), int(K.shape[1])
+        HD, HDK, HDV = int(Q.shape[2]) // QH, int(K.shape[2]) // KVH, int(V.shape[2]) // KVH
+
+        def st3(t, hd):  # (b, h, s) strides of a (B, S, H*hd) tensor
+            return [int(t.shape[1]) * int(t.shape[2]), hd, int(t.shape[2])]
+
+        qst, kst, vst = st3(Q, HD), st3(K, HDK), st3(V, HDV)
+        yst = [SQ * QH * HDV, HDV, QH * HDV]
+    else:
+        QH, KVH = int(Q.shape[1]), int(K.shape[1])
+        SQ, SNEW = int(Q.shape[2]), int(K.shape[2])
+        HD, HDK, HDV = int(Q.shape[3]), int(K.shape[3]), int(V.shape[3])
+        qst, kst, vst = (contiguous_strides(t.shape)[:3] for t in (Q, K, V))
+        yst = contiguous_strides((B, QH, SQ, HDV))[:3]
+    if HD != HDK or QH % KVH:
+        raise ValueError(f"{ctx.node.name}: Q/K head sizes {HD}/{HDK} or heads {QH}/{KVH} do not match")
+    past = ctx.has_input(4) and ctx.inputs[4].size > 0
+    PAST = int(ctx.inputs[4].shape[2]) if ctx.has_input(4) else 0
+    SKV = PAST + SNEW
+    launches: list = []
+    kbuf, vbuf = ctx.buf(1), ctx.buf(2)
+    if ctx.has_input(4) or _out(ctx, 1) or _out(ctx, 2):
+        for src_i, out_j, hd, sst in ((1, 1, HD, kst), (2, 2, HDV, vst)):
+            dst = ctx.out(out_j) if _out(ctx, out_j) else ctx.scratch(B * KVH * SKV * hd * isz)
+            pst = contiguous_strides((B, KVH, SKV, hd))
+            if past:
+                launches += copy_launches(ctx, ctx.buf(src_i + 3), dst, dt, (B, KVH, PAST, hd),
+                                          contiguous_strides((B, KVH, PAST, hd)), pst)
+            launches += copy_launches(ctx, ctx.buf(src_i), dst, dt, (B, KVH, SNEW, hd), sst + [1], pst, 0,
+                                      PAST * hd)
+            if src_i == 1:
+                kbuf, kst = dst, pst[:3]
+            else:
+                vbuf, vst = dst, pst[:3]
+    rows = B * QH * SQ
+    if rows == 0:
+        return launches
+    defines = ty.type_defines(T=dt)
+    args = [ctx.buf(0), kbuf, vbuf]
+    mst, mlen = [0, 0, 0, 0], SKV
+    if ctx.has_input(3):
+        m = ctx.inputs[3]
+        defines["MASK_BOOL" if np.dtype(m.dtype) == ty.BOOL else "MASK_FLOAT"] = None
+        shape = (1,) * (4 - len(m.shape)) + tuple(int(d) for d in m.shape)
+        cst = contiguous_strides(shape)
+        mst = [0 if shape[a] == 1 else cst[a] for a in range(4)]
+        mlen = shape[3]
+        if shape[3] == 1:
+            mst[3], mlen = 0, SKV
+        args.append(ctx.buf(3))
+    if ctx.has_input(6):
+        defines["HAS_NONPAD"] = None
+        args.append(ctx.buf(6))
+    if int(ctx.attr("is_causal", 0)):
+        defines["CAUSAL"] = None
+    args += [ctx.out(0), ctx.scratch(rows * SKV * isz)]
+    if _out(ctx, 3):
+        defines["QK_OUT"] = None
+        defines["QK_MODE"] = int(ctx.attr("qk_matmul_output_mode", 0))
+        args.append(ctx.out(3))
+    scale = ctx.attr("scale")
+    scale = 1.0 / np.sqrt(HD) if scale is None else float(scale)
+    sc = dt.type(np.sqrt(scale))
+    softcap = float(ctx.attr("softcap", 0.0) or 0.0)
+    dims = [B, QH, KVH, SQ, SKV, HD, HDV, PAST, mlen, int(ctx.attr("left_window_size", -1)),
+            int(ctx.attr("right_window_size", -1))]
+    st = qst + kst + vst + yst + mst
+    g, l = work_size(ctx, rows, cap=64)
+    args += [ctx.const_buffer(np.array(dims, np.int32)), ctx.const_buffer(np.array(st, np.int32)), sc,
+             dt.type(softcap), i32(rows)]
+    launches.append(Launch("attention", "attention", g, args, l, defines, ctx.label()))
+    return launches

@@ -1,0 +1,119 @@
+/* Attention (opset 23+): one work-item per (batch, q head, query) row.
+ *   T          float type (float or double)
+ *   MASK_BOOL / MASK_FLOAT   attn_mask given (bool: False masks; float: added)
+ *   HAS_NONPAD nonpad_kv_seqlen given (int64, per batch)
+ *   CAUSAL     is_causal
+ *   QK_MODE    0..3: what qk_out receives (scaled/softcapped scores, + bias, softmax); QK_OUT if wanted
+ * dims = [B, QH, KVH, SQ, SKV, HD, HDV, PAST, MASK_LEN, LEFT, RIGHT]
+ * st   = strides (b, h, s) of Q, K, V, Y (elements; the d stride is 1), then mask (b, h, q, k).
+ * p is scratch of B*QH*SQ*SKV elements (the row's probabilities).
+ */
+#ifdef USE_FP64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
+#ifndef T
+#define T float
+#endif
+#ifndef QK_MODE
+#define QK_MODE 0
+#endif
+
+__kernel void attention(__global const T* q, __global const T* k, __global const T* v,
+#if defined(MASK_BOOL)
+                        __global const uchar* mask,
+#elif defined(MASK_FLOAT)
+                        __global const T* mask,
+#endif
+#ifdef HAS_NONPAD
+                        __global const long* nonpad,
+#endif
+                        __global T* y, __global T* p,
+#ifdef QK_OUT
+                        __global T* qk,
+#endif
+                        __global const int* restrict dims, __global const int* restrict st,
+                        const T sc, const T softcap, const int rows) {
+    const int row = get_global_id(0);
+    if (row >= rows) return;
+    const int B = dims[0], QH = dims[1], KVH = dims[2], SQ = dims[3], SKV = dims[4], HD = dims[5], HDV = dims[6];
+    const int PAST = dims[7], MLEN = dims[8], LEFT = dims[9], RIGHT = dims[10];
+    const int i = row % SQ;
+    const int h = (row / SQ) % QH;
+    const int b = row / (SQ * QH);
+    const int kh = h / (QH / KVH);
+    __global const T* qr = q + (long)b * st[0] + (long)h * st[1] + (long)i * st[2];
+    __global const T* kb = k + (long)b * st[3] + (long)kh * st[4];
+    __global const T* vb = v + (long)b * st[6] + (long)kh * st[7];
+    __global T* pr = p + (long)row * SKV;
+    long offset = PAST;
+    long valid = SKV;
+#ifdef HAS_NONPAD
+    valid = nonpad[b];
+    if (PAST == 0) offset = valid - SQ;
+#endif
+    T m = -INFINITY;
+    int any_allowed = 0;
+    for (int j = 0; j < SKV; ++j) {
+        __global const T* kr = kb + (long)j * st[5];
+        T s = 0;
+        for (int d = 0; d < HD; ++d) s += (qr[d] * sc) * (kr[d] * sc);
+        if (softcap > 0) s = softcap * tanh(s / softcap);
+#if defined(QK_OUT) && QK_MODE < 2
+        qk[(long)row * SKV + j] = s;
+#endif
+        T bias = 0;
+        int allowed = 1;
+#if defined(MASK_BOOL) || defined(MASK_FLOAT)
+        if (j >= MLEN) {
+            allowed = 0;
+        } else {
+            const long mo = (long)b * st[12] + (long)h * st[13] + (long)i * st[14] + (long)j * st[15];
+#ifdef MASK_BOOL
+            if (!mask[mo]) allowed = 0;
+#else
+            bias = mask[mo];
+#endif
+        }
+#endif
+#ifdef CAUSAL
+        if (j > i + offset) allowed = 0;
+#endif
+        {
+            const long diff = i + offset - j;
+            if (LEFT >= 0 && diff > LEFT) allowed = 0;
+            if (RIGHT >= 0 && -diff > RIGHT) allowed = 0;
+        }
+#ifdef HAS_NONPAD
+        if (j >= valid) allowed = 0;
+#endif
+        if (!allowed) bias = -INFINITY;
+        if (bias != -INFINITY) any_allowed = 1;
+        s += bias;
+#if defined(QK_OUT) && QK_MODE == 2
+        qk[(long)row * SKV + j] = s;
+#endif
+        pr[j] = s;
+        m = fmax(m, s);
+    }
+    T sum = 0;
+    const T mm = (m == -INFINITY) ? (T)0 : m;
+    for (int j = 0; j < SKV; ++j) {
+        const T e = exp(pr[j] - mm);
+        pr[j] = e;
+        sum += e;
+    }
+    const T inv = (sum == 0) ? (T)1 : (T)1 / sum;
+    for (int j = 0; j < SKV; ++j) {
+        const T pj = any_allowed ? pr[j] * inv : (T)0;
+        pr[j] = pj;
+#if defined(QK_OUT) && QK_MODE == 3
+        qk[(long)row * SKV + j] = pj;
+#endif
+    }
+    __global T* yr = y + (long)b * st[9] + (long)h * st[10] + (long)i * st[11];
+    for (int d = 0; d < HDV; ++d) {
+        T acc = 0;
+        for (int j = 0; j < SKV; ++j) acc += pr[j] * vb[(long)j * st[8] + d];
+        yr[d] = acc;
+    }
+}

@@ -1,0 +1,40 @@
+"""Attention kernel vs onnx.reference: 3-D/4-D inputs, masks, causal, grouped-query heads, past key/value."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+pytest.importorskip("pyopencl")
+try:  # tests/kernels may or may not be a package
+    from .run_launches import check  # noqa: E402
+except ImportError:
+    from run_launches import check  # type: ignore  # noqa: E402
+
+RNG = np.random.default_rng(7)
+
+
+def r(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+@pytest.mark.parametrize("mask", [None, "bool", "float"])
+def test_attention_4d_gqa_past(causal, mask):
+    feeds = {"q": r(2, 4, 3, 8), "k": r(2, 2, 3, 8), "v": r(2, 2, 3, 6)}
+    ins = ["q", "k", "v", "", "pk", "pv"]
+    if mask == "bool":
+        feeds["m"] = RNG.random((3, 5)) > 0.3
+        ins[3] = "m"
+    elif mask == "float":
+        feeds["m"] = r(2, 1, 3, 4)
+        ins[3] = "m"
+    feeds["pk"], feeds["pv"] = r(2, 2, 2, 8), r(2, 2, 2, 6)
+    check(helper.make_node("Attention", ins, ["y", "pko", "pvo", "qk"], is_causal=causal, qk_matmul_output_mode=2),
+          feeds, opset=23, rtol=1e-4, atol=1e-5)
+
+
+def test_attention_3d_softcap():
+    feeds = {"q": r(2, 3, 16), "k": r(2, 5, 8), "v": r(2, 5, 8)}
+    check(helper.make_node("Attention", ["q", "k", "v"], ["y"], q_num_heads=4, kv_num_heads=2, softcap=2.0,
+                           scale=0.3), feeds, opset=23, rtol=1e-4, atol=1e-5)
