@@ -47,6 +47,18 @@
 #ifndef ACT
 #define ACT 0
 #endif
+#ifndef C_TRANS
+#define C_TRANS 0
+#endif
+/* C_TRANS=1: the kernel computes C' = B'^T-shaped tiles of a transposed problem and stores
+ * element (row i, column j) at C[j*ldc + i] (the residual Z likewise): a GEMM with a small
+ * N (layer4 convs, N = 49 pixels) runs as C^T = B^T A^T with the pixels as the MR rows and the
+ * output channels as the NR columns (no padding of 49 to 64). The bias is then per column. */
+#if C_TRANS
+#define CIDX(r, c) ((c) * ldc + (r))
+#else
+#define CIDX(r, c) ((r) * ldc + (c))
+#endif
 
 #if VW == 4
 typedef float4 floatv;
@@ -176,14 +188,14 @@ __kernel void gemm(
 #endif
 
     /* Epilogue: alpha, bias, residual, activation, store. */
-    __global float* pc = C + offC + z1 * sC1 + z2 * sC2 + m0 * ldc + n0;
+    __global float* pc = C + offC + z1 * sC1 + z2 * sC2 + CIDX(m0, n0);
 #if HAS_BIAS
     const __global float* pbias = bias + offBias + z1 * sBias1 + z2 * sBias2 + m0 * bias_sm + n0 * bias_sn;
 #endif
 #if HAS_RES
-    const __global float* pz = Z + offZ + z1 * sZ1 + z2 * sZ2 + m0 * ldc + n0;
+    const __global float* pz = Z + offZ + z1 * sZ1 + z2 * sZ2 + CIDX(m0, n0);
 #endif
-    const bool full = (m0 + MR <= M) && (n0 + NR <= N);
+    const bool full = !C_TRANS && (m0 + MR <= M) && (n0 + NR <= N);
 #pragma unroll
     for (int r = 0; r < MR; ++r) {
         if (!full && m0 + r >= M)
@@ -214,7 +226,7 @@ __kernel void gemm(
                         e += beta * pbias[r * bias_sm + (c0 + c) * bias_sn];
 #endif
 #if HAS_RES
-                        e += pz[r * ldc + c0 + c];
+                        e += pz[CIDX(r, c0 + c)];
 #endif
                     }
                     t[c] = e;
@@ -223,7 +235,7 @@ __kernel void gemm(
 #pragma unroll
                 for (int c = 0; c < VW; ++c)
                     if (n0 + c0 + c < N)
-                        pc[r * ldc + c0 + c] = ys[c];
+                        pc[CIDX(r, c0 + c)] = ys[c];
             }
         }
     }

@@ -8,6 +8,9 @@ Paths, by what the node needs:
   depthwise (Cin/groups == 1, groups > 1)  -> dwconv.cl, one launch
   1x1, stride 1, no padding                -> GEMM on X in place (or on X packed by pack_b)
   anything else                            -> im2col.cl writes B panels into scratch -> GEMM
+  few output pixels (N <= 256, gemm.transposed_config) -> the same, transposed: Y^T = cols^T W^T
+      with the pixels as MR-row panels (im2col with NR = MR, or X in place for 1x1) and the
+      tile stored transposed (gemm.cl C_TRANS)
 Weights are packed into A panels once per plan (ctx.derived). 1-D convs run as 2-D with H = 1;
 3-D convs are declined by supports() and go to the host fallback.
 """
@@ -21,8 +24,8 @@ import numpy as np
 from ..errors import InvalidModel
 from ..ir import Graph, Node
 from .base import Launch, LowerCtx, device_op, f32, float32_only, i32, round_up
-from .gemm import (ACTIVATIONS, Bias, Operand, b_unpacked_ok, gemm_config, gemm_launch, pack_a,
-                   pack_b_launch, packed_b_bytes)
+from .gemm import (ACTIVATIONS, Bias, GemmConfig, Operand, b_unpacked_ok, gemm_config, gemm_launch,
+                   pack_a, pack_b, pack_b_launch, packed_b_bytes, transposed_config)
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +175,12 @@ def _lower(ctx: LowerCtx) -> list:
     cfg = gemm_config(ctx.device)
     m, kk, npix = cout // g, cin_g * kh * kw, oh * ow
     hw = h * w
+    pointwise = kh == kw == 1 and sh == sw == 1 and ph == pw == 0 and (oh, ow) == (h, w)
+    tcfg = transposed_config(cfg, m, npix) if ctx.const(1) is not None else None
+    if tcfg is not None:
+        return _lower_transposed(ctx, tcfg, n_img=n_img, cin=cin, cin_g=cin_g, g=g, m=m, kk=kk,
+                                 geom=(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw), pointwise=pointwise,
+                                 has_bias=has_bias, has_res=has_res, act=(act, act_a, act_b))
     if ctx.const(1) is not None:
         a = Operand(ctx.derived(1, f"convA{cfg.mr}g{g}",
                                 lambda wt: pack_a(np.asarray(wt, np.float32).reshape(g, m, kk), cfg.mr)),
@@ -182,7 +191,6 @@ def _lower(ctx: LowerCtx) -> list:
     c_s1, c_s2 = cout * npix, m * npix
     x_s1, x_s2 = cin * hw, cin_g * hw
 
-    pointwise = kh == kw == 1 and sh == sw == 1 and ph == pw == 0 and (oh, ow) == (h, w)
     launches: list = []
     if pointwise and b_unpacked_ok(cfg, npix):
         # 1x1: B is X itself, [Cin_g, H*W] per (image, group).
@@ -216,4 +224,50 @@ def _lower(ctx: LowerCtx) -> list:
                                     c=Operand(ctx.out(0), off=i0 * c_s1, ld=npix, s1=c_s1, s2=c_s2),
                                     bias=bias, res=res, act=act, act_alpha=act_a, act_beta=act_b,
                                     label=label))
+    return launches
+
+
+def _lower_transposed(ctx: LowerCtx, cfg: GemmConfig, *, n_img: int, cin: int, cin_g: int, g: int, m: int,
+                      kk: int, geom: tuple, pointwise: bool, has_bias: bool, has_res: bool,
+                      act: tuple) -> list:
+    """Small-N convs (few output pixels) as Y^T = cols^T @ W^T: the pixels are the GEMM's MR rows
+    (im2col panels of MR pixels, or X read in place for 1x1), the weights packed once into NR
+    output-channel panels, and the tile stored transposed (gemm.cl C_TRANS)."""
+    h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw = geom
+    label = ctx.label()
+    npix, hw, cout = oh * ow, h * w, m * g
+    mp = max(round_up(m, cfg.nr), cfg.nr)
+    b = Operand(ctx.derived(1, f"convBT{cfg.nr}g{g}",
+                            lambda wt: pack_b(np.asarray(wt, np.float32).reshape(g, m, kk).swapaxes(-1, -2),
+                                              cfg.nr)),
+                packed=True, s2=mp * kk)
+    bias = Bias(ctx.buf(2), sm=0, sn=1, s2=m) if has_bias else None
+    c_s1, c_s2 = cout * npix, m * npix
+    x_s1, x_s2 = cin * hw, cin_g * hw
+    act_name, act_a, act_b = act
+
+    def gemm(a: Operand, i0: int, ni: int) -> Launch:
+        res = Operand(ctx.buf(3), off=i0 * c_s1, s1=c_s1, s2=c_s2) if has_res else None
+        return gemm_launch(cfg, m=npix, n=m, k=kk, batch=ni * g, d2=g, a=a, b=b,
+                           c=Operand(ctx.out(0), off=i0 * c_s1, ld=npix, s1=c_s1, s2=c_s2), bias=bias,
+                           res=res, act=act_name, act_alpha=act_a, act_beta=act_b, c_trans=True,
+                           label=label)
+
+    if pointwise:
+        # A[p][k] = X[k][p]: rows of MR consecutive pixels, K strided by H*W.
+        return [gemm(Operand(ctx.buf(0), ld=1, ld2=hw, s1=x_s1, s2=x_s2), 0, n_img)]
+    np_ = round_up(npix, cfg.mr)
+    pstride = np_ * kk
+    per_img = 4 * pstride * g
+    chunk = max(1, min(n_img, _SCRATCH_CAP // per_img))
+    scratch = ctx.scratch(per_img * chunk)
+    tab = ctx.const_buffer(im2col_table(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, np_))
+    launches: list = []
+    for i0 in range(0, n_img, chunk):
+        ni = min(chunk, n_img - i0)
+        ly = 8 if cin_g >= 8 else 1
+        launches.append(Launch("im2col", "im2col", (np_ // cfg.mr, round_up(cin_g, ly), ni * g), [
+            ctx.buf(0), i32(i0 * x_s1), i32(x_s1), i32(x_s2), i32(g), tab, scratch, i32(pstride),
+            i32(hw), i32(kh * kw), i32(np_), i32(cin_g)], (1, ly, 1), {"NR": cfg.mr}, label))
+        launches.append(gemm(Operand(scratch, packed=True, s1=g * pstride, s2=pstride), i0, ni))
     return launches

@@ -119,13 +119,18 @@ class Bias:
 def gemm_launch(cfg: GemmConfig, *, m: int, n: int, k: int, batch: int, d2: int,
                 a: Operand, b: Operand, c: Operand, bias: Optional[Bias] = None,
                 res: Optional[Operand] = None, alpha: float = 1.0, act: str = "",
-                act_alpha: float = 0.0, act_beta: float = 0.0, label: str = "") -> Launch:
-    """The gemm.cl launch for C[z] = act(alpha * A[z] @ B[z] + bias + res) over `batch` z's."""
+                act_alpha: float = 0.0, act_beta: float = 0.0, c_trans: bool = False,
+                label: str = "") -> Launch:
+    """The gemm.cl launch for C[z] = act(alpha * A[z] @ B[z] + bias + res) over `batch` z's.
+
+    c_trans: C (and res) are stored transposed, element (i, j) at C[j * c.ld + i]."""
     if act not in ACTIVATIONS:
         raise InvalidModel(f"unsupported fused activation {act!r}", node=label or None)
     defines = {"MR": cfg.mr, "VW": cfg.vw, "NV": cfg.nv, "A_PACKED": int(a.packed),
                "B_PACKED": int(b.packed), "HAS_BIAS": int(bias is not None),
                "HAS_RES": int(res is not None), "ACT": ACTIVATIONS[act]}
+    if c_trans:
+        defines["C_TRANS"] = 1
     args: list = [a.arg, i32(a.off), i32(a.s1), i32(a.s2), i32(a.ld), i32(a.ld2),
                   b.arg, i32(b.off), i32(b.s1), i32(b.s2), i32(b.ld),
                   c.arg, i32(c.off), i32(c.s1), i32(c.s2), i32(c.ld)]
@@ -151,6 +156,28 @@ def pack_b_launch(cfg: GemmConfig, *, src: Arg, off: int, s1: int, s2: int, s_k:
 
 def packed_b_bytes(cfg: GemmConfig, k: int, n: int, batch: int) -> int:
     return 4 * max(round_up(n, cfg.nr), cfg.nr) * max(k, 1) * max(batch, 1)
+
+
+def transposed_config(cfg: GemmConfig, m: int, n: int) -> Optional[GemmConfig]:
+    """A config for computing C^T = B^T A^T when N is small, else None.
+
+    With N = 49 (ResNet's layer4, 7x7 pixels) the NR-column tiles pad N to 64 (23% of the
+    FLOPs wasted) and give few tiles; transposed, the pixels become MR-row tiles with an MR
+    that divides N (7 x 7) and the output channels the NR columns; the weights are then read
+    once instead of once per column tile. Taken for N <= 8 * NR when it wastes clearly fewer
+    FLOPs on padding (ResNet-50: layer4 N = 49 and layer3 N = 196 with MR = 7). CPU tiles only.
+    """
+    if cfg.lsize != (1, 1, 1) or cfg.nv != 2 or n > 8 * cfg.nr or m < 2 * cfg.nr:
+        return None
+    pad_n = round_up(n, cfg.nr) / n
+    best = None
+    for mr in range(cfg.mr, 5, -1):  # fewer rows: fewer accumulators, still FMA-bound
+        waste = round_up(n, mr) / n * round_up(m, cfg.nr) / m
+        if best is None or waste < best[0] - 1e-9:
+            best = (waste, mr)
+    if best is None or best[0] > 0.9 * pad_n:
+        return None
+    return GemmConfig(best[1], cfg.vw, cfg.nv, cfg.lsize)
 
 
 def b_unpacked_ok(cfg: GemmConfig, n: int) -> bool:

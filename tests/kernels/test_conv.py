@@ -198,3 +198,30 @@ def test_resnet_like_layers():
     """Real layer sizes: 3x3 over 64 channels at 56x56, and a strided 3x3 at 28x28."""
     conv_check((1, 64, 56, 56), (64, 64, 3, 3), pads=[1, 1, 1, 1])
     conv_check((1, 128, 28, 28), (256, 128, 3, 3), pads=[1, 1, 1, 1], strides=[2, 2])
+
+
+SMALL_N = [
+    # few output pixels, many channels: the transposed GEMM (pixels as rows, C stored transposed)
+    ((1, 64, 7, 7), (96, 64, 3, 3), dict(pads=[1, 1, 1, 1])),                 # N = 49: MR = 7
+    ((2, 48, 5, 5), (70, 48, 1, 1), {}),                                      # 1x1 in place, ragged M
+    ((2, 32, 9, 9), (80, 32, 1, 1), dict(strides=[2, 2])),                    # strided 1x1, N = 25
+    ((2, 16, 6, 6), (128, 8, 3, 3), dict(group=2, pads=[1, 1, 1, 1])),        # groups, N = 36
+    ((1, 20, 11, 11), (66, 20, 3, 3), dict(strides=[2, 2], dilations=[2, 2], pads=[2, 1, 2, 1])),
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", SMALL_N, ids=[str(i) for i in range(len(SMALL_N))])
+def test_small_n_transposed(x_shape, w_shape, attrs):
+    conv_check(x_shape, w_shape, **attrs)
+    ones = [a for a in ACTS if a[0] in ("Relu", "Clip")]
+    for act, alpha, beta in ones:
+        fused_check(x_shape, w_shape, act, alpha, beta, **attrs)
+
+
+def test_small_n_uses_transposed_tiles():
+    from clglow.lower.gemm import GemmConfig, transposed_config
+    cfg = GemmConfig(12, 16, 2, (1, 1, 1))
+    assert transposed_config(cfg, 512, 49).mr == 7
+    assert transposed_config(cfg, 2048, 49).mr == 7
+    assert transposed_config(cfg, 512, 3136) is None
+    assert transposed_config(cfg, 8, 49) is None
