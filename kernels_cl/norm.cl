@@ -39,25 +39,36 @@ __kernel void lrn(__global const float* x, __global float* y, const int n, const
     y[i] = x[i] / pow(bias + alpha / (float)size * s, beta);
 }
 
-/* LayerNormalization: rows of `len` contiguous elements; scale/bias have `len` elements. */
+/* LayerNormalization: rows of `len` contiguous elements; scale/bias have `len` elements.
+ * RMS: RMSNormalization (no mean subtracted).  HAS_STATS: also write the row's mean and 1/stddev. */
 __kernel void layernorm(__global const float* x, __global const float* scale,
 #ifdef HAS_BIAS
                         __global const float* bias,
 #endif
-                        __global float* y, const int rows, const int len, const float eps) {
+                        __global float* y,
+#ifdef HAS_STATS
+                        __global float* mean_out, __global float* inv_out,
+#endif
+                        const int rows, const int len, const float eps) {
     const int r = get_global_id(0);
     if (r >= rows) return;
     __global const float* xr = x + (long)r * len;
     __global float* yr = y + (long)r * len;
     float m = 0.0f;
+#ifndef RMS
     for (int k = 0; k < len; ++k) m += xr[k];
     m /= (float)len;
+#endif
     float v = 0.0f;
     for (int k = 0; k < len; ++k) {
         const float d = xr[k] - m;
         v += d * d;
     }
     const float inv = 1.0f / sqrt(v / (float)len + eps);
+#ifdef HAS_STATS
+    mean_out[r] = m;
+    inv_out[r] = inv;
+#endif
     for (int k = 0; k < len; ++k) {
 #ifdef HAS_BIAS
         yr[k] = (xr[k] - m) * inv * scale[k] + bias[k];
@@ -86,4 +97,48 @@ __kernel void instancenorm(__global const float* x, __global const float* scale,
     const float a = scale[c] / sqrt(v / (float)len + eps);
     const float b = bias[c] - m * a;
     for (int k = 0; k < len; ++k) yr[k] = xr[k] * a + b;
+}
+
+/* GroupNormalization: one work-item per (n, group) of `len` = channels_per_group * inner elements;
+ * scale/bias per channel (opset 21; older per-group parameters are expanded on the host). */
+__kernel void groupnorm(__global const float* x, __global const float* scale, __global const float* bias,
+                        __global float* y, const int groups_total, const int G, const int cpg, const int inner,
+                        const float eps) {
+    const int p = get_global_id(0);
+    if (p >= groups_total) return;
+    const int g = p % G;
+    const long len = (long)cpg * inner;
+    __global const float* xr = x + (long)p * len;
+    __global float* yr = y + (long)p * len;
+    float m = 0.0f;
+    for (long k = 0; k < len; ++k) m += xr[k];
+    m /= (float)len;
+    float v = 0.0f;
+    for (long k = 0; k < len; ++k) {
+        const float d = xr[k] - m;
+        v += d * d;
+    }
+    const float inv = 1.0f / sqrt(v / (float)len + eps);
+    for (int c = 0; c < cpg; ++c) {
+        const int ch = g * cpg + c;
+        const float a = scale[ch] * inv;
+        const float b = bias[ch] - m * a;
+        for (int k = 0; k < inner; ++k) yr[(long)c * inner + k] = xr[(long)c * inner + k] * a + b;
+    }
+}
+
+/* LpNormalization (p = 1 or 2) along an axis: rows of `len` elements `inner` apart. */
+__kernel void lpnorm(__global const float* x, __global float* y, const int rows, const int len, const int inner,
+                     const int p) {
+    const int i = get_global_id(0);
+    if (i >= rows) return;
+    const int o = i / inner;
+    const long base = (long)o * len * inner + (i - o * inner);
+    float s = 0.0f;
+    for (int k = 0; k < len; ++k) {
+        const float v = x[base + (long)k * inner];
+        s += p == 1 ? fabs(v) : v * v;
+    }
+    if (p != 1) s = sqrt(s);
+    for (int k = 0; k < len; ++k) y[base + (long)k * inner] = s == 0.0f ? 0.0f : x[base + (long)k * inner] / s;
 }

@@ -91,12 +91,15 @@ def lower_lrn(ctx: LowerCtx) -> list:
 
 # --- LayerNormalization --------------------------------------------------------------------------
 def _supports_ln(node: Node, graph: Graph) -> Optional[str]:
-    if _used_outputs(node):
-        return "LayerNormalization's Mean/InvStdDev outputs run on the host"
+    if node.op_type == "LayerNormalization" and _used_outputs(node):
+        for o in node.outputs[1:]:
+            v = graph.values.get(o) if o else None
+            if v is not None and v.dtype is not None and np.dtype(v.dtype) != np.float32:
+                return f"LayerNormalization output {o!r} of dtype {np.dtype(v.dtype).name}"
     return check_dtypes(node, graph, _F32)
 
 
-@device_op("LayerNormalization", supports=_supports_ln)
+@device_op("LayerNormalization", "RMSNormalization", supports=_supports_ln)
 def lower_layernorm(ctx: LowerCtx) -> list:
     """Scale/bias broadcastable to the normalised shape are expanded here when constant."""
     x, out = ctx.inputs[0], ctx.outputs[0]
@@ -122,11 +125,19 @@ def lower_layernorm(ctx: LowerCtx) -> list:
 
     args = [ctx.buf(0), param(1)]
     defines: dict = {}
-    if ctx.has_input(2):
+    if ctx.node.op_type == "RMSNormalization":
+        defines["RMS"] = None
+    elif ctx.has_input(2):
         args.append(param(2))
         defines["HAS_BIAS"] = None
+    args.append(ctx.out(0))
+    if ctx.node.op_type == "LayerNormalization" and _used_outputs(ctx.node):
+        outs = ctx.node.outputs
+        args += [ctx.out(1) if len(outs) > 1 and outs[1] else ctx.scratch(4 * rows),
+                 ctx.out(2) if len(outs) > 2 and outs[2] else ctx.scratch(4 * rows)]
+        defines["HAS_STATS"] = None
     g, l = work_size(ctx, rows, cap=64)
-    return [Launch("norm", "layernorm", g, args + [ctx.out(0), i32(rows), i32(length),
+    return [Launch("norm", "layernorm", g, args + [i32(rows), i32(length),
                                                   f32(ctx.attr("epsilon", 1e-5))], l, defines, ctx.label())]
 
 
@@ -143,3 +154,54 @@ def lower_instancenorm(ctx: LowerCtx) -> list:
     g, l = work_size(ctx, planes, cap=64)
     return [Launch("norm", "instancenorm", g, [ctx.buf(0), ctx.buf(1), ctx.buf(2), ctx.out(0), i32(planes), i32(C),
                                                i32(length), f32(ctx.attr("epsilon", 1e-5))], l, {}, ctx.label())]
+
+
+# --- GroupNormalization / LpNormalization ---------------------------------------------------------
+@device_op("GroupNormalization", supports=_supports_f32)
+def lower_groupnorm(ctx: LowerCtx) -> list:
+    """Opset 18 gives scale/bias per group: constant ones are expanded per channel here."""
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    _big(ctx)
+    N, C = int(x.shape[0]), int(x.shape[1])
+    G = int(ctx.attr("num_groups"))
+    inner = int(np.prod(x.shape[2:], dtype=np.int64))
+    cpg = C // G
+
+    def param(i: int):
+        t = ctx.inputs[i]
+        if t.size == C:
+            return ctx.buf(i)
+        c = ctx.const(i)
+        if c is None:
+            raise ValueError(f"{ctx.node.name}: run-time per-group GroupNormalization parameters")
+        return ctx.const_buffer(np.repeat(np.asarray(c, np.float32).reshape(-1), cpg))
+
+    g, l = work_size(ctx, N * G, cap=64)
+    return [Launch("norm", "groupnorm", g, [ctx.buf(0), param(1), param(2), ctx.out(0), i32(N * G), i32(G),
+                                            i32(cpg), i32(inner), f32(ctx.attr("epsilon", 1e-5))], l, {},
+                   ctx.label())]
+
+
+def _supports_lp(node: Node, graph: Graph) -> Optional[str]:
+    if int(node.attr("p", 2)) not in (1, 2):
+        return "LpNormalization with p other than 1 or 2"
+    return check_dtypes(node, graph, _F32)
+
+
+@device_op("LpNormalization", supports=_supports_lp)
+def lower_lpnorm(ctx: LowerCtx) -> list:
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    _big(ctx)
+    r = len(x.shape)
+    axis = int(ctx.attr("axis", -1))
+    axis = axis + r if axis < 0 else axis
+    length = int(x.shape[axis])
+    inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
+    rows = x.size // length
+    g, l = work_size(ctx, rows, cap=64)
+    return [Launch("norm", "lpnorm", g, [ctx.buf(0), ctx.out(0), i32(rows), i32(length), i32(inner),
+                                         i32(ctx.attr("p", 2))], l, {}, ctx.label())]
