@@ -11,20 +11,18 @@ input shape.
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import pyopencl as cl
 
 from . import config
 from .dtypes import onnx_type_string
-from .errors import ClglowError, InvalidArgument
+from .errors import InvalidArgument
 from .frontend.onnx_model import ModelLike, import_model, load_model
 from .ir import Graph
 from .partition import Placement, format_placement, place

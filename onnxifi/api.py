@@ -869,44 +869,16 @@ def _start_run(g: _Graph, gate: Optional[_Event], outputFence: MemoryFence,
                trace: Optional[TraceEventList]) -> int:
     if g.io is None:
         raise _Fail(C.ONNXIFI_STATUS_UNIDENTIFIED_NAME, "graph inputs/outputs are not set (onnxSetGraphIO)")
-    import pyopencl as cl
-
     inputs, outputs = g.io
     wait_for = [gate.cl_event] if gate is not None else []
-    # CPU memory goes through staging buffers this layer owns: the uploads wait for the input
-    # fence, the read-backs for the run, and their NannyEvents stay alive in the _Run (a
-    # dropped NannyEvent blocks until its transfer is done, i.e. until the fence is signalled).
-    ctx, queue = g.backend.context, g.backend.queue
-    keep: list = []
-    eng_in: dict = {}
-    uploads: list = []
-    for name, v in inputs.items():
-        if isinstance(v, tuple):
-            eng_in[name] = v
-            continue
-        buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, max(1, v.nbytes))
-        if v.nbytes:
-            uploads.append(cl.enqueue_copy(queue, buf, v, is_blocking=False, wait_for=wait_for or None))
-        keep += [buf, v]
-        eng_in[name] = (buf, v.dtype, v.shape)
-    eng_out: dict = {}
-    readbacks: list = []
-    for name, v in outputs.items():
-        if isinstance(v, tuple):
-            eng_out[name] = v[0]
-            continue
-        buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, max(1, v.nbytes))
-        eng_out[name] = buf
-        readbacks.append((buf, v))
-    queue.flush()
-    handle = g.session.enqueue(eng_in, eng_out, wait_for=uploads or wait_for)
+    # CPU memory is used in place: the session's enqueue keeps its transfers' events and arrays
+    # on the handle until the run completes; OpenCL buffers arrive as (cl_mem, dtype, shape).
+    eng_in = dict(inputs)
+    eng_out = {name: (v[0] if isinstance(v, tuple) else v) for name, v in outputs.items()}
+    handle = g.session.enqueue(eng_in, eng_out, wait_for=wait_for)
     done = handle.event
-    reads = [cl.enqueue_copy(queue, arr, buf, is_blocking=False, wait_for=[handle.event])
-             for buf, arr in readbacks if arr.nbytes]
-    if reads:
-        done = cl.enqueue_marker(queue, wait_for=reads)
-    queue.flush()
-    keep += uploads + reads + [b for b, _ in readbacks] + [a for _, a in readbacks]
+    g.backend.queue.flush()
+    keep: list = [inputs, outputs]
     run = _Run(g, handle, gate, done, keep)
     run.trace_sink = trace
     g.runs = [r for r in g.runs if not r.finished] + [run]

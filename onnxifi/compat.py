@@ -16,7 +16,7 @@ from collections import OrderedDict
 from typing import Any, Optional
 
 import onnx
-from onnx import defs, helper, numpy_helper
+from onnx import defs, helper
 
 from . import constants as C
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Graph, Node, Value
+from ..ir import Graph, Value
 
 
 def fold_batchnorm(graph: Graph) -> Graph:

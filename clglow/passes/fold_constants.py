@@ -63,7 +63,7 @@ def check_size(node: Node, graph: Graph) -> None:
 
 def fold_node(node: Node, graph: Graph) -> Optional[list]:
     """Evaluate `node` if all its inputs are constant; returns its outputs or None."""
-    from ..runtime.host import HostKernel, _outer_scope_names
+    from ..runtime.host import HostKernel
 
     if node.op_type in NOT_FOLDABLE or node.domain not in ("", "ai.onnx"):
         return None

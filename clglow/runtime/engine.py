@@ -13,7 +13,6 @@ from typing import Optional, Sequence
 import numpy as np
 import pyopencl as cl
 
-from ..errors import ClglowError, DeviceError, InvalidModel
 from ..ir import Graph, Value
 from ..shapes import specialize
 from .executor import Plan, RunRecord, WeightCache, build_plan, execute

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
@@ -19,9 +18,9 @@ import numpy as np
 import pyopencl as cl
 
 from ..errors import DeviceError, InvalidModel, OutOfDeviceMemory
-from ..ir import Graph, Node
+from ..ir import Graph
 from ..lower import LowerCtx, TensorInfo, lookup
-from ..lower.base import Buf, ConstBuf, Launch, Scratch
+from ..lower.base import Buf, ConstBuf, Scratch
 from ..errors import UnsupportedNode, UnsupportedOperator
 from ..partition import DEVICE, HOST, Placement, place
 from .host import HostKernel, _outer_scope_names
@@ -236,7 +235,6 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
     last: dict[str, int] = {}
     consts_on_device: set = set()
     scratch_sizes: dict[int, int] = {}
-    kernel_specs: list = []
 
     def use(name: str, idx: int) -> None:
         rt = r(name)
