@@ -143,3 +143,45 @@ def test_fuzzed_handles_give_statuses(handle, key):
         status = call()
         assert isinstance(status, int) and status in o.STATUS_NAMES
         assert status != o.ONNXIFI_STATUS_SUCCESS
+
+
+def test_error_inside_a_run_reaches_the_output_event(backend):
+    """A run that fails after onnxRunGraph returned (a host node rejects the data) reports its
+    status and message through the output event, and the graph stays usable."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    c = helper.make_tensor_value_info("c", TensorProto.INT64, ["n"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["k"])
+    nodes = [helper.make_node("Cast", ["c"], ["cb"], to=TensorProto.BOOL),
+             helper.make_node("Compress", ["x", "cb"], ["y"], axis=0, name="compress0")]
+    data = helper.make_model(helper.make_graph(nodes, "late", [x, c], [y]),
+                             opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    g = o.Ref()
+    assert o.onnxInitGraph(backend, None, len(data), data, 0, None, g) in (o.ONNXIFI_STATUS_SUCCESS,
+                                                                           o.ONNXIFI_STATUS_FALLBACK)
+    I64 = o.ONNXIFI_DATATYPE_INT64
+
+    def run(cond: np.ndarray, out: np.ndarray) -> tuple:
+        xs = np.arange(4, dtype=np.float32)
+        ins = [o.TensorDescriptor("x", F32, CPU, (4,), xs), o.TensorDescriptor("c", I64, CPU, cond.shape, cond)]
+        assert o.onnxSetGraphIO(g.value, 2, ins, 1, [o.TensorDescriptor("y", F32, CPU, out.shape, out)]) == 0
+        ev = o.Ref()
+        assert o.onnxInitEvent(backend, ev) == o.ONNXIFI_STATUS_SUCCESS
+        fin, fout = o.MemoryFence(event=ev.value), o.MemoryFence()
+        assert o.onnxRunGraph(g.value, fin, fout) == o.ONNXIFI_STATUS_SUCCESS  # returns before the failure
+        assert o.onnxSignalEvent(ev.value) == o.ONNXIFI_STATUS_SUCCESS
+        state, status, size = o.Ref(), o.Ref(), o.Ref(512)
+        msg = bytearray(512)
+        wait = o.onnxWaitEventFor(fout.event, 0, state, status, msg, size)
+        o.onnxReleaseEvent(fout.event)
+        o.onnxReleaseEvent(ev.value)
+        return wait, state.value, status.value, msg.split(b"\0")[0].decode()
+
+    wait, state, status, message = run(np.ones(6, np.int64), np.empty(4, np.float32))  # condition too long
+    assert wait == o.ONNXIFI_STATUS_SUCCESS and state == o.ONNXIFI_EVENT_STATE_SIGNALLED
+    assert status != o.ONNXIFI_STATUS_SUCCESS and status in o.STATUS_NAMES
+    assert "compress0" in message
+    out = np.empty(2, np.float32)
+    wait, state, status, message = run(np.array([0, 1, 0, 1], np.int64), out)
+    assert status == o.ONNXIFI_STATUS_SUCCESS, message
+    np.testing.assert_array_equal(out, [1.0, 3.0])
+    assert o.onnxReleaseGraph(g.value) == o.ONNXIFI_STATUS_SUCCESS
