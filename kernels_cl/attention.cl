@@ -117,3 +117,47 @@ __kernel void attention(__global const T* q, __global const T* k, __global const
         yr[d] = acc;
     }
 }
+
+/* RotaryEmbedding: one work-item per element. dims = [B, S, H, HD, ROT, stride b, s, h]; cos/sin rows
+ * come from position_ids (HAS_POS: cache[pos[b, s]]) or from a (B, S, ROT/2) cache. */
+__kernel void rotary(__global const T* x, __global const T* cosc, __global const T* sinc,
+#ifdef HAS_POS
+                     __global const long* pos,
+#endif
+                     __global T* y, const int n, __global const int* restrict dims, const int interleaved) {
+    const int i = get_global_id(0);
+    if (i >= n) return;
+    const int S = dims[1], H = dims[2], HD = dims[3], ROT = dims[4];
+    const int d = i % HD;
+    const int r = i / HD;
+    const int h = r % H;
+    const int s = (r / H) % S;
+    const int b = r / (H * S);
+    const long base = (long)b * dims[5] + (long)s * dims[6] + (long)h * dims[7];
+    if (d >= ROT) {
+        y[base + d] = x[base + d];
+        return;
+    }
+    const int hr = ROT / 2;
+    int j, is_im;
+    T x1, x2;
+    if (interleaved) {
+        j = d / 2;
+        is_im = d & 1;
+        x1 = x[base + 2 * j];
+        x2 = x[base + 2 * j + 1];
+    } else {
+        is_im = d >= hr;
+        j = is_im ? d - hr : d;
+        x1 = x[base + j];
+        x2 = x[base + j + hr];
+    }
+#ifdef HAS_POS
+    const long row = pos[(long)b * S + s];
+#else
+    const long row = (long)b * S + s;
+#endif
+    const T c = cosc[row * hr + j];
+    const T sn = sinc[row * hr + j];
+    y[base + d] = is_im ? sn * x1 + c * x2 : c * x1 - sn * x2;
+}

@@ -124,3 +124,40 @@ def lower_attention(ctx: LowerCtx) -> list:
              dt.type(softcap), i32(rows)]
     launches.append(Launch("attention", "attention", g, args, l, defines, ctx.label()))
     return launches
+
+
+# --- RotaryEmbedding -----------------------------------------------------------------------------
+def _supports_rotary(node: Node, graph: Graph) -> Optional[str]:
+    r = ty.check(node, graph, ty.floats(), inputs=[0, 1, 2])
+    if r:
+        return r
+    return ty.check(node, graph, {np.dtype(np.int64)}, inputs=[3])
+
+
+@device_op("RotaryEmbedding", supports=_supports_rotary)
+def lower_rotary(ctx: LowerCtx) -> list:
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    if x.size >= 2 ** 31:
+        raise ValueError(f"{ctx.node.name}: tensors over 2**31 elements are not supported by the OpenCL kernels")
+    if len(x.shape) == 4:
+        B, H, S, HD = (int(d) for d in x.shape)
+        st = [H * S * HD, HD, S * HD]
+    else:
+        B, S = int(x.shape[0]), int(x.shape[1])
+        H = int(ctx.attr("num_heads", 0))
+        HD = int(x.shape[2]) // H
+        st = [S * H * HD, H * HD, HD]
+    rot = int(ctx.attr("rotary_embedding_dim", 0) or 0) or HD
+    defines = ty.type_defines(T=x.dtype)
+    args = [ctx.buf(0), ctx.buf(1), ctx.buf(2)]
+    if ctx.has_input(3):
+        defines["HAS_POS"] = None
+        args.append(ctx.buf(3))
+    g, l = work_size(ctx, out.size)
+    dims = [B, S, H, HD, rot] + st
+    return [Launch("attention", "rotary", g, args + [ctx.out(0), i32(out.size),
+                                                     ctx.const_buffer(np.array(dims, np.int32)),
+                                                     i32(int(ctx.attr("interleaved", 0)))], l, defines,
+                   ctx.label())]

@@ -38,3 +38,19 @@ def test_attention_3d_softcap():
     feeds = {"q": r(2, 3, 16), "k": r(2, 5, 8), "v": r(2, 5, 8)}
     check(helper.make_node("Attention", ["q", "k", "v"], ["y"], q_num_heads=4, kv_num_heads=2, softcap=2.0,
                            scale=0.3), feeds, opset=23, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("interleaved", [0, 1])
+@pytest.mark.parametrize("rot", [0, 4])
+@pytest.mark.parametrize("pos", [True, False])
+def test_rotary_embedding(interleaved, rot, pos):
+    x = r(2, 3, 5, 8)  # (B, H, S, HD)
+    half = (rot or 8) // 2
+    feeds = {"x": x}
+    if pos:
+        feeds.update(c=r(10, half), s=r(10, half), p=RNG.integers(0, 10, (2, 5)).astype(np.int64))
+    else:
+        feeds.update(c=r(2, 5, half), s=r(2, 5, half))
+    ins = ["x", "c", "s"] + (["p"] if pos else [])
+    check(helper.make_node("RotaryEmbedding", ins, ["y"], interleaved=interleaved, rotary_embedding_dim=rot),
+          feeds, opset=23, rtol=1e-5, atol=1e-5)
