@@ -1,0 +1,31 @@
+"""ConvTranspose kernel vs onnx.reference: strides, pads, dilations, groups, output_padding, auto_pad, 1-3-D."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+pytest.importorskip("pyopencl")
+try:  # tests/kernels may or may not be a package
+    from .run_launches import check  # noqa: E402
+except ImportError:
+    from run_launches import check  # type: ignore  # noqa: E402
+
+RNG = np.random.default_rng(29)
+
+
+@pytest.mark.parametrize("xs,ws,attrs", [
+    ((1, 2, 5), (2, 3, 3), dict(strides=[2])),
+    ((2, 3, 4, 5), (3, 2, 3, 3), dict(strides=[2, 1], pads=[1, 0, 0, 1])),
+    ((1, 4, 4, 4), (4, 1, 2, 2), dict(group=2, strides=[2, 2], output_padding=[1, 1])),
+    ((1, 2, 4, 4), (2, 2, 3, 3), dict(dilations=[2, 2])),
+    ((1, 2, 3, 3), (2, 3, 3, 3), dict(strides=[2, 2], auto_pad="SAME_UPPER")),
+    ((1, 1, 3, 3, 3), (1, 2, 2, 2, 2), dict(strides=[2, 2, 2]))], ids=str)
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv_transpose(xs, ws, attrs, bias):
+    feeds = {"x": RNG.standard_normal(xs).astype(np.float32), "w": RNG.standard_normal(ws).astype(np.float32)}
+    ins = ["x", "w"]
+    if bias:
+        feeds["b"] = RNG.standard_normal(ws[1] * attrs.get("group", 1)).astype(np.float32)
+        ins.append("b")
+    check(helper.make_node("ConvTranspose", ins, ["y"], **attrs), feeds, opset=11, rtol=1e-4, atol=1e-4)
