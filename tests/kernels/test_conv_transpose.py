@@ -7,9 +7,11 @@ from onnx import helper
 
 pytest.importorskip("pyopencl")
 try:  # tests/kernels may or may not be a package
-    from .run_launches import check  # noqa: E402
+    from .harness import check as check_expected  # noqa: E402
+    from .run_launches import check, reference  # noqa: E402
 except ImportError:
-    from run_launches import check  # type: ignore  # noqa: E402
+    from harness import check as check_expected  # type: ignore  # noqa: E402
+    from run_launches import check, reference  # type: ignore  # noqa: E402
 
 RNG = np.random.default_rng(29)
 
@@ -17,7 +19,7 @@ RNG = np.random.default_rng(29)
 @pytest.mark.parametrize("xs,ws,attrs", [
     ((1, 2, 5), (2, 3, 3), dict(strides=[2])),
     ((2, 3, 4, 5), (3, 2, 3, 3), dict(strides=[2, 1], pads=[1, 0, 0, 1])),
-    ((1, 4, 4, 4), (4, 1, 2, 2), dict(group=2, strides=[2, 2], output_padding=[1, 1])),
+    ((1, 2, 4, 4), (2, 3, 2, 2), dict(strides=[2, 2], output_padding=[1, 1])),
     ((1, 2, 4, 4), (2, 2, 3, 3), dict(dilations=[2, 2])),
     ((1, 2, 3, 3), (2, 3, 3, 3), dict(strides=[2, 2], auto_pad="SAME_UPPER")),
     ((1, 1, 3, 3, 3), (1, 2, 2, 2, 2), dict(strides=[2, 2, 2]))], ids=str)
@@ -29,3 +31,13 @@ def test_conv_transpose(xs, ws, attrs, bias):
         feeds["b"] = RNG.standard_normal(ws[1] * attrs.get("group", 1)).astype(np.float32)
         ins.append("b")
     check(helper.make_node("ConvTranspose", ins, ["y"], **attrs), feeds, opset=11, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_transpose_groups():
+    """onnx.reference's grouped ConvTranspose fails: the expected output is built per group."""
+    x = RNG.standard_normal((1, 4, 4, 4)).astype(np.float32)
+    w = RNG.standard_normal((4, 1, 2, 2)).astype(np.float32)
+    parts = [reference(helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2]),
+                       {"x": x[:, 2 * g:2 * g + 2], "w": w[2 * g:2 * g + 2]}, {}, 11)[0] for g in range(2)]
+    check_expected(helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2], group=2), {"x": x, "w": w},
+                   opset=11, expected=[np.concatenate(parts, axis=1)])
