@@ -224,10 +224,14 @@ def lower_bitnot(ctx: LowerCtx) -> list:
 def _supports_cast(node: Node, graph: Graph) -> Optional[str]:
     src = dtype_of(graph, node.input(0))
     dst = dtype_of(graph, node.outputs[0])
+    from .castlut import is_narrow, supports_narrow_cast
+
+    if src is not None and dst is not None and (is_narrow(src) or is_narrow(dst)):
+        return supports_narrow_cast(src, dst)
     for dt in (src, dst):
         if dt is not None and dt not in _ALL and dt != np.float16:
             return f"Cast involving {dt.name} is not handled by the OpenCL kernel"
-    if node.attr("saturate") is not None and dst is not None and dst not in _ALL:
+    if node.attr("saturate") is not None and dst is not None and dst not in _ALL and dst != np.float16:
         return "saturating float8 casts run on the host"
     return None
 
@@ -240,6 +244,10 @@ def lower_cast(ctx: LowerCtx) -> list:
         return []
     _too_big(ctx)
     src, dst = np.dtype(ctx.inputs[0].dtype), np.dtype(out.dtype)
+    from .castlut import is_narrow, lower_narrow_cast
+
+    if is_narrow(src) or is_narrow(dst):
+        return lower_narrow_cast(ctx)
     if np.float16 in (src, dst) and src != dst:  # half is storage only: vload_half / vstore_half
         g, l = work_size(ctx, out.size)
         other = dst if src == np.float16 else src

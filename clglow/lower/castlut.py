@@ -1,0 +1,111 @@
+"""Casts involving narrow types (float8 e4m3fn/e4m3fnuz/e5m2/e5m2fnuz/e8m0, float4e2m1, int4/uint4,
+int2/uint2, bfloat16) and BitCast, on OpenCL.
+
+Tables are built on the host by onnx.reference's own cast (saturate, round_mode included), so the
+device result is bit-exact with it: 256 entries for a 1-byte source, 65536 for float16/bfloat16,
+and for float32 two entries per top-16-bit pattern (exact, and 'a little more'), which rounds
+correctly into any format with at most 7 mantissa bits. float32 -> int4/int2 family truncates
+and wraps in the kernel, as numpy does.
+"""
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Optional
+
+import numpy as np
+import onnx
+
+from ..ir import Graph, Node
+from .base import Launch, LowerCtx, device_op, i32
+from .elementwise import work_size
+from .movement import _supports_any, copy_launches
+
+NARROW = {"float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
+          "float4_e2m1fn", "int4", "uint4", "int2", "uint2", "bfloat16"}
+_LOWINT_MASK = {"int4": 0xF, "uint4": 0xF, "int2": 0x3, "uint2": 0x3}
+_STORE = {1: "uchar", 2: "ushort", 4: "uint"}
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
+
+
+def is_narrow(dt) -> bool:
+    return dt is not None and np.dtype(dt).name in NARROW
+
+
+def supports_narrow_cast(src, dst) -> Optional[str]:
+    """None when (src, dst) is a narrow-type cast this module runs, else a reason."""
+    src, dst = np.dtype(src), np.dtype(dst)
+    if dst.itemsize not in _STORE:
+        return f"Cast from {src.name} to {dst.name} is not handled by the OpenCL kernel"
+    if src.itemsize == 1 or src in (np.dtype(np.float16),) or src.name == "bfloat16":
+        return None
+    if src == np.float32 and is_narrow(dst):
+        return None
+    return f"Cast from {src.name} to {dst.name} is not handled by the OpenCL kernel"
+
+
+@functools.lru_cache(maxsize=64)
+def _table(src: str, dst: str, saturate: bool, round_mode: str) -> np.ndarray:
+    from onnx.reference.ops.op_cast import cast_to
+
+    sdt, ddt = _dtype(src), _dtype(dst)
+    to = onnx.helper.np_dtype_to_tensor_dtype(ddt)
+    if sdt.itemsize == 1:
+        vals = np.arange(256, dtype=np.uint8).view(sdt)
+    elif sdt.itemsize == 2:
+        vals = np.arange(65536, dtype=np.uint16).view(sdt)
+    else:
+        top = np.arange(65536, dtype=np.uint32) << np.uint32(16)
+        vals = np.concatenate([top, top | np.uint32(1)]).view(np.float32)
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        out = np.asarray(cast_to(vals, to, saturate, round_mode)).astype(ddt)
+    return np.ascontiguousarray(out).view(_UINT[ddt.itemsize])
+
+
+def _dtype(name: str) -> np.dtype:
+    try:
+        return np.dtype(name)
+    except TypeError:
+        import ml_dtypes
+
+        return np.dtype(getattr(ml_dtypes, name))
+
+
+def lower_narrow_cast(ctx: LowerCtx) -> list:
+    out = ctx.outputs[0]
+    if out.size == 0:
+        return []
+    if out.size >= 2 ** 31:
+        raise ValueError(f"{ctx.node.name}: tensors over 2**31 elements are not supported by the OpenCL kernels")
+    src, dst = np.dtype(ctx.inputs[0].dtype), np.dtype(out.dtype)
+    g, l = work_size(ctx, out.size)
+    if src == np.float32 and dst.name in _LOWINT_MASK:
+        return [Launch("castlut", "f32_to_lowint", g, [ctx.buf(0), ctx.out(0), i32(out.size)], l,
+                       {"MASK": _LOWINT_MASK[dst.name], "TO": "uchar"}, ctx.label())]
+    if src == np.float32 and dst.name == "bfloat16":
+        return [Launch("castlut", "f32_to_bf16", g, [ctx.buf(0), ctx.out(0), i32(out.size)], l, {"TO": "ushort"},
+                       ctx.label())]
+    sat = bool(int(ctx.attr("saturate", 1)))
+    rm = ctx.attr("round_mode", "up")
+    rm = rm.decode() if isinstance(rm, bytes) else rm
+    table = _table(src.name, dst.name, sat, rm)
+    cb = ctx.const_buffer(table, key=f"castlut:{src.name}:{dst.name}:{sat}:{rm}")
+    kernel = {1: "lut8", 2: "lut16", 4: "lut32"}[src.itemsize]
+    return [Launch("castlut", kernel, g, [ctx.buf(0), cb, ctx.out(0), i32(out.size)], l,
+                   {"TO": _STORE[dst.itemsize]}, ctx.label())]
+
+
+# --- BitCast -------------------------------------------------------------------------------------
+def _supports_bitcast(node: Node, graph: Graph) -> Optional[str]:
+    return _supports_any(node, graph)
+
+
+@device_op("BitCast", supports=_supports_bitcast)
+def lower_bitcast(ctx: LowerCtx) -> list:
+    """The output's bytes are the input's bytes: one byte copy."""
+    x = ctx.inputs[0]
+    nbytes = x.size * np.dtype(x.dtype).itemsize
+    if nbytes == 0:
+        return []
+    return copy_launches(ctx, ctx.buf(0), ctx.out(0), np.dtype(np.uint8), [nbytes], [1], [1])
