@@ -62,3 +62,38 @@ __kernel void gather(__global const T* data, __global const TI* idx, __global T*
     k = k < 0 ? 0 : (k >= axis_len ? axis_len - 1 : k);
     out[i] = data[((long)o * axis_len + k) * inner + r];
 }
+
+/* Pad modes edge (MODE 1), reflect (MODE 2) and wrap (MODE 3): one work-item per output element;
+ * meta (int32): out dims[RANK], in dims[RANK], in strides[RANK], begin pads[RANK]. */
+#ifdef MODE
+__kernel void pad_index(__global const T* src, __global T* dst, const int n, __global const int* restrict meta) {
+    const int i = get_global_id(0);
+    if (i >= n) return;
+    int rem = i;
+    long so = 0;
+    for (int d = RANK - 1; d >= 0; --d) {
+        const int od = meta[d];
+        const int q = rem / od;
+        int c = rem - q * od - meta[3 * RANK + d];
+        rem = q;
+        const int len = meta[RANK + d];
+#if MODE == 1
+        c = clamp(c, 0, len - 1);
+#elif MODE == 2
+        if (len == 1) {
+            c = 0;
+        } else {
+            const int period = 2 * (len - 1);
+            c = c % period;
+            if (c < 0) c += period;
+            if (c >= len) c = period - c;
+        }
+#else
+        c = c % len;
+        if (c < 0) c += len;
+#endif
+        so += (long)c * meta[2 * RANK + d];
+    }
+    dst[i] = src[so];
+}
+#endif

@@ -220,7 +220,7 @@ def lower_tile(ctx: LowerCtx) -> list:
     return copy_launches(ctx, ctx.buf(0), ctx.out(0), x.dtype, dims, st, contiguous_strides(dims))
 
 
-# --- Pad (constant mode) -------------------------------------------------------------------------
+# --- Pad (constant, edge, reflect, wrap) -------------------------------------------------------------------------
 def _pad_params(node: Node, graph: Graph, opset: int) -> Optional[tuple]:
     """(pads, value, axes) when constant."""
     if opset < 11:
@@ -245,7 +245,7 @@ def _pad_params(node: Node, graph: Graph, opset: int) -> Optional[tuple]:
 def _supports_pad(node: Node, graph: Graph) -> Optional[str]:
     mode = node.attr("mode", "constant")
     mode = mode.decode() if isinstance(mode, bytes) else mode
-    if mode != "constant":
+    if mode not in _PAD_MODES:
         return f"Pad mode {mode!r} runs on the host"
     if _pad_params(node, graph, graph.opset(node.domain)) is None:
         return "Pad with run-time pads or value runs on the host"
@@ -268,6 +268,16 @@ def lower_pad(ctx: LowerCtx) -> list:
     begin, end = [0] * r, [0] * r
     for k, a in enumerate(axes):
         begin[a], end[a] = pads[k], pads[k + len(axes)]
+    mode = ctx.attr("mode", "constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if _PAD_MODES[mode]:
+        if x.size == 0:
+            raise ValueError(f"{ctx.node.name}: Pad mode {mode!r} of an empty tensor")
+        meta = ctx.const_buffer(np.array([int(d) for d in out.shape] + [int(d) for d in x.shape]
+                                         + contiguous_strides(x.shape) + begin, np.int32))
+        g, l = work_size(ctx, out.size)
+        return [Launch("movement", "pad_index", g, [ctx.buf(0), ctx.out(0), i32(out.size), meta], l,
+                       {"T": _t(x.dtype), "RANK": max(r, 1), "MODE": _PAD_MODES[mode]}, ctx.label())]
     dt = np.dtype(out.dtype)
     v = np.zeros(1, dt) if value is None else np.asarray(value).astype(dt).reshape(-1)[:1]
     bits = int(v.view(_BITS_NP[dt.itemsize])[0])
@@ -288,6 +298,7 @@ def lower_pad(ctx: LowerCtx) -> list:
 
 
 _BITS_NP = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_PAD_MODES = {"constant": 0, "edge": 1, "reflect": 2, "wrap": 3}
 
 
 # --- Gather --------------------------------------------------------------------------------------

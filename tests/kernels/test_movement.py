@@ -150,3 +150,15 @@ def test_dropout_training_declined():
     assert lookup(n2).supports(n2, g) is not None
     vals["t"].const = np.array(False)
     assert lookup(n).supports(n, g) is None
+
+
+@pytest.mark.parametrize("mode", ["edge", "reflect", "wrap"])
+@pytest.mark.parametrize("pads", [[1, 2, 2, 1], [0, 3, 2, 0], [3, 0, 0, 4]])
+def test_pad_modes(mode, pads):
+    x = rand(4, 5)
+    check(helper.make_node("Pad", ["x", "p"], ["y"], mode=mode), {"x": x}, {"p": np.array(pads, np.int64)}, opset=19)
+
+
+def test_pad_reflect_axes_3d():
+    check(helper.make_node("Pad", ["x", "p", "", "a"], ["y"], mode="reflect"), {"x": rand(2, 3, 4)},
+          {"p": np.array([1, 2, 2, 1], np.int64), "a": np.array([1, 2], np.int64)}, opset=19)
