@@ -167,3 +167,44 @@ __kernel void scan(__global const T* x, __global T* y, const int n_out, const in
         if (!exclusive) y[base + r * st] = (T)acc;
     }
 }
+
+/* TopK along an axis: one work-item per row of `len` elements `inner` apart; k passes, each picking
+ * the best element after the previous pick in the order (value, then lower index first).
+ *   T value type;  LARGEST  largest (else smallest) first */
+#ifdef TOPK_T
+inline int topk_before(TOPK_T a, int ia, TOPK_T b, int ib) {
+#ifdef LARGEST
+    return a > b || (a == b && ia < ib);
+#else
+    return a < b || (a == b && ia < ib);
+#endif
+}
+
+__kernel void topk(__global const TOPK_T* x, __global TOPK_T* vals, __global long* idx, const int rows,
+                   const int len, const int inner, const int k) {
+    const int r = get_global_id(0);
+    if (r >= rows) return;
+    const int o = r / inner;
+    const int in = r - o * inner;
+    __global const TOPK_T* xr = x + (long)o * len * inner + in;
+    const long ob = (long)o * k * inner + in;
+    TOPK_T pv = 0;
+    int pi = -1;
+    for (int j = 0; j < k; ++j) {
+        int best = -1;
+        TOPK_T bv = 0;
+        for (int t = 0; t < len; ++t) {
+            const TOPK_T v = xr[(long)t * inner];
+            if (pi >= 0 && !topk_before(pv, pi, v, t)) continue;
+            if (best < 0 || topk_before(v, t, bv, best)) {
+                best = t;
+                bv = v;
+            }
+        }
+        vals[ob + (long)j * inner] = bv;
+        idx[ob + (long)j * inner] = best;
+        pv = bv;
+        pi = best;
+    }
+}
+#endif

@@ -1,0 +1,23 @@
+"""TopK kernel vs onnx.reference: axis, largest/smallest, ties (lower index first), dtypes."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+pytest.importorskip("pyopencl")
+try:  # tests/kernels may or may not be a package
+    from .run_launches import check  # noqa: E402
+except ImportError:
+    from run_launches import check  # type: ignore  # noqa: E402
+
+RNG = np.random.default_rng(37)
+
+
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+@pytest.mark.parametrize("largest", [0, 1])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_topk(axis, largest, dtype):
+    x = RNG.integers(-5, 5, (4, 5, 6)).astype(dtype)  # many ties
+    check(helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=axis, largest=largest), {"x": x},
+          {"k": np.array([3], np.int64)}, opset=11)
