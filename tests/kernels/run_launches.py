@@ -5,7 +5,6 @@ so each lowering can be checked against onnx.reference before the real executor 
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
@@ -15,73 +14,35 @@ from onnx import helper, numpy_helper
 
 from clglow.ir import Graph, Node, Value
 from clglow.lower import base
+from clglow.frontend.onnx_model import attribute_value
 from clglow.lower.base import Buf, ConstBuf, DeviceInfo, LowerCtx, Scratch, TensorInfo
 
-KERNELS = Path(__file__).resolve().parents[2] / "kernels_cl"
+def _device():
+    """The test device: clglow's own selection (CLGLOW_DEVICE, else the first device that builds),
+    with its context, queue and program cache, so kernel tests build programs as sessions do."""
+    from clglow.runtime.device import select_device
 
-_CTX: Optional[cl.Context] = None
-_QUEUE: Optional[cl.CommandQueue] = None
-_PROGRAMS: dict = {}
-_KERNELS: dict = {}
+    return select_device()
 
 
 def context() -> tuple:
-    """One context/queue for the whole test session: the first device that can build a kernel.
-
-    (A pocl whose LLVM does not know the host CPU lists a device that cannot compile: skip it.)
-    """
-    global _CTX, _QUEUE
-    if _CTX is None:
-        for p in cl.get_platforms():
-            for d in p.get_devices():
-                ctx = cl.Context([d])
-                try:
-                    cl.Program(ctx, "__kernel void k(__global int* a) { a[0] = 1; }").build()
-                except cl.Error:
-                    continue
-                _CTX, _QUEUE = ctx, cl.CommandQueue(ctx)
-                return _CTX, _QUEUE
-        raise RuntimeError("no OpenCL device can build a kernel")
-    return _CTX, _QUEUE
+    """(context, queue) of the test device."""
+    d = _device()
+    return d.context, d.queue
 
 
 def device_info() -> DeviceInfo:
-    ctx, _ = context()
-    d = ctx.devices[0]
-    return DeviceInfo(name=d.name, type="gpu" if d.type & cl.device_type.GPU else "cpu",
-                      compute_units=d.max_compute_units, max_work_group_size=d.max_work_group_size,
-                      local_mem_size=d.local_mem_size, global_mem_size=d.global_mem_size,
-                      max_alloc_size=d.max_mem_alloc_size)
-
-
-def program(name: str, options: tuple) -> cl.Program:
-    key = (name, options)
-    if key not in _PROGRAMS:
-        ctx, _ = context()
-        src = (KERNELS / f"{name}.cl").read_text()
-        _PROGRAMS[key] = cl.Program(ctx, src).build(options=list(options))
-    return _PROGRAMS[key]
+    """DeviceInfo of the test device, as the runtime fills it (it picks tile sizes)."""
+    return _device().info
 
 
 def kernel(name: str, options: tuple, kname: str) -> cl.Kernel:
-    key = (name, options, kname)
-    if key not in _KERNELS:
-        _KERNELS[key] = cl.Kernel(program(name, options), kname)
-    return _KERNELS[key]
+    """A fresh kernel object (arguments are bound per launch) from the cached program."""
+    return cl.Kernel(_device().program(name, tuple(options)), kname)
 
 
 def _np_attrs(node: onnx.NodeProto) -> dict:
-    out = {}
-    for a in node.attribute:
-        v = helper.get_attribute_value(a)
-        if isinstance(v, bytes):
-            v = v.decode()
-        elif isinstance(v, onnx.TensorProto):
-            v = numpy_helper.to_array(v)
-        elif isinstance(v, list) and v and isinstance(v[0], bytes):
-            v = [x.decode() for x in v]
-        out[a.name] = v
-    return out
+    return {a.name: attribute_value(a) for a in node.attribute}
 
 
 def reference(node: onnx.NodeProto, feeds: dict, consts: dict, opset: int, oracle: str = "reference") -> list:
@@ -103,6 +64,26 @@ def reference(node: onnx.NodeProto, feeds: dict, consts: dict, opset: int, oracl
     return ReferenceEvaluator(m).run(None, feeds)
 
 
+def lower_ctx(node: onnx.NodeProto, feeds: dict, consts: dict, out_types: dict, opset: int = 17,
+              device: Optional[DeviceInfo] = None) -> tuple:
+    """(device op, LowerCtx) for one node at these shapes (consts become graph constants)."""
+    values = {}
+    for n, a in list(feeds.items()) + list(consts.items()):
+        values[n] = Value(n, a.dtype, tuple(a.shape), a if n in consts else None)
+    for o, (shape, dtype) in out_types.items():
+        values[o] = Value(o, np.dtype(dtype), tuple(shape))
+    inode = Node(node.op_type, node.name or node.op_type, list(node.input), list(node.output),
+                 _np_attrs(node), node.domain or "")
+    graph = Graph([inode], values, list(feeds), list(out_types), {"": opset, "clglow": 1})
+    op = base.lookup(inode)
+    assert op is not None, f"no device op for {node.domain}:{node.op_type}"
+    reason = op.supports(inode, graph)
+    assert reason is None, reason
+    tinfo = lambda n: TensorInfo(n, values[n].dtype, values[n].shape) if n else None  # noqa: E731
+    return op, LowerCtx(inode, graph, [tinfo(n) for n in node.input], [tinfo(o) for o in node.output if o],
+                        device or device_info())
+
+
 def run_node(node: onnx.NodeProto, feeds: dict, consts: Optional[dict] = None, opset: int = 17,
              oracle: str = "reference", expected: Optional[Sequence[np.ndarray]] = None) -> tuple:
     """Lower `node` for the given shapes, run it, return (got, expected) output lists."""
@@ -110,21 +91,8 @@ def run_node(node: onnx.NodeProto, feeds: dict, consts: Optional[dict] = None, o
     if expected is None:
         expected = reference(node, feeds, consts, opset, oracle)
     expected = [np.asarray(e) for e in expected]
-    values = {}
-    for n, a in list(feeds.items()) + list(consts.items()):
-        values[n] = Value(n, a.dtype, tuple(a.shape), a if n in consts else None)
     outs = [o for o in node.output if o]
-    for o, e in zip(outs, expected):
-        values[o] = Value(o, e.dtype, tuple(e.shape))
-    inode = Node(node.op_type, node.name or node.op_type, list(node.input), list(node.output), _np_attrs(node))
-    graph = Graph([inode], values, list(feeds), outs, {"": opset})
-    op = base.lookup(inode)
-    assert op is not None, f"no device op for {node.op_type}"
-    reason = op.supports(inode, graph)
-    assert reason is None, reason
-    tinfo = lambda n: TensorInfo(n, values[n].dtype, values[n].shape) if n else None  # noqa: E731
-    lctx = LowerCtx(inode, graph, [tinfo(n) for n in node.input], [tinfo(o) for o in node.output if o],
-                    device_info())
+    op, lctx = lower_ctx(node, feeds, consts, {o: (e.shape, e.dtype) for o, e in zip(outs, expected)}, opset)
     if op.view:
         src = feeds.get(node.input[0], consts.get(node.input[0]))
         return [np.asarray(src).reshape(e.shape) for e in expected], expected
