@@ -168,15 +168,21 @@ class InferenceSession:
         return format_placement(self.placement)
 
     # -- validation --------------------------------------------------------------------------------
-    def _check_feeds(self, input_feed: Mapping[str, Any]) -> tuple[dict, dict]:
+    def _check_feeds(self, input_feed: Mapping[str, Any], device_buffers: bool = False) -> tuple:
+        """Validate a feed against the model's inputs: (host arrays, device buffers, types).
+
+        With `device_buffers`, an input may be a `(cl.Buffer, dtype, shape)` triple (enqueue());
+        its host entry is then None.
+        """
         if not isinstance(input_feed, Mapping):
             raise InvalidArgument(f"input_feed must be a dict of name -> array, got {type(input_feed).__name__}")
         known = {a.name: a for a in self._input_args}
-        feeds: dict = {}
         for name in input_feed:
             if name not in known:
                 raise InvalidArgument(f"unknown input name; the model's inputs are {sorted(known)}", tensor=str(name),
                                       status=_ONNXIFI_UNIDENTIFIED_NAME)
+        feeds: dict = {}
+        device_feeds: dict = {}
         symbols: dict = {}
         types: dict = {}
         for name, arg in known.items():
@@ -184,8 +190,16 @@ class InferenceSession:
                 raise InvalidArgument(f"missing input; the model's inputs are {sorted(known)}", tensor=name,
                                       status=_ONNXIFI_UNIDENTIFIED_NAME)
             x = input_feed[name]
+            if device_buffers and isinstance(x, tuple) and len(x) == 3 and isinstance(x[0], cl.Buffer):
+                buf, dtype, shape = x
+                self._check_one(name, arg, np.dtype(dtype), tuple(shape), symbols)
+                device_feeds[name] = buf
+                feeds[name] = None
+                types[name] = (np.dtype(dtype), tuple(shape))
+                continue
             if isinstance(x, cl.Buffer):
-                raise InvalidArgument("cl.Buffer inputs go through enqueue()", tensor=name)
+                raise InvalidArgument("a cl.Buffer input goes through enqueue() as (buffer, dtype, shape)",
+                                      tensor=name)
             try:
                 arr = np.asarray(x)
             except Exception as e:
@@ -193,7 +207,7 @@ class InferenceSession:
             self._check_one(name, arg, arr.dtype, arr.shape, symbols)
             feeds[name] = arr
             types[name] = (arr.dtype, arr.shape)
-        return feeds, types
+        return feeds, device_feeds, types
 
     def _check_one(self, name: str, arg: NodeArg, dtype: np.dtype, shape: tuple, symbols: dict) -> None:
         if arg.dtype is not None and np.dtype(dtype) != np.dtype(arg.dtype):
@@ -232,7 +246,7 @@ class InferenceSession:
             run_options: Any = None) -> list[np.ndarray]:
         """Run the model; returns the requested outputs (all when None) in order."""
         names = self._select_outputs(output_names)
-        feeds, types = self._check_feeds(input_feed)
+        feeds, _, types = self._check_feeds(input_feed)
         outs = self._engine.run(feeds, types=types)
         self._last_plan = self._engine.last_plan
         return [outs[n] for n in names]
@@ -243,7 +257,7 @@ class InferenceSession:
         """Start a run and return at once. `callback(results, user_data, error_str)` is called when
         it finishes (as in onnxruntime); the returned Future yields the outputs list."""
         names = self._select_outputs(output_names)
-        feeds, types = self._check_feeds(input_feed)
+        feeds, _, types = self._check_feeds(input_feed)
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="clglow-run")
 
@@ -269,27 +283,7 @@ class InferenceSession:
         Nothing runs before the `wait_for` events complete. The returned handle's event completes
         when every output is written; `handle.wait()` raises the run's error, if any.
         """
-        host_feeds, device_feeds, types, symbols = {}, {}, {}, {}
-        known = {a.name: a for a in self._input_args}
-        for name, x in inputs.items():
-            if name not in known:
-                raise InvalidArgument(f"unknown input name; the model's inputs are {sorted(known)}",
-                                      tensor=str(name), status=_ONNXIFI_UNIDENTIFIED_NAME)
-        for name, arg in known.items():
-            if name not in inputs:
-                raise InvalidArgument("missing input", tensor=name, status=_ONNXIFI_UNIDENTIFIED_NAME)
-            x = inputs[name]
-            if isinstance(x, tuple) and len(x) == 3 and isinstance(x[0], cl.Buffer):  # (buffer, dtype, shape)
-                buf, dtype, shape = x
-                self._check_one(name, arg, np.dtype(dtype), tuple(shape), symbols)
-                device_feeds[name] = buf
-                types[name] = (np.dtype(dtype), tuple(shape))
-                host_feeds[name] = None
-            else:
-                arr = np.asarray(x)
-                self._check_one(name, arg, arr.dtype, arr.shape, symbols)
-                host_feeds[name] = arr
-                types[name] = (arr.dtype, arr.shape)
+        host_feeds, device_feeds, types = self._check_feeds(inputs, device_buffers=True)
         out_names = self._select_outputs(list(outputs))
         plan = self._engine.plan(types, host_feeds)
         self._last_plan = plan
