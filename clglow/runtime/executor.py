@@ -425,7 +425,7 @@ def execute(plan: Plan, device, queue: cl.CommandQueue, feeds: dict, wait_for: S
             events[name] = cl_call(f"uploading input {name!r}", cl.enqueue_copy, queue, buf, arr,
                                    is_blocking=False, wait_for=ext_wait or None)
     for name in plan.host_inputs:
-        values[name] = feeds[name] if name in feeds else _download_now(plan, queue, name, events, device_feeds)
+        values[name] = feeds[name] if feeds.get(name) is not None else _download_now(plan, queue, name, device_feeds)
 
     def host_value(name: str) -> np.ndarray:
         if name in values:
@@ -514,7 +514,8 @@ def _read(plan: Plan, queue: cl.CommandQueue, name: str, events: dict, wait: boo
     return arr.view(np.bool_) if dtype == np.bool_ else arr
 
 
-def _download_now(plan: Plan, queue, name: str, events: dict, device_feeds: dict) -> np.ndarray:
+def _download_now(plan: Plan, queue, name: str, device_feeds: dict) -> np.ndarray:
+    """A graph input given as a caller cl.Buffer but read by a host node: copied to the host now."""
     src = device_feeds[name]
     v = plan.graph.values[name]
     arr = np.empty(tuple(v.shape), dtype=np.dtype(v.dtype))
