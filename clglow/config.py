@@ -17,8 +17,15 @@ def device_selector() -> str | None:
 
 
 def cache_enabled() -> bool:
-    """CLGLOW_CACHE=0 disables the on-disk program cache."""
+    """CLGLOW_CACHE=0 disables the on-disk program cache (any other value leaves it on)."""
     return _flag("CLGLOW_CACHE", True)
+
+
+def cache_forced() -> bool:
+    """CLGLOW_CACHE=1 (or on/yes/true) stores binaries even where the driver caches its own
+    (pocl); unset or `auto` leaves such drivers to their cache."""
+    value = (os.environ.get("CLGLOW_CACHE") or "").strip().lower()
+    return value in ("1", "on", "yes", "true", "always")
 
 
 def cache_dir() -> str | None:

@@ -36,6 +36,8 @@ def run_axpb(device, prg, a=2.0):
 
 
 def new_cache(device, tmp_path, **kw):
+    """A cache on tmp_path with its disk layer on (the default skips it on pocl, see below)."""
+    kw.setdefault("enabled", True)
     return C.ProgramCache(device.context, device.cl_device, directory=tmp_path, **kw)
 
 
@@ -80,7 +82,8 @@ def test_warm_start_in_a_new_process(device, tmp_path):
         from clglow.runtime import cache as C
         from clglow.runtime.device import select_device
         dev = select_device({device.selector!r})
-        C.ProgramCache(dev.context, dev.cl_device, directory=sys.argv[1]).get("axpb", {SRC!r}, ("-DB=1.0f",))
+        C.ProgramCache(dev.context, dev.cl_device, directory=sys.argv[1], enabled=True).get(
+            "axpb", {SRC!r}, ("-DB=1.0f",))
         s = C.stats()
         print(s["source_builds"], s["binary_loads"])
     """)
@@ -108,7 +111,7 @@ def test_cache_disabled_writes_nothing(device, tmp_path, monkeypatch):
 
 def test_env_cache_dir_is_used(device, tmp_path, monkeypatch):
     monkeypatch.setenv("CLGLOW_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("CLGLOW_CACHE", raising=False)
+    monkeypatch.setenv("CLGLOW_CACHE", "1")
     assert C.default_cache_dir() == tmp_path
     C.ProgramCache(device.context, device.cl_device).get("axpb", SRC, ("-DB=3.0f",))
     assert C.disk_usage(tmp_path)[0] == 1
@@ -217,6 +220,28 @@ def test_concurrent_failure_reaches_every_waiter(device, tmp_path):
     for t in threads:
         t.join()
     assert len(errors) == 4
+
+
+def test_auto_policy_leaves_pocl_to_its_own_cache(device, tmp_path, monkeypatch):
+    """Unset CLGLOW_CACHE: no binaries on a driver with its own program cache (pocl), binaries
+    elsewhere; CLGLOW_CACHE=1 forces them; CLGLOW_CACHE=0 turns them off everywhere."""
+    monkeypatch.setenv("CLGLOW_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("CLGLOW_CACHE", raising=False)
+    monkeypatch.delenv("POCL_KERNEL_CACHE", raising=False)
+    pocl = "portable computing language" in device.cl_device.platform.name.lower()
+    assert C.driver_caches_programs(device.cl_device) == pocl
+    cache = C.ProgramCache(device.context, device.cl_device)
+    assert cache.enabled == (not pocl)
+    cache.get("axpb", SRC, ("-DB=4.0f",))
+    assert len(binaries(tmp_path)) == (0 if pocl else 1)
+    monkeypatch.setenv("CLGLOW_CACHE", "1")
+    assert C.ProgramCache(device.context, device.cl_device).enabled
+    monkeypatch.setenv("CLGLOW_CACHE", "0")
+    assert not C.ProgramCache(device.context, device.cl_device).enabled
+    if pocl:  # pocl's own cache switched off: ours is used again
+        monkeypatch.delenv("CLGLOW_CACHE")
+        monkeypatch.setenv("POCL_KERNEL_CACHE", "0")
+        assert C.ProgramCache(device.context, device.cl_device).enabled
 
 
 def test_disk_key_covers_everything():
