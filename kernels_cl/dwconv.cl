@@ -13,31 +13,8 @@
 #ifndef HAS_RES
 #define HAS_RES 0
 #endif
-#ifndef ACT
-#define ACT 0
-#endif
-
-/* 0 none, 1 Relu, 2 Clip(a, b), 3 LeakyRelu(a), 4 Sigmoid, 5 HardSigmoid(a, b), 6 Tanh */
-inline float act_s(float v, float a, float b) {
-#if ACT == 1
-    return v > 0.0f ? v : 0.0f;
-#elif ACT == 2
-    v = v < a ? a : v;
-    return v > b ? b : v;
-#elif ACT == 3
-    return v >= 0.0f ? v : v * a;
-#elif ACT == 4
-    return 1.0f / (1.0f + exp(-v));
-#elif ACT == 5
-    v = v * a + b;
-    v = v < 0.0f ? 0.0f : v;
-    return v > 1.0f ? 1.0f : v;
-#elif ACT == 6
-    return tanh(v);
-#else
-    return v;
-#endif
-}
+#include "activation.h"
+DEFINE_ACT(act_s, float)
 
 #ifndef DW_T
 #define DW_T 16
@@ -53,7 +30,7 @@ __kernel void dwconv(__global const float* restrict X, __global const float* res
                      __global float* restrict Y,
                      int Cin, int H, int W, int Cout, int OH, int OW, int KH, int KW,
                      int sh, int sw, int ph, int pw, int dh, int dw, int mult,
-                     float act_a, float act_b)
+                     float act_a, float act_b, float act_c)
 {
     const int ow0 = get_global_id(0) * DW_T;
     const int oh = get_global_id(1);
@@ -105,6 +82,6 @@ __kernel void dwconv(__global const float* restrict X, __global const float* res
 #if HAS_RES
         v += Z[o + j];
 #endif
-        Y[o + j] = act_s(v, act_a, act_b);
+        Y[o + j] = act_s(v, act_a, act_b, act_c);
     }
 }

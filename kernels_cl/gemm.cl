@@ -2,6 +2,11 @@
  *
  *   C[z][m][n] = ACT(alpha * sum_k A[z][m][k] * B[z][k][n] + beta * BIAS[z][m,n] + Z[z][m][n])
  *
+ * The epilogue's parts are run-time choices (flags: 1 = bias, 2 = residual Z; the activation's
+ * parameters, see activation.h), so one program serves every layer of a network: each variant
+ * is a few seconds of code generation on pocl at a cold start. The defines are what changes the
+ * inner loop: tile sizes, operand layouts, a transposed store, a non-piecewise activation.
+ *
  * Each work-item computes an MR x NR tile (NR = VW * NV: NV float vectors per row)
  * over the whole K range, keeping MR*NV vector accumulators in registers.
  *
@@ -38,15 +43,6 @@
 #ifndef B_PACKED
 #define B_PACKED 1
 #endif
-#ifndef HAS_BIAS
-#define HAS_BIAS 0
-#endif
-#ifndef HAS_RES
-#define HAS_RES 0
-#endif
-#ifndef ACT
-#define ACT 0
-#endif
 #ifndef C_TRANS
 #define C_TRANS 0
 #endif
@@ -60,6 +56,9 @@
 #define CIDX(r, c) ((r) * ldc + (c))
 #endif
 
+#define FLAG_BIAS 1
+#define FLAG_RES 2
+
 #if VW == 4
 typedef float4 floatv;
 #elif VW == 8
@@ -72,40 +71,18 @@ typedef float16 floatv;
 /* The same vector with 4-byte alignment: an unaligned load/store without calling vloadN. */
 typedef floatv floatv_u __attribute__((aligned(4)));
 
-/* Activations: 0 none, 1 Relu, 2 Clip(a, b), 3 LeakyRelu(a), 4 Sigmoid, 5 HardSigmoid(a, b), 6 Tanh */
-inline floatv act_v(floatv v, float a, float b) {
-#if ACT == 1
-    return v < (floatv)0.0f ? (floatv)0.0f : v;  /* NaN passes through */
-#elif ACT == 2
-    v = v < (floatv)a ? (floatv)a : v;
-    return v > (floatv)b ? (floatv)b : v;
-#elif ACT == 3
-    return v >= (floatv)0.0f ? v : v * a;
-#elif ACT == 4
-    return (floatv)1.0f / ((floatv)1.0f + exp(-v));
-#elif ACT == 5
-    v = v * a + b;
-    v = v < (floatv)0.0f ? (floatv)0.0f : v;
-    return v > (floatv)1.0f ? (floatv)1.0f : v;
-#elif ACT == 6
-    return tanh(v);
-#else
-    return v;
-#endif
-}
+#include "activation.h"
+DEFINE_ACT(act_v, floatv)
+DEFINE_ACT(act_s, float)
 
 __kernel void gemm(
     __global const float* restrict A, int offA, int sA1, int sA2, int lda_m, int lda_k,
     __global const float* restrict B, int offB, int sB1, int sB2, int ldb,
     __global float* restrict C, int offC, int sC1, int sC2, int ldc,
-#if HAS_BIAS
     __global const float* restrict bias, int offBias, int sBias1, int sBias2,
     int bias_sm, int bias_sn, float beta,
-#endif
-#if HAS_RES
     __global const float* restrict Z, int offZ, int sZ1, int sZ2,
-#endif
-    int M, int N, int K, int D2, float alpha, float act_a, float act_b)
+    int M, int N, int K, int D2, float alpha, int flags, float act_a, float act_b, float act_c)
 {
     /* Row tiles vary fastest: consecutive work-items (run back to back by a CPU thread) share
      * one B panel, which then streams from memory once while the A panels stay in cache. */
@@ -178,7 +155,7 @@ __kernel void gemm(
         for (int k = 0; k < K; ++k) {
             floatv b[NV];
             float* bs = (float*)b;
-#pragma unroll
+#pragma unroll 1
             for (int c = 0; c < NR; ++c)
                 bs[c] = c < nn ? pb[c] : 0.0f;
             pb += ldb;
@@ -188,54 +165,63 @@ __kernel void gemm(
 #endif
 
     /* Epilogue: alpha, bias, residual, activation, store. */
+    const bool has_bias = (flags & FLAG_BIAS) != 0;
+    const bool has_res = (flags & FLAG_RES) != 0;
     __global float* pc = C + offC + z1 * sC1 + z2 * sC2 + CIDX(m0, n0);
-#if HAS_BIAS
     const __global float* pbias = bias + offBias + z1 * sBias1 + z2 * sBias2 + m0 * bias_sm + n0 * bias_sn;
-#endif
-#if HAS_RES
     const __global float* pz = Z + offZ + z1 * sZ1 + z2 * sZ2 + CIDX(m0, n0);
-#endif
-    const bool full = !C_TRANS && (m0 + MR <= M) && (n0 + NR <= N);
+    if (m0 + MR <= M && n0 + NR <= N) {
+        /* A whole tile: unrolled, vector loads and stores (scattered columns when C_TRANS). */
 #pragma unroll
-    for (int r = 0; r < MR; ++r) {
-        if (!full && m0 + r >= M)
-            break;
+        for (int r = 0; r < MR; ++r) {
 #pragma unroll
-        for (int v = 0; v < NV; ++v) {
-            floatv y = acc[r][v] * alpha;
-            const int c0 = v * VW;
-            if (full) {
-#if HAS_BIAS
-                if (bias_sn == 0)
-                    y += beta * pbias[r * bias_sm];
-                else
-                    y += beta * *(const __global floatv_u*)(pbias + r * bias_sm + c0);
-#endif
-#if HAS_RES
-                y += *(const __global floatv_u*)(pz + r * ldc + c0);
-#endif
-                *(__global floatv_u*)(pc + r * ldc + c0) = act_v(y, act_a, act_b);
-            } else {
-                float* ys = (float*)&y;
-                float t[VW];
+            for (int v = 0; v < NV; ++v) {
+                floatv y = acc[r][v] * alpha;
+                const int c0 = v * VW;
+                if (has_bias)
+                    y += bias_sn == 0 ? (floatv)(beta * pbias[r * bias_sm])
+                                      : beta * *(const __global floatv_u*)(pbias + r * bias_sm + c0);
+#if C_TRANS
+                if (has_res) {
+                    float t[VW];
 #pragma unroll
-                for (int c = 0; c < VW; ++c) {
-                    float e = ys[c];
-                    if (n0 + c0 + c < N) {
-#if HAS_BIAS
-                        e += beta * pbias[r * bias_sm + (c0 + c) * bias_sn];
-#endif
-#if HAS_RES
-                        e += pz[CIDX(r, c0 + c)];
-#endif
-                    }
-                    t[c] = e;
+                    for (int c = 0; c < VW; ++c)
+                        t[c] = pz[CIDX(r, c0 + c)];
+                    y += *(floatv*)t;
                 }
-                y = act_v(*(floatv*)t, act_a, act_b);
+                y = act_v(y, act_a, act_b, act_c);
+                const float* ys = (const float*)&y;
 #pragma unroll
                 for (int c = 0; c < VW; ++c)
-                    if (n0 + c0 + c < N)
-                        pc[CIDX(r, c0 + c)] = ys[c];
+                    pc[CIDX(r, c0 + c)] = ys[c];
+#else
+                if (has_res)
+                    y += *(const __global floatv_u*)(pz + r * ldc + c0);
+                *(__global floatv_u*)(pc + r * ldc + c0) = act_v(y, act_a, act_b, act_c);
+#endif
+            }
+        }
+    } else {
+        /* An edge tile: the accumulators go to a private tile, then one rolled scalar loop
+         * (unrolling this path for every element only multiplied the code to generate). */
+        float tile[MR * NR];
+#pragma unroll
+        for (int r = 0; r < MR; ++r)
+#pragma unroll
+            for (int v = 0; v < NV; ++v)
+                *(floatv*)(tile + r * NR + v * VW) = acc[r][v];
+        const int mr = min(MR, M - m0);
+        const int nr = min(NR, N - n0);
+#pragma unroll 1
+        for (int r = 0; r < mr; ++r) {
+#pragma unroll 1
+            for (int c = 0; c < nr; ++c) {
+                float e = tile[r * NR + c] * alpha;
+                if (has_bias)
+                    e += beta * pbias[r * bias_sm + c * bias_sn];
+                if (has_res)
+                    e += pz[CIDX(r, c)];
+                pc[CIDX(r, c)] = act_s(e, act_a, act_b, act_c);
             }
         }
     }

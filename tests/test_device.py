@@ -183,7 +183,6 @@ def kernels(tmp_path, monkeypatch):
     (tmp_path / "broken.cl").write_text("__kernel void broken(__global float* x) { x[0] = nope; }\n")
     monkeypatch.setattr(D, "_kernels_root", lambda: tmp_path)
     monkeypatch.setattr(D, "_source_cache", {})
-    monkeypatch.setattr(D, "_headers", None)
     return tmp_path
 
 
@@ -206,6 +205,26 @@ def test_program_errors(device, kernels):
         device.program("does_not_exist", ())
     with pytest.raises(CompileError, match="invalid kernel program name"):
         device.program("../etc/passwd", ())
+
+
+def test_headers_are_spliced_and_keyed(device, kernels, monkeypatch):
+    """A header is inlined into the program text, so editing it gives a new program; a missing
+    header is a CompileError naming it."""
+    assert "#define SCALE_BY" in D.kernel_source("scale")
+    first = device.program("scale", ("-DFACTOR=2.0f",))
+    (kernels / "scale_common.h").write_text("#define SCALE_BY(x) ((x) * FACTOR + 1.0f)\n")
+    monkeypatch.setattr(D, "_source_cache", {})
+    second = device.program("scale", ("-DFACTOR=2.0f",))
+    assert second is not first
+    x = np.arange(4, dtype=np.float32)
+    buf = cl.Buffer(device.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=x)
+    cl.Kernel(second, "scale")(device.queue, (4,), None, buf)
+    out = np.empty_like(x)
+    cl.enqueue_copy(device.queue, out, buf)
+    np.testing.assert_allclose(out, x * 2 + 1)
+    (kernels / "lonely.cl").write_text('#include "missing.h"\n__kernel void f(__global float* x) {}\n')
+    with pytest.raises(CompileError, match="missing.h"):
+        device.program("lonely", ())
 
 
 def test_program_threads(device, kernels):

@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import InvalidModel
 from ..ir import Graph, Node
 from .base import Launch, LowerCtx, device_op, f32, float32_only, i32, round_up
-from .gemm import (ACTIVATIONS, Bias, GemmConfig, Operand, b_unpacked_ok, gemm_config, gemm_launch,
+from .gemm import (ACTIVATIONS, Bias, act_params, GemmConfig, Operand, b_unpacked_ok, gemm_config, gemm_launch,
                    pack_a, pack_b, pack_b_launch, packed_b_bytes, transposed_config)
 
 log = logging.getLogger(__name__)
@@ -162,14 +162,17 @@ def _lower(ctx: LowerCtx) -> list:
                            node=label)
 
     if cin_g == 1 and g > 1:
-        defines = {"DW_T": 16, "HAS_BIAS": int(has_bias), "HAS_RES": int(has_res), "ACT": ACTIVATIONS[act]}
+        act_code, act_p = act_params(act, act_a, act_b)
+        defines = {"DW_T": 16, "HAS_BIAS": int(has_bias), "HAS_RES": int(has_res)}
+        if act_code:
+            defines["ACT"] = act_code
         args: list = [ctx.buf(0), ctx.buf(1)]
         if has_bias:
             args.append(ctx.buf(2))
         if has_res:
             args.append(ctx.buf(3))
         args += [ctx.out(0)] + [i32(v) for v in (cin, h, w, cout, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw,
-                                                 cout // cin)] + [f32(act_a), f32(act_b)]
+                                                 cout // cin)] + [f32(p) for p in act_p]
         return [Launch("dwconv", "dwconv", (-(-ow // 16), oh, n_img * cout), args, None, defines, label)]
 
     cfg = gemm_config(ctx.device)

@@ -22,8 +22,26 @@ from .base import (Arg, Buf, ConstBuf, DeviceInfo, Launch, LowerCtx, Scratch, de
 
 log = logging.getLogger(__name__)
 
-# Activation codes understood by the ACT define of gemm.cl / dwconv.cl.
-ACTIVATIONS = {"": 0, "Relu": 1, "Clip": 2, "LeakyRelu": 3, "Sigmoid": 4, "HardSigmoid": 5, "Tanh": 6}
+# Activations the GEMM / depthwise epilogues fuse, and their ACT define (kernels_cl/activation.h):
+# 0 is piecewise linear with run-time parameters, so the common ones share one program.
+ACTIVATIONS = {"": 0, "Relu": 0, "Clip": 0, "LeakyRelu": 0, "Sigmoid": 4, "HardSigmoid": 5, "Tanh": 6}
+_INF = float("inf")
+
+
+def act_params(act: str, alpha: float = 0.0, beta: float = 0.0) -> tuple:
+    """(ACT define, (a, b, c) run-time parameters) for activation.h, from the ONNX op name and
+    its alpha/beta (LeakyRelu alpha, Clip min/max, HardSigmoid alpha/beta)."""
+    if act not in ACTIVATIONS:
+        raise ValueError(f"unsupported fused activation {act!r}")
+    if act == "Relu":
+        return 0, (1.0, 0.0, _INF)
+    if act == "LeakyRelu":
+        return 0, (alpha, -_INF, _INF)
+    if act == "Clip":
+        return 0, (1.0, alpha, beta)
+    if act == "HardSigmoid":
+        return 5, (alpha, beta, 0.0)
+    return ACTIVATIONS[act], (1.0, -_INF, _INF)
 
 
 @dataclass(frozen=True)
@@ -126,20 +144,24 @@ def gemm_launch(cfg: GemmConfig, *, m: int, n: int, k: int, batch: int, d2: int,
     c_trans: C (and res) are stored transposed, element (i, j) at C[j * c.ld + i]."""
     if act not in ACTIVATIONS:
         raise InvalidModel(f"unsupported fused activation {act!r}", node=label or None)
+    act_code, act_p = act_params(act, act_alpha, act_beta)
     defines = {"MR": cfg.mr, "VW": cfg.vw, "NV": cfg.nv, "A_PACKED": int(a.packed),
-               "B_PACKED": int(b.packed), "HAS_BIAS": int(bias is not None),
-               "HAS_RES": int(res is not None), "ACT": ACTIVATIONS[act]}
+               "B_PACKED": int(b.packed)}
+    if act_code:
+        defines["ACT"] = act_code
     if c_trans:
         defines["C_TRANS"] = 1
     args: list = [a.arg, i32(a.off), i32(a.s1), i32(a.s2), i32(a.ld), i32(a.ld2),
                   b.arg, i32(b.off), i32(b.s1), i32(b.s2), i32(b.ld),
                   c.arg, i32(c.off), i32(c.s1), i32(c.s2), i32(c.ld)]
-    if bias is not None:
-        args += [bias.arg, i32(bias.off), i32(bias.s1), i32(bias.s2), i32(bias.sm), i32(bias.sn),
-                 f32(bias.beta)]
-    if res is not None:
-        args += [res.arg, i32(res.off), i32(res.s1), i32(res.s2)]
-    args += [i32(m), i32(n), i32(k), i32(max(d2, 1)), f32(alpha), f32(act_alpha), f32(act_beta)]
+    # Absent bias / residual: the flags say so and C stands in for the pointer (never read).
+    bias_ = bias if bias is not None else Bias(c.arg, sm=0, sn=0, beta=0.0)
+    res_ = res if res is not None else Operand(c.arg)
+    flags = (1 if bias is not None else 0) | (2 if res is not None else 0)
+    args += [bias_.arg, i32(bias_.off), i32(bias_.s1), i32(bias_.s2), i32(bias_.sm), i32(bias_.sn),
+             f32(bias_.beta)]
+    args += [res_.arg, i32(res_.off), i32(res_.s1), i32(res_.s2)]
+    args += [i32(m), i32(n), i32(k), i32(max(d2, 1)), f32(alpha), i32(flags)] + [f32(p) for p in act_p]
     ls = cfg.lsize
     gsize = (round_up(-(-m // cfg.mr), ls[0]), round_up(-(-n // cfg.nr), ls[1]), round_up(batch, ls[2]))
     return Launch("gemm", "gemm", gsize, args, ls, defines, label)

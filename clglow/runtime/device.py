@@ -21,7 +21,6 @@ Example::
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 import threading
@@ -287,14 +286,7 @@ class Device:
             source = kernel_source(name)
         except (FileNotFoundError, InvalidArgument) as e:
             raise CompileError(name, self.describe(), options, str(e)) from e
-        # Headers (.h/.clh beside the kernels) are reachable with -I only when some exist: a
-        # path with spaces in the options would not survive the driver's option parsing.
-        build_opts: Tuple[str, ...] = ()
-        headers = _headers_hash()
-        kdir = _kernels_path()
-        if headers and kdir is not None:
-            build_opts = ("-I", str(kdir))
-        return self.cache.get(name, source, options, build_options=build_opts, extra_key=headers)
+        return self.cache.get(name, source, options)
 
     def describe(self) -> str:
         """One line: name, type, platform, OpenCL version, compute units, memory, selector."""
@@ -426,7 +418,6 @@ def select_device(selector: Optional[str] = None) -> Device:
 # --- kernel sources --------------------------------------------------------------------------
 _KERNEL_NAME = re.compile(r"[A-Za-z0-9_]+")
 _source_cache: Dict[str, str] = {}
-_headers: Optional[str] = None
 
 
 def _kernels_root():
@@ -438,19 +429,19 @@ def _kernels_root():
         return Path(__file__).resolve().parents[2] / "kernels_cl"
 
 
-def _kernels_path() -> Optional[Path]:
-    """The kernels folder on the file system (for ``-I``), or None inside a zip."""
-    path = Path(str(_kernels_root()))
-    return path if path.is_dir() else None
-
-
 def kernels_dir():
     """Where the ``.cl`` files are (a Traversable; a Path in a wheel or a checkout)."""
     return _kernels_root()
 
 
 def kernel_source(name: str) -> str:
-    """The text of ``kernels_cl/<name>.cl``; FileNotFoundError when absent."""
+    """The text of ``kernels_cl/<name>.cl`` with its ``#include "x.h"`` headers (from the same
+    folder) spliced in; FileNotFoundError when absent.
+
+    Headers are inlined here rather than found by the driver through ``-I``: no path in the
+    build options (an install path with spaces would not survive the driver's option parsing),
+    and the program cache's key, a hash of this text, changes whenever a header does.
+    """
     if not _KERNEL_NAME.fullmatch(name):
         raise InvalidArgument(f"invalid kernel program name {name!r}")
     src = _source_cache.get(name)
@@ -458,27 +449,27 @@ def kernel_source(name: str) -> str:
         f = _kernels_root() / f"{name}.cl"
         if not f.is_file():
             raise FileNotFoundError(f"kernel source {name}.cl not found in {_kernels_root()}")
-        src = f.read_text(encoding="utf-8")
+        src = _splice_headers(f.read_text(encoding="utf-8"), f"{name}.cl", set())
         _source_cache[name] = src
     return src
 
 
-def _headers_hash() -> str:
-    """Hash of the headers (.h/.clh) a kernel may #include, so editing one invalidates cached
-    binaries; "" when there are none."""
-    global _headers
-    if _headers is None:
-        h = hashlib.sha256()
-        root = _kernels_root()
-        try:
-            entries = sorted((e for e in root.iterdir() if e.name.endswith((".h", ".clh"))),
-                             key=lambda e: e.name)
-        except (OSError, FileNotFoundError):
-            entries = []
-        for e in entries:
-            h.update(e.name.encode() + b"\0" + e.read_bytes() + b"\0")
-        _headers = h.hexdigest() if entries else ""
-    return _headers
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([A-Za-z0-9_.]+\.(?:h|clh))"[ \t]*$', re.M)
+
+
+def _splice_headers(text: str, where: str, seen: set) -> str:
+    """Replace each ``#include "x.h"`` line by the header's text (each header once per program)."""
+    def one(m: "re.Match[str]") -> str:
+        hname = m.group(1)
+        if hname in seen:
+            return f"/* {hname} already included */"
+        h = _kernels_root() / hname
+        if not h.is_file():
+            raise FileNotFoundError(f"{where} includes {hname}, not found in {_kernels_root()}")
+        seen.add(hname)
+        body = _splice_headers(h.read_text(encoding="utf-8"), hname, seen)
+        return f"/* begin {hname} */\n{body}\n/* end {hname} */"
+    return _INCLUDE.sub(one, text)
 
 
 __all__ = ["Device", "DeviceDescription", "list_devices", "select_device", "probe", "kernel_source",

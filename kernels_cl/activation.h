@@ -1,0 +1,43 @@
+/* Fused activations shared by the GEMM and depthwise-convolution epilogues.
+ *
+ * ACT (a define) picks the code; ACT = 0, the default, is a piecewise-linear activation whose
+ * parameters (a, b, c) are run-time arguments, so identity, Relu, LeakyRelu and Clip share one
+ * compiled kernel (fewer programs for the driver to generate: a cold start cost):
+ *     v = v < 0 ? v * a : v;   v = v < b ? b : v;   v = v > c ? c : v
+ *   identity (1, -inf, inf), Relu (1, 0, inf), LeakyRelu(alpha) (alpha, -inf, inf),
+ *   Clip(lo, hi) (1, lo, hi). Every comparison is false for NaN, so NaN passes through.
+ * ACT = 4 Sigmoid, 5 HardSigmoid(alpha = a, beta = b), 6 Tanh.
+ *
+ * DEFINE_ACT(name, T) defines `T name(T v, float a, float b, float c)` for a scalar or vector T.
+ */
+#ifndef ACT
+#define ACT 0
+#endif
+
+#if ACT == 0
+#define DEFINE_ACT(NAME, T)                                       \
+    inline T NAME(T v, float a, float b, float c) {              \
+        v = v < (T)0.0f ? v * a : v;                              \
+        v = v < (T)b ? (T)b : v;                                  \
+        return v > (T)c ? (T)c : v;                               \
+    }
+#elif ACT == 4
+#define DEFINE_ACT(NAME, T)                                       \
+    inline T NAME(T v, float a, float b, float c) {              \
+        return (T)1.0f / ((T)1.0f + exp(-v));                     \
+    }
+#elif ACT == 5
+#define DEFINE_ACT(NAME, T)                                       \
+    inline T NAME(T v, float a, float b, float c) {              \
+        v = v * a + b;                                            \
+        v = v < (T)0.0f ? (T)0.0f : v;                            \
+        return v > (T)1.0f ? (T)1.0f : v;                         \
+    }
+#elif ACT == 6
+#define DEFINE_ACT(NAME, T)                                       \
+    inline T NAME(T v, float a, float b, float c) {              \
+        return tanh(v);                                           \
+    }
+#else
+#error "ACT must be 0 (piecewise linear), 4 (Sigmoid), 5 (HardSigmoid) or 6 (Tanh)"
+#endif
