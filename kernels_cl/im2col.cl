@@ -61,13 +61,15 @@ __kernel void im2col(__global const float* restrict X, int offX, int sX1, int sX
 
 /* Pack strided [K, N] matrices (per batch z) into panels:
  *   dst[z*dst_s + (q*K + k)*NR + c] = src[off + z1*s1 + z2*s2 + k*s_k + n*s_n], n = q*NR + c
- * with z1 = z / D2, z2 = z % D2. gsize = (ceil(N / NR), K, batches). */
+ * with z1 = z / D2, z2 = z % D2. gsize = (ceil(N / NR), K rounded up to the local size, batches). */
 __kernel void pack_b(__global const float* restrict src, int off, int s1, int s2, int s_k, int s_n,
                      __global float* restrict dst, int dst_s, int N, int K, int D2)
 {
     const int q = get_global_id(0);
     const int k = get_global_id(1);
     const int z = get_global_id(2);
+    if (k >= K)
+        return;
     const int z1 = z / D2;
     const int z2 = z - z1 * D2;
     const int n0 = q * NR;

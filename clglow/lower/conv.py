@@ -205,7 +205,7 @@ def _lower(ctx: LowerCtx) -> list:
                             c=Operand(ctx.out(0), ld=npix, s1=c_s1, s2=c_s2), bias=bias, res=res,
                             act=act, act_alpha=act_a, act_beta=act_b, label=label)]
 
-    per_img = packed_b_bytes(cfg, kk, npix, g)
+    per_img = packed_b_bytes(cfg.nr, kk, npix, g)
     chunk = max(1, min(n_img, _SCRATCH_CAP // per_img))
     scratch = ctx.scratch(per_img * chunk)
     np_ = max(round_up(npix, cfg.nr), cfg.nr)
@@ -215,7 +215,7 @@ def _lower(ctx: LowerCtx) -> list:
     for i0 in range(0, n_img, chunk):
         ni = min(chunk, n_img - i0)
         if pointwise:
-            launches.append(pack_b_launch(cfg, src=ctx.buf(0), off=i0 * x_s1, s1=x_s1, s2=x_s2, s_k=hw,
+            launches.append(pack_b_launch(cfg.nr, src=ctx.buf(0), off=i0 * x_s1, s1=x_s1, s2=x_s2, s_k=hw,
                                           s_n=1, k=kk, n=npix, batch=ni * g, d2=g, dst=scratch,
                                           label=label))
         else:
@@ -236,7 +236,7 @@ def _lower_transposed(ctx: LowerCtx, cfg: GemmConfig, *, n_img: int, cin: int, c
                       kk: int, geom: tuple, pointwise: bool, has_bias: bool, has_res: bool,
                       act: tuple) -> list:
     """Small-N convs (few output pixels) as Y^T = cols^T @ W^T: the pixels are the GEMM's MR rows
-    (im2col panels of MR pixels, or X read in place for 1x1), the weights packed once into NR
+    (im2col panels of MR pixels; for 1x1, X's columns packed likewise), the weights packed once into NR
     output-channel panels, and the tile stored transposed (gemm.cl C_TRANS)."""
     h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw = geom
     label = ctx.label()
@@ -258,21 +258,26 @@ def _lower_transposed(ctx: LowerCtx, cfg: GemmConfig, *, n_img: int, cin: int, c
                            res=res, act=act_name, act_alpha=act_a, act_beta=act_b, c_trans=True,
                            label=label)
 
-    if pointwise:
-        # A[p][k] = X[k][p]: rows of MR consecutive pixels, K strided by H*W.
-        return [gemm(Operand(ctx.buf(0), ld=1, ld2=hw, s1=x_s1, s2=x_s2), 0, n_img)]
+    # The pixel panels of A: X's columns packed in MR-pixel panels (1x1: A[p][k] = X[k][p]) or
+    # im2col panels. Packing even a 1x1 pays: read in place, each k steps H*W floats away
+    # (a new cache line and often a new page per k) and the GEMM ran ~30% slower.
     np_ = round_up(npix, cfg.mr)
     pstride = np_ * kk
     per_img = 4 * pstride * g
     chunk = max(1, min(n_img, _SCRATCH_CAP // per_img))
     scratch = ctx.scratch(per_img * chunk)
-    tab = ctx.const_buffer(im2col_table(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, np_))
+    if not pointwise:
+        tab = ctx.const_buffer(im2col_table(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, np_))
     launches: list = []
     for i0 in range(0, n_img, chunk):
         ni = min(chunk, n_img - i0)
-        ly = 8 if cin_g >= 8 else 1
-        launches.append(Launch("im2col", "im2col", (np_ // cfg.mr, round_up(cin_g, ly), ni * g), [
-            ctx.buf(0), i32(i0 * x_s1), i32(x_s1), i32(x_s2), i32(g), tab, scratch, i32(pstride),
-            i32(hw), i32(kh * kw), i32(np_), i32(cin_g)], (1, ly, 1), {"NR": cfg.mr}, label))
+        if pointwise:
+            launches.append(pack_b_launch(cfg.mr, src=ctx.buf(0), off=i0 * x_s1, s1=x_s1, s2=x_s2, s_k=hw,
+                                          s_n=1, k=kk, n=npix, batch=ni * g, d2=g, dst=scratch, label=label))
+        else:
+            ly = 8 if cin_g >= 8 else 1
+            launches.append(Launch("im2col", "im2col", (np_ // cfg.mr, round_up(cin_g, ly), ni * g), [
+                ctx.buf(0), i32(i0 * x_s1), i32(x_s1), i32(x_s2), i32(g), tab, scratch, i32(pstride),
+                i32(hw), i32(kh * kw), i32(np_), i32(cin_g)], (1, ly, 1), {"NR": cfg.mr}, label))
         launches.append(gemm(Operand(scratch, packed=True, s1=g * pstride, s2=pstride), i0, ni))
     return launches

@@ -167,17 +167,23 @@ def gemm_launch(cfg: GemmConfig, *, m: int, n: int, k: int, batch: int, d2: int,
     return Launch("gemm", "gemm", gsize, args, ls, defines, label)
 
 
-def pack_b_launch(cfg: GemmConfig, *, src: Arg, off: int, s1: int, s2: int, s_k: int, s_n: int,
+def pack_b_launch(nr: int, *, src: Arg, off: int, s1: int, s2: int, s_k: int, s_n: int,
                   k: int, n: int, batch: int, d2: int, dst: Scratch, label: str = "") -> Launch:
-    """Pack `batch` strided [K, N] matrices into NR-column panels (dst stride = panel set size)."""
-    np_ = round_up(n, cfg.nr)
+    """Pack `batch` strided [K, N] matrices into `nr`-column panels (dst stride = panel set size).
+
+    `nr` is a GEMM config's NR for B panels, or its MR for the A panels of a transposed GEMM
+    (pixels as rows). One fixed local size (16 k-rows per group; the kernel skips k >= K), so
+    the driver generates one work-group function per panel width, not one per layer shape."""
+    np_ = round_up(n, nr)
     args = [src, i32(off), i32(s1), i32(s2), i32(s_k), i32(s_n), dst, i32(np_ * k), i32(n), i32(k),
             i32(max(d2, 1))]
-    return Launch("im2col", "pack_b", (np_ // cfg.nr, k, batch), args, None, {"NR": cfg.nr}, label)
+    return Launch("im2col", "pack_b", (np_ // nr, round_up(k, 16), batch), args, (1, 16, 1), {"NR": nr},
+                  label)
 
 
-def packed_b_bytes(cfg: GemmConfig, k: int, n: int, batch: int) -> int:
-    return 4 * max(round_up(n, cfg.nr), cfg.nr) * max(k, 1) * max(batch, 1)
+def packed_b_bytes(nr: int, k: int, n: int, batch: int) -> int:
+    """Bytes of `batch` [K, N] matrices packed into `nr`-column panels."""
+    return 4 * max(round_up(n, nr), nr) * max(k, 1) * max(batch, 1)
 
 
 def transposed_config(cfg: GemmConfig, m: int, n: int) -> Optional[GemmConfig]:
@@ -257,8 +263,8 @@ def _b_operand(ctx: LowerCtx, cfg: GemmConfig, i: int, k: int, n: int, trans: bo
         return Operand(ctx.derived(i, f"packB{cfg.nr}t{int(trans)}", fn), packed=True)
     if not trans and b_unpacked_ok(cfg, n):
         return Operand(ctx.buf(i), ld=n)
-    dst = ctx.scratch(packed_b_bytes(cfg, k, n, 1))
-    launches.append(pack_b_launch(cfg, src=ctx.buf(i), off=0, s1=0, s2=0, s_k=1 if trans else n,
+    dst = ctx.scratch(packed_b_bytes(cfg.nr, k, n, 1))
+    launches.append(pack_b_launch(cfg.nr, src=ctx.buf(i), off=0, s1=0, s2=0, s_k=1 if trans else n,
                                   s_n=k if trans else 1, k=k, n=n, batch=1, d2=1, dst=dst,
                                   label=ctx.label()))
     return Operand(dst, packed=True)
@@ -379,8 +385,8 @@ def lower_matmul(ctx: LowerCtx) -> list:
         b_mat = k * n
     else:
         nb = int(np.prod(bb, dtype=np.int64))
-        dst = ctx.scratch(packed_b_bytes(cfg, k, n, nb))
-        launches.append(pack_b_launch(cfg, src=ctx.buf(1), off=0, s1=0, s2=k * n, s_k=n, s_n=1, k=k,
+        dst = ctx.scratch(packed_b_bytes(cfg.nr, k, n, nb))
+        launches.append(pack_b_launch(cfg.nr, src=ctx.buf(1), off=0, s1=0, s2=k * n, s_k=n, s_n=1, k=k,
                                       n=n, batch=nb, d2=nb, dst=dst, label=label))
         b = Operand(dst, packed=True)
         b_mat = np_ * k
