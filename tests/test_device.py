@@ -227,6 +227,25 @@ def test_headers_are_spliced_and_keyed(device, kernels, monkeypatch):
         device.program("lonely", ())
 
 
+def test_prepare_builds_in_background_and_warms_up(device, kernels):
+    """prepare() builds the program off the calling thread and launches the kernel once with its
+    no-op arguments (a dummy buffer for buffers); a failing program is left for program()."""
+    from clglow.lower.base import Buf
+    (kernels / "early.cl").write_text(
+        "__kernel void early(__global float* x, int n) { if ((int)get_global_id(0) >= n) return; x[0] = 1.0f; }\n")
+    before = device.cache.stats()["source_builds"]
+    device.prepare("early", ("-DUNUSED=1",), "early", (1,), [Buf("x"), np.int32(0)])
+    device.prepare("early", ("-DUNUSED=1",), "early", (1,), [Buf("x"), np.int32(0)])  # once only
+    device.prepare("broken", (), "broken", (1,), [Buf("x")])
+    device.wait_prepared(timeout=120)
+    assert device.cache.stats()["source_builds"] == before + 1
+    hits = device.cache.stats()["memory_hits"]
+    device.program("early", ("-DUNUSED=1",))
+    assert device.cache.stats()["memory_hits"] == hits + 1
+    with pytest.raises(CompileError):
+        device.program("broken", ())
+
+
 def test_program_threads(device, kernels):
     results, errors = [], []
 

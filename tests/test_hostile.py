@@ -184,6 +184,19 @@ def b_initializer_declared_huge(d):
     return _model([node], [_vi("x", [1])], [_vi("y", [1 << 20, 1 << 20])], [t]).SerializeToString()
 
 
+def b_initializer_short_data(d):  # large: checked outside onnx.checker (see frontend.skeleton)
+    t = TensorProto(name="short_init", data_type=F, dims=[64, 128])
+    t.raw_data = b"\0" * 100
+    node = helper.make_node("Add", ["x", "short_init"], ["y"], name="add_short")
+    return _model([node], [_vi("x", [64, 128])], [_vi("y", [64, 128])], [t]).SerializeToString()
+
+
+def b_initializer_duplicate(d):
+    w = numpy_helper.from_array(np.ones((64, 128), np.float32), "dup_init")
+    node = helper.make_node("Add", ["x", "dup_init"], ["y"], name="add_dup")
+    return _model([node], [_vi("x", [64, 128])], [_vi("y", [64, 128])], [w, w]).SerializeToString()
+
+
 def _ext_model(d, location, offset=None, length=None, data=b"\0" * 64, data_name="weights.bin"):
     if data is not None:
         with open(os.path.join(d, data_name), "wb") as f:
@@ -269,6 +282,8 @@ LOAD_CASES = [
     ("constant_of_shape_4tb", b_constant_of_shape_4tb, InvalidModel, ["huge_cos", "CLGLOW_MAX_TENSOR_BYTES"]),
     ("initializer_over_cap", b_initializer_over_cap, InvalidModel, ["big_init", "4096"]),
     ("initializer_declared_huge", b_initializer_declared_huge, InvalidModel, ["liar_init"]),
+    ("initializer_short_data", b_initializer_short_data, InvalidModel, ["short_init"]),
+    ("initializer_duplicate", b_initializer_duplicate, InvalidModel, ["dup_init"]),
     ("external_dotdot", b_ext_dotdot, InvalidModel, ["ext_w", "outside"]),
     ("external_absolute", b_ext_absolute, InvalidModel, ["ext_w", "relative"]),
     ("external_symlink_outside", b_ext_symlink, InvalidModel, ["ext_w", "outside"]),

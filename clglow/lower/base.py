@@ -75,6 +75,10 @@ class Launch:
     lsize: Optional[tuple] = None
     defines: dict = field(default_factory=dict)
     label: str = ""  # node name, for profiles
+    # Arguments with which the kernel returns at once (e.g. a GEMM with M = 0): the executor
+    # launches it so early, with a dummy buffer for every buffer, to get the driver's code
+    # generation for `lsize` done while the model is still loading (see Device.prepare).
+    noop_args: Optional[list] = None
 
     def build_options(self) -> tuple:
         """`-D` options, sorted so equal defines give the same program."""

@@ -79,21 +79,21 @@ def pack_a(a: np.ndarray, mr: int) -> np.ndarray:
     a = np.asarray(a, dtype=np.float32)
     *lead, m, k = a.shape
     mp = max(round_up(m, mr), mr)
-    out = np.zeros((*lead, mp, k), np.float32)
-    out[..., :m, :] = a
-    out = out.reshape(*lead, mp // mr, mr, k).swapaxes(-1, -2)
-    return _nonempty(out)
+    if mp != m:
+        a = np.pad(a, [(0, 0)] * len(lead) + [(0, mp - m), (0, 0)])
+    # one copy: splitting M into (panel, row) is a view, the transpose happens while copying
+    return _nonempty(a.reshape(*lead, mp // mr, mr, k).swapaxes(-1, -2))
 
 
 def pack_b(b: np.ndarray, nr: int) -> np.ndarray:
-    """[..., K, N] -> [..., ceil(N/nr), K, nr] (columns zero padded): the B panels of gemm.cl."""
+    """[..., K, N] -> [..., ceil(N/nr), K, nr] (columns zero padded): the B panels of gemm.cl.
+    `b` may be a transposed view (weights W^T): still one copy."""
     b = np.asarray(b, dtype=np.float32)
     *lead, k, n = b.shape
     np_ = max(round_up(n, nr), nr)
-    out = np.zeros((*lead, k, np_), np.float32)
-    out[..., :n] = b
-    out = out.reshape(*lead, k, np_ // nr, nr).swapaxes(-2, -3)
-    return _nonempty(out)
+    if np_ != n:
+        b = np.pad(b, [(0, 0)] * len(lead) + [(0, 0), (0, np_ - n)])
+    return _nonempty(b.reshape(*lead, k, np_ // nr, nr).swapaxes(-2, -3))
 
 
 def _nonempty(a: np.ndarray) -> np.ndarray:
@@ -161,10 +161,11 @@ def gemm_launch(cfg: GemmConfig, *, m: int, n: int, k: int, batch: int, d2: int,
     args += [bias_.arg, i32(bias_.off), i32(bias_.s1), i32(bias_.s2), i32(bias_.sm), i32(bias_.sn),
              f32(bias_.beta)]
     args += [res_.arg, i32(res_.off), i32(res_.s1), i32(res_.s2)]
-    args += [i32(m), i32(n), i32(k), i32(max(d2, 1)), f32(alpha), i32(flags)] + [f32(p) for p in act_p]
+    tail = [i32(max(d2, 1)), f32(alpha), i32(flags)] + [f32(p) for p in act_p]
     ls = cfg.lsize
     gsize = (round_up(-(-m // cfg.mr), ls[0]), round_up(-(-n // cfg.nr), ls[1]), round_up(batch, ls[2]))
-    return Launch("gemm", "gemm", gsize, args, ls, defines, label)
+    return Launch("gemm", "gemm", gsize, args + [i32(m), i32(n), i32(k)] + tail, ls, defines, label,
+                  noop_args=args + [i32(0), i32(0), i32(0)] + tail)
 
 
 def pack_b_launch(nr: int, *, src: Arg, off: int, s1: int, s2: int, s_k: int, s_n: int,

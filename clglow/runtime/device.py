@@ -21,7 +21,9 @@ Example::
 """
 from __future__ import annotations
 
+import concurrent.futures
 import logging
+import os
 import re
 import threading
 import weakref
@@ -30,6 +32,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
+import numpy as np
 import pyopencl as cl
 
 from .. import config
@@ -231,6 +234,12 @@ class Device:
         self.cache = ProgramCache(context, device)
         self._profiling_queue: Optional[cl.CommandQueue] = None
         self._lock = threading.Lock()
+        # background preparation of programs (see prepare)
+        self._prep_pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._prepared: set = set()
+        self._prep_futures: list = []
+        self._warm_queue: Optional[cl.CommandQueue] = None
+        self._dummy: Optional[cl.Buffer] = None
 
     @classmethod
     def from_context(cls, ctx: Union[cl.Context, int], device: Optional[cl.Device] = None) -> "Device":
@@ -287,6 +296,58 @@ class Device:
         except (FileNotFoundError, InvalidArgument) as e:
             raise CompileError(name, self.describe(), options, str(e)) from e
         return self.cache.get(name, source, options)
+
+    def prepare(self, program: str, options: Sequence[str], kernel: str, lsize: Optional[tuple],
+                noop_args: Optional[list]) -> None:
+        """Start building a program in the background, and then get the driver to generate the
+        kernel's machine code for `lsize` by enqueueing it once with `noop_args` (arguments that
+        make it return at once; buffer arguments may be anything, a dummy buffer stands in).
+
+        Why: on pocl a build only parses; machine code is generated per work-group size at the
+        first launch, in pocl's worker threads. Doing both while the rest of the model loads
+        (weights packed, other nodes lowered) overlaps them; a cold start is dominated by them.
+        Best effort: a failure here is left for the real `program()` call to report.
+        """
+        key = (program, tuple(options), kernel, None if lsize is None else tuple(lsize), noop_args is not None)
+        with self._lock:
+            if key in self._prepared:
+                return
+            self._prepared.add(key)
+            if self._prep_pool is None:
+                self._prep_pool = concurrent.futures.ThreadPoolExecutor(
+                    max(1, min(4, os.cpu_count() or 1)), thread_name_prefix="clglow-prepare")
+            pool = self._prep_pool
+        fut = pool.submit(self._prepare_one, program, tuple(options), kernel, lsize, noop_args)
+        with self._lock:
+            self._prep_futures = [f for f in self._prep_futures if not f.done()] + [fut]
+
+    def wait_prepared(self, timeout: Optional[float] = None) -> None:
+        """Wait until every background preparation started so far has finished (tests, benchmarks)."""
+        with self._lock:
+            futures = list(self._prep_futures)
+        concurrent.futures.wait(futures, timeout=timeout)
+        with self._lock:
+            queue = self._warm_queue
+        if queue is not None:
+            queue.finish()
+
+    def _prepare_one(self, program: str, options: tuple, kernel: str, lsize: Optional[tuple],
+                     noop_args: Optional[list]) -> None:
+        try:
+            prg = self.program(program, options)
+            if noop_args is None or lsize is None:
+                return
+            with self._lock:
+                if self._warm_queue is None:
+                    self._warm_queue = self.make_queue()
+                    self._dummy = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, 64)
+                queue, dummy = self._warm_queue, self._dummy
+            knl = cl.Kernel(prg, kernel)
+            knl.set_args(*[a if isinstance(a, np.generic) else dummy for a in noop_args])
+            cl.enqueue_nd_range_kernel(queue, knl, tuple(lsize), tuple(lsize))
+            queue.flush()
+        except Exception as e:  # noqa: BLE001 - best effort; program() reports real failures
+            log.debug("preparing %s %s in the background failed: %s", program, " ".join(options), e)
 
     def describe(self) -> str:
         """One line: name, type, platform, OpenCL version, compute units, memory, selector."""

@@ -217,6 +217,9 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
                 raise
             except Exception as e:
                 raise InvalidModel(f"lowering {node.op_type} failed: {e}", node=node.name) from e
+            for launch in launches:  # build (and warm up) programs while the rest loads
+                device.prepare(launch.program, launch.build_options(), launch.kernel, launch.lsize,
+                               launch.noop_args)
             lowered.append((node, launches, False))
             on_device.update(o for o in node.outputs if o)
         else:
