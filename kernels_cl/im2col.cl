@@ -7,6 +7,7 @@
 #define NR 32
 #endif
 
+/* PV: the panel vector width; conv.py's panel_vector_width computes the same for the table. */
 #if NR % 16 == 0
 #define PV 16
 typedef float16 floatp;
@@ -20,13 +21,17 @@ typedef float4 floatp;
 #define PV 1
 typedef float floatp;
 #endif
+typedef floatp floatp_u __attribute__((aligned(4)));
 
 /* im2col for a 2-D convolution (1-D convs pass H = 1), written straight into panels.
  * Row k = ci*KHW + r (r = kh*KW + kw: the [Cout, Cin/G*KH*KW] weight layout), column
  * n = oh*OW + ow. The geometry (pads, strides, dilations) lives in a per-layer table
  * tab[r*Np + n] = ih*W + iw, or -1 where the tap reads padding (and for n >= N), so the
- * kernel has no division or bounds test per element. Each work-item fills the KHW rows of
- * one input channel for one panel: gsize = (Np / NR, round_up(Cin_g, lsize), images*G).
+ * kernel has no division or bounds test per element. After it, tab[KHW*Np + r*(Np/PV) + j]
+ * holds the first offset of column run j (PV columns) when the run reads PV consecutive
+ * inputs, else -1: most runs of a stride-1 conv are then one vector load and store.
+ * Each work-item fills the KHW rows of one input channel for one panel:
+ * gsize = (Np / NR, round_up(Cin_g, lsize), images*G).
  * z = image*G + group: the input channel block of z is at offX + (z / G)*sX1 + (z % G)*sX2. */
 __kernel void im2col(__global const float* restrict X, int offX, int sX1, int sX2, int G,
                      __global const int* restrict tab, __global float* restrict dst, int dst_s,
@@ -43,19 +48,28 @@ __kernel void im2col(__global const float* restrict X, int offX, int sX1, int sX
     const int K = Cg * KHW;
     __global float* d = dst + z * dst_s + (q * K + ci * KHW) * NR;
     const __global int* tq = tab + q * NR;
+    const __global int* fq = tab + KHW * Np + q * (NR / PV);
+    const int runs_per_row = Np / PV;
     for (int r = 0; r < KHW; ++r) {
         const __global int* tr = tq + r * Np;
-        float t[NR] __attribute__((aligned(64)));
-#pragma unroll
-        for (int c = 0; c < NR; ++c) {
-            const int o = tr[c];
-            const float v = xc[o < 0 ? 0 : o];
-            t[c] = o < 0 ? 0.0f : v;
-        }
+        const __global int* fr = fq + r * runs_per_row;
         __global floatp* dv = (__global floatp*)(d + r * NR);
 #pragma unroll
-        for (int c = 0; c < NR / PV; ++c)
-            dv[c] = ((const floatp*)t)[c];
+        for (int j = 0; j < NR / PV; ++j) {
+            const int o = fr[j];
+            if (o >= 0) {
+                dv[j] = *(const __global floatp_u*)(xc + o);
+            } else {
+                float t[PV] __attribute__((aligned(64)));
+#pragma unroll
+                for (int c = 0; c < PV; ++c) {
+                    const int oc = tr[j * PV + c];
+                    const float v = xc[oc < 0 ? 0 : oc];
+                    t[c] = oc < 0 ? 0.0f : v;
+                }
+                dv[j] = *(const floatp*)t;
+            }
+        }
     }
 }
 

@@ -100,16 +100,32 @@ def _epilogue(ctx: LowerCtx) -> tuple:
     return act, float(da if a is None else a), float(db if b is None else b)
 
 
+def panel_vector_width(nr: int) -> int:
+    """The vector width im2col.cl stores panels with (its PV), for panels of `nr` columns."""
+    return next(v for v in (16, 8, 4, 1) if nr % v == 0)
+
+
 def im2col_table(h: int, w: int, oh: int, ow: int, kh: int, kw: int, sh: int, sw: int, ph: int, pw: int,
-                 dh: int, dw: int, np_: int) -> np.ndarray:
-    """[KH*KW, Np] int32: input offset ih*W + iw read by tap r at output pixel n, -1 for padding."""
+                 dh: int, dw: int, np_: int, nr: int) -> np.ndarray:
+    """The index table of im2col.cl, int32, two parts:
+
+    [KH*KW, Np]: input offset ih*W + iw read by tap r at output pixel n, -1 for padding;
+    [KH*KW, Np/PV]: for each run of PV columns (PV = panel_vector_width(nr)), the offset of its
+    first element when the run reads PV consecutive inputs (no padding: one vector load), else -1.
+    The flags are computed here because no cheap test in the kernel is exact: with stride 1 a
+    run across a padded row edge can start and end exactly PV-1 elements apart."""
     n = np.arange(np_)
     o_h, o_w = n // ow, n % ow
     r = np.arange(kh * kw)
     ih = o_h[None, :] * sh - ph + (r // kw)[:, None] * dh
     iw = o_w[None, :] * sw - pw + (r % kw)[:, None] * dw
     ok = (ih >= 0) & (ih < h) & (iw >= 0) & (iw < w) & (n < oh * ow)[None, :]
-    return np.where(ok, ih * w + iw, -1).astype(np.int32)
+    tab = np.where(ok, ih * w + iw, -1).astype(np.int32)
+    pv = panel_vector_width(nr)
+    runs = tab.reshape(kh * kw, np_ // pv, pv)
+    contiguous = (runs[..., 0] >= 0) & np.all(runs - runs[..., :1] == np.arange(pv), axis=-1)
+    fast = np.where(contiguous, runs[..., 0], -1).astype(np.int32)
+    return np.concatenate([tab.ravel(), fast.ravel()])
 
 
 @device_op("Conv", supports=supports_conv)
@@ -211,7 +227,7 @@ def _lower(ctx: LowerCtx) -> list:
     np_ = max(round_up(npix, cfg.nr), cfg.nr)
     pstride = np_ * kk  # packed elements per (image, group)
     if not pointwise:
-        tab = ctx.const_buffer(im2col_table(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, np_))
+        tab = ctx.const_buffer(im2col_table(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, np_, cfg.nr))
     for i0 in range(0, n_img, chunk):
         ni = min(chunk, n_img - i0)
         if pointwise:
@@ -267,7 +283,7 @@ def _lower_transposed(ctx: LowerCtx, cfg: GemmConfig, *, n_img: int, cin: int, c
     chunk = max(1, min(n_img, _SCRATCH_CAP // per_img))
     scratch = ctx.scratch(per_img * chunk)
     if not pointwise:
-        tab = ctx.const_buffer(im2col_table(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, np_))
+        tab = ctx.const_buffer(im2col_table(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, np_, cfg.mr))
     launches: list = []
     for i0 in range(0, n_img, chunk):
         ni = min(chunk, n_img - i0)

@@ -58,7 +58,28 @@ CASES = [
     ((1, 5, 13, 13), (7, 5, 1, 1), dict(strides=[2, 2])),                     # strided 1x1 (im2col)
     ((1, 5, 9, 9), (4, 5, 1, 1), dict(pads=[1, 0, 1, 2])),                    # padded 1x1
     ((2, 3, 10, 9), (4, 3, 4, 4), dict(kernel_shape=[4, 4], strides=[3, 2])),
+    ((1, 3, 20, 56), (4, 3, 3, 3), dict(pads=[1, 1, 1, 1])),                  # ResNet rows: vector runs
 ]
+
+
+@pytest.mark.parametrize("geom", [(56, 56, 56, 56, 3, 3, 1, 1, 1, 1, 1, 1), (28, 28, 14, 14, 3, 3, 2, 2, 1, 1, 1, 1),
+                                  (9, 21, 7, 19, 3, 3, 1, 1, 0, 0, 1, 1), (14, 14, 12, 12, 3, 3, 1, 1, 1, 1, 2, 2)])
+@pytest.mark.parametrize("nr", [32, 8, 7])
+def test_im2col_table_runs(geom, nr):
+    """The vector-run flags agree with a brute-force reading of the offsets (a run across a padded
+    row edge can start and end exactly PV-1 apart, and must not be flagged)."""
+    h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw = geom
+    np_ = -(-oh * ow // nr) * nr
+    full = conv_mod.im2col_table(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, np_, nr)
+    pv = conv_mod.panel_vector_width(nr)
+    tab, fast = full[:kh * kw * np_].reshape(kh * kw, np_), full[kh * kw * np_:].reshape(kh * kw, np_ // pv)
+    for r in range(kh * kw):
+        for j in range(np_ // pv):
+            run = [int(v) for v in tab[r, j * pv:(j + 1) * pv]]
+            want = run[0] if run[0] >= 0 and run == list(range(run[0], run[0] + pv)) else -1
+            assert fast[r, j] == want, (r, j, run)
+    if (kh, sh, ph) == (3, 1, 1) and pv == 16 and w == 56:
+        assert (fast >= 0).mean() > 0.5  # most runs of a ResNet layer1 conv are vector loads
 
 
 @pytest.mark.parametrize("x_shape,w_shape,attrs", CASES, ids=[str(i) for i in range(len(CASES))])
