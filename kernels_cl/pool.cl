@@ -133,21 +133,34 @@ __kernel void maxpool2d(__global const float* restrict x, __global float* restri
                 break;
         }
     }
-    const float* vm = (const float*)v;
-    float o[16] __attribute__((aligned(64)));
+    float16 res;
+    if (SW == 2 && KW == 3) {
+        /* The ResNet/VGG-style 3x3 stride-2 window in vector shuffles: output c takes columns
+         * 2c, 2c+1, 2c+2, i.e. max(even[c], odd[c], even[c+1]). */
+        const float16 ev = (float16)(v[0].even, v[1].even);
+        const float16 od = (float16)(v[0].odd, v[1].odd);
+        const float16 e1 = (float16)(ev.s1234, ev.s5678, ev.s9abc, ev.sdef, v[2].s0);
+        res = od > ev ? od : ev;
+        res = e1 > res ? e1 : res;
+    } else {
+        const float* vm = (const float*)v;
+        float o[16] __attribute__((aligned(64)));
 #pragma unroll
-    for (int c = 0; c < 16; ++c) {
-        float m = -INFINITY;
-        for (int kw = 0; kw < KW; ++kw) {
-            const float t = vm[c * SW + kw];
-            m = t > m ? t : m;
+        for (int c = 0; c < 16; ++c) {
+            float m = -INFINITY;
+            for (int kw = 0; kw < KW; ++kw) {
+                const float t = vm[c * SW + kw];
+                m = t > m ? t : m;
+            }
+            o[c] = m;
         }
-        o[c] = m;
+        res = *(const float16*)o;
     }
     __global float* yr = y + ((long)z * OH + oh) * OW + ow0;
     if (ow0 + 16 <= OW) {
-        *(__global float16_u*)yr = *(const float16*)o;
+        *(__global float16_u*)yr = res;
     } else {
+        const float* o = (const float*)&res;
         for (int c = 0; c < OW - ow0; ++c)
             yr[c] = o[c];
     }

@@ -22,6 +22,8 @@ CASES = [
     ((2, 3, 8, 8), dict(kernel_shape=[2, 2], strides=[2, 2])),
     ((1, 3, 7, 9), dict(kernel_shape=[3, 2], strides=[2, 3], pads=[1, 0, 2, 1])),
     ((1, 2, 7, 8), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1)),
+    ((1, 3, 20, 112), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),  # ResNet stem rows
+    ((1, 2, 9, 71), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 1, 1, 0], ceil_mode=1)),
     ((1, 2, 6, 7), dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
     ((1, 2, 9, 10), dict(kernel_shape=[3, 3], auto_pad="SAME_UPPER", strides=[2, 2])),
     ((1, 2, 9, 10), dict(kernel_shape=[2, 4], auto_pad="SAME_LOWER", strides=[2, 3])),
