@@ -170,8 +170,34 @@ __kernel void gemm(
     __global float* pc = C + offC + z1 * sC1 + z2 * sC2 + CIDX(m0, n0);
     const __global float* pbias = bias + offBias + z1 * sBias1 + z2 * sBias2 + m0 * bias_sm + n0 * bias_sn;
     const __global float* pz = Z + offZ + z1 * sZ1 + z2 * sZ2 + CIDX(m0, n0);
+#if C_TRANS
     if (m0 + MR <= M && n0 + NR <= N) {
-        /* A whole tile: unrolled, vector loads and stores (scattered columns when C_TRANS). */
+        /* A whole transposed tile: column c of the tile is MR consecutive floats of C. The
+         * accumulators go through a private tile (vector stores, then scalar loads from L1):
+         * cheaper than extracting each lane from the registers. */
+        float tile[MR * NR] __attribute__((aligned(64)));
+#pragma unroll
+        for (int r = 0; r < MR; ++r)
+#pragma unroll
+            for (int v = 0; v < NV; ++v)
+                *(floatv*)(tile + r * NR + v * VW) = acc[r][v];
+#pragma unroll 4
+        for (int c = 0; c < NR; ++c) {
+            const float bc = has_bias ? beta * pbias[c * bias_sn] : 0.0f;
+            __global float* pcc = pc + c * ldc;
+            const __global float* pzc = pz + c * ldc;
+#pragma unroll
+            for (int r = 0; r < MR; ++r) {
+                float e = tile[r * NR + c] * alpha + bc;
+                if (has_res)
+                    e += pzc[r];
+                pcc[r] = act_s(e, act_a, act_b, act_c);
+            }
+        }
+    } else {
+#else
+    if (m0 + MR <= M && n0 + NR <= N) {
+        /* A whole tile: unrolled, vector loads and stores. */
 #pragma unroll
         for (int r = 0; r < MR; ++r) {
 #pragma unroll
@@ -181,30 +207,16 @@ __kernel void gemm(
                 if (has_bias)
                     y += bias_sn == 0 ? (floatv)(beta * pbias[r * bias_sm])
                                       : beta * *(const __global floatv_u*)(pbias + r * bias_sm + c0);
-#if C_TRANS
-                if (has_res) {
-                    float t[VW];
-#pragma unroll
-                    for (int c = 0; c < VW; ++c)
-                        t[c] = pz[CIDX(r, c0 + c)];
-                    y += *(floatv*)t;
-                }
-                y = act_v(y, act_a, act_b, act_c);
-                const float* ys = (const float*)&y;
-#pragma unroll
-                for (int c = 0; c < VW; ++c)
-                    pc[CIDX(r, c0 + c)] = ys[c];
-#else
                 if (has_res)
                     y += *(const __global floatv_u*)(pz + r * ldc + c0);
                 *(__global floatv_u*)(pc + r * ldc + c0) = act_v(y, act_a, act_b, act_c);
-#endif
             }
         }
     } else {
+#endif
         /* An edge tile: the accumulators go to a private tile, then one rolled scalar loop
          * (unrolling this path for every element only multiplied the code to generate). */
-        float tile[MR * NR];
+        float tile[MR * NR] __attribute__((aligned(64)));
 #pragma unroll
         for (int r = 0; r < MR; ++r)
 #pragma unroll
