@@ -30,12 +30,13 @@ typedef floatp floatp_u __attribute__((aligned(4)));
  * kernel has no division or bounds test per element. After it, tab[KHW*Np + r*(Np/PV) + j]
  * holds the first offset of column run j (PV columns) when the run reads PV consecutive
  * inputs, else -1: most runs of a stride-1 conv are then one vector load and store.
- * Each work-item fills the KHW rows of one input channel for one panel:
- * gsize = (Np / NR, round_up(Cin_g, lsize), images*G).
+ * Each work-item fills the KHW rows of one input channel for one panel, panel q0 + q of the
+ * table written as panel q of dst (a conv is packed piece by piece):
+ * gsize = (panels, round_up(Cin_g, lsize), images*G).
  * z = image*G + group: the input channel block of z is at offX + (z / G)*sX1 + (z % G)*sX2. */
 __kernel void im2col(__global const float* restrict X, int offX, int sX1, int sX2, int G,
                      __global const int* restrict tab, __global float* restrict dst, int dst_s,
-                     int HW, int KHW, int Np, int Cg)
+                     int HW, int KHW, int Np, int Cg, int q0)
 {
     const int q = get_global_id(0);
     const int ci = get_global_id(1);
@@ -47,8 +48,8 @@ __kernel void im2col(__global const float* restrict X, int offX, int sX1, int sX
     const __global float* xc = X + offX + zi * sX1 + zg * sX2 + ci * HW;
     const int K = Cg * KHW;
     __global float* d = dst + z * dst_s + (q * K + ci * KHW) * NR;
-    const __global int* tq = tab + q * NR;
-    const __global int* fq = tab + KHW * Np + q * (NR / PV);
+    const __global int* tq = tab + (q0 + q) * NR;
+    const __global int* fq = tab + KHW * Np + (q0 + q) * (NR / PV);
     const int runs_per_row = Np / PV;
     for (int r = 0; r < KHW; ++r) {
         const __global int* tr = tq + r * Np;

@@ -103,6 +103,7 @@ class DeviceInfo:
     has_fp16: bool = False
     has_fp64: bool = False
     preferred_vector_width_float: int = 4
+    base_align: int = 256  # bytes; sub-buffer offsets must be multiples (CL_DEVICE_MEM_BASE_ADDR_ALIGN)
 
 
 class LowerCtx:

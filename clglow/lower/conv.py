@@ -29,8 +29,32 @@ from .gemm import (ACTIVATIONS, Bias, act_params, GemmConfig, Operand, b_unpacke
 
 log = logging.getLogger(__name__)
 
-# Cap on one op's im2col scratch; larger batches run in chunks of images reusing it.
-_SCRATCH_CAP = 64 << 20
+# Packed operands (im2col / pack panels) are made piece by piece, each at most this large: the
+# scratch buffer stays small (device memory: it is planned with the activations) and a piece is
+# still in the caches when its GEMM reads it. Measured on pocl: no slower than whole images.
+_SCRATCH_CAP = 2 << 20
+
+
+def _pieces(n_img: int, n_panels: int, panel_bytes: int) -> tuple[list, int]:
+    """Split a conv's packed operand into pieces of at most _SCRATCH_CAP bytes (at least one
+    panel): whole images when one fits, else runs of panels of one image.
+    Returns ([(first image, images, first panel, panels)], scratch bytes)."""
+    per_img = panel_bytes * n_panels
+    if per_img <= _SCRATCH_CAP:
+        ni = max(1, min(n_img, _SCRATCH_CAP // per_img))
+        return [(i0, min(ni, n_img - i0), 0, n_panels) for i0 in range(0, n_img, ni)], per_img * ni
+    nq = max(1, _SCRATCH_CAP // panel_bytes)
+    return ([(i0, 1, q0, min(nq, n_panels - q0)) for i0 in range(n_img) for q0 in range(0, n_panels, nq)],
+            panel_bytes * nq)
+
+
+def _im2col_launch(ctx: LowerCtx, nr: int, tab, off: int, s1: int, s2: int, g: int, dst, dst_s: int,
+                   hw: int, khw: int, np_: int, cin_g: int, q0: int, nq: int, ni: int, label: str) -> Launch:
+    """im2col.cl for panels q0 .. q0+nq-1 of `ni` images (x `g` groups) into `dst`."""
+    ly = 8 if cin_g >= 8 else 1
+    return Launch("im2col", "im2col", (nq, round_up(cin_g, ly), ni * g), [
+        ctx.buf(0), i32(off), i32(s1), i32(s2), i32(g), tab, dst, i32(dst_s), i32(hw), i32(khw), i32(np_),
+        i32(cin_g), i32(q0)], (1, ly, 1), {"NR": nr}, label)
 _AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 _FLT_MAX = 3.4028234663852886e38
 
@@ -221,28 +245,26 @@ def _lower(ctx: LowerCtx) -> list:
                             c=Operand(ctx.out(0), ld=npix, s1=c_s1, s2=c_s2), bias=bias, res=res,
                             act=act, act_alpha=act_a, act_beta=act_b, label=label)]
 
-    per_img = packed_b_bytes(cfg.nr, kk, npix, g)
-    chunk = max(1, min(n_img, _SCRATCH_CAP // per_img))
-    scratch = ctx.scratch(per_img * chunk)
     np_ = max(round_up(npix, cfg.nr), cfg.nr)
-    pstride = np_ * kk  # packed elements per (image, group)
+    pieces, scratch_bytes = _pieces(n_img, np_ // cfg.nr, 4 * cfg.nr * kk * g)
+    scratch = ctx.scratch(scratch_bytes)
     if not pointwise:
         tab = ctx.const_buffer(im2col_table(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, np_, cfg.nr))
-    for i0 in range(0, n_img, chunk):
-        ni = min(chunk, n_img - i0)
+    for i0, ni, q0, nq in pieces:
+        n0, nn = q0 * cfg.nr, min(nq * cfg.nr, npix - q0 * cfg.nr)  # this piece's output pixels
+        pstride = nq * cfg.nr * kk  # packed elements per (image, group) in the scratch
         if pointwise:
-            launches.append(pack_b_launch(cfg.nr, src=ctx.buf(0), off=i0 * x_s1, s1=x_s1, s2=x_s2, s_k=hw,
-                                          s_n=1, k=kk, n=npix, batch=ni * g, d2=g, dst=scratch,
+            launches.append(pack_b_launch(cfg.nr, src=ctx.buf(0), off=i0 * x_s1 + n0, s1=x_s1, s2=x_s2,
+                                          s_k=hw, s_n=1, k=kk, n=nn, batch=ni * g, d2=g, dst=scratch,
                                           label=label))
         else:
-            ly = 8 if cin_g >= 8 else 1
-            launches.append(Launch("im2col", "im2col", (np_ // cfg.nr, round_up(cin_g, ly), ni * g), [
-                ctx.buf(0), i32(i0 * x_s1), i32(x_s1), i32(x_s2), i32(g), tab, scratch, i32(pstride),
-                i32(hw), i32(kh * kw), i32(np_), i32(cin_g)], (1, ly, 1), {"NR": cfg.nr}, label))
+            launches.append(_im2col_launch(ctx, cfg.nr, tab, i0 * x_s1, x_s1, x_s2, g, scratch, pstride,
+                                           hw, kh * kw, np_, cin_g, q0, nq, ni, label))
         b = Operand(scratch, packed=True, s1=g * pstride, s2=pstride)
-        res = Operand(ctx.buf(3), off=i0 * c_s1, s1=c_s1, s2=c_s2) if has_res else None
-        launches.append(gemm_launch(cfg, m=m, n=npix, k=kk, batch=ni * g, d2=g, a=a, b=b,
-                                    c=Operand(ctx.out(0), off=i0 * c_s1, ld=npix, s1=c_s1, s2=c_s2),
+        off = i0 * c_s1 + n0
+        res = Operand(ctx.buf(3), off=off, s1=c_s1, s2=c_s2) if has_res else None
+        launches.append(gemm_launch(cfg, m=m, n=nn, k=kk, batch=ni * g, d2=g, a=a, b=b,
+                                    c=Operand(ctx.out(0), off=off, ld=npix, s1=c_s1, s2=c_s2),
                                     bias=bias, res=res, act=act, act_alpha=act_a, act_beta=act_b,
                                     label=label))
     return launches
@@ -267,10 +289,11 @@ def _lower_transposed(ctx: LowerCtx, cfg: GemmConfig, *, n_img: int, cin: int, c
     x_s1, x_s2 = cin * hw, cin_g * hw
     act_name, act_a, act_b = act
 
-    def gemm(a: Operand, i0: int, ni: int) -> Launch:
-        res = Operand(ctx.buf(3), off=i0 * c_s1, s1=c_s1, s2=c_s2) if has_res else None
-        return gemm_launch(cfg, m=npix, n=m, k=kk, batch=ni * g, d2=g, a=a, b=b,
-                           c=Operand(ctx.out(0), off=i0 * c_s1, ld=npix, s1=c_s1, s2=c_s2), bias=bias,
+    def gemm(a: Operand, i0: int, ni: int, p0: int, pn: int) -> Launch:
+        off = i0 * c_s1 + p0  # C^T: pixels are the rows, stored contiguously per channel
+        res = Operand(ctx.buf(3), off=off, s1=c_s1, s2=c_s2) if has_res else None
+        return gemm_launch(cfg, m=pn, n=m, k=kk, batch=ni * g, d2=g, a=a, b=b,
+                           c=Operand(ctx.out(0), off=off, ld=npix, s1=c_s1, s2=c_s2), bias=bias,
                            res=res, act=act_name, act_alpha=act_a, act_beta=act_b, c_trans=True,
                            label=label)
 
@@ -278,22 +301,20 @@ def _lower_transposed(ctx: LowerCtx, cfg: GemmConfig, *, n_img: int, cin: int, c
     # im2col panels. Packing even a 1x1 pays: read in place, each k steps H*W floats away
     # (a new cache line and often a new page per k) and the GEMM ran ~30% slower.
     np_ = round_up(npix, cfg.mr)
-    pstride = np_ * kk
-    per_img = 4 * pstride * g
-    chunk = max(1, min(n_img, _SCRATCH_CAP // per_img))
-    scratch = ctx.scratch(per_img * chunk)
+    pieces, scratch_bytes = _pieces(n_img, np_ // cfg.mr, 4 * cfg.mr * kk * g)
+    scratch = ctx.scratch(scratch_bytes)
     if not pointwise:
         tab = ctx.const_buffer(im2col_table(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, np_, cfg.mr))
     launches: list = []
-    for i0 in range(0, n_img, chunk):
-        ni = min(chunk, n_img - i0)
+    for i0, ni, q0, nq in pieces:
+        p0, pn = q0 * cfg.mr, min(nq * cfg.mr, npix - q0 * cfg.mr)  # this piece's output pixels
+        pstride = nq * cfg.mr * kk
         if pointwise:
-            launches.append(pack_b_launch(cfg.mr, src=ctx.buf(0), off=i0 * x_s1, s1=x_s1, s2=x_s2, s_k=hw,
-                                          s_n=1, k=kk, n=npix, batch=ni * g, d2=g, dst=scratch, label=label))
+            launches.append(pack_b_launch(cfg.mr, src=ctx.buf(0), off=i0 * x_s1 + p0, s1=x_s1, s2=x_s2,
+                                          s_k=hw, s_n=1, k=kk, n=pn, batch=ni * g, d2=g, dst=scratch,
+                                          label=label))
         else:
-            ly = 8 if cin_g >= 8 else 1
-            launches.append(Launch("im2col", "im2col", (np_ // cfg.mr, round_up(cin_g, ly), ni * g), [
-                ctx.buf(0), i32(i0 * x_s1), i32(x_s1), i32(x_s2), i32(g), tab, scratch, i32(pstride),
-                i32(hw), i32(kh * kw), i32(np_), i32(cin_g)], (1, ly, 1), {"NR": cfg.mr}, label))
-        launches.append(gemm(Operand(scratch, packed=True, s1=g * pstride, s2=pstride), i0, ni))
+            launches.append(_im2col_launch(ctx, cfg.mr, tab, i0 * x_s1, x_s1, x_s2, g, scratch, pstride,
+                                           hw, kh * kw, np_, cin_g, q0, nq, ni, label))
+        launches.append(gemm(Operand(scratch, packed=True, s1=g * pstride, s2=pstride), i0, ni, p0, pn))
     return launches

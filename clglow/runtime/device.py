@@ -214,7 +214,8 @@ def _device_info(d: cl.Device) -> DeviceInfo:
         max_work_group_size=int(d.max_work_group_size), local_mem_size=int(d.local_mem_size),
         global_mem_size=int(d.global_mem_size), max_alloc_size=int(d.max_mem_alloc_size),
         has_fp16=_has_fp16(d), has_fp64=_has_fp64(d),
-        preferred_vector_width_float=max(1, int(d.preferred_vector_width_float)))
+        preferred_vector_width_float=max(1, int(d.preferred_vector_width_float)),
+        base_align=max(256, int(d.mem_base_addr_align) // 8))
 
 
 class Device:

@@ -24,7 +24,7 @@ from ..lower.base import Buf, ConstBuf, Scratch
 from ..errors import UnsupportedNode, UnsupportedOperator
 from ..partition import DEVICE, HOST, Placement, place
 from .host import HostKernel, _outer_scope_names
-from .memory import Interval, assign_buffers
+from .memory import Interval, assign_buffers, plan_offsets
 
 log = logging.getLogger(__name__)
 
@@ -152,8 +152,8 @@ class Plan:
     device_inputs: list  # graph inputs uploaded to the device
     outputs: list  # names this plan hands back on the host
     stop: Optional[int]  # None, or the number of nodes this stage covers (dynamic shapes)
-    arena_bytes: int
-    scratch_bytes: int
+    arena_bytes: int  # activations and scratch buffers, planned together by liveness
+    scratch_bytes: int  # the scratch buffers' sizes summed (informative: they live inside the arena)
     n_launches: int
     root: dict = field(default_factory=dict)  # view tensor -> tensor owning the buffer
     next_stages: dict = field(default_factory=dict)
@@ -178,6 +178,11 @@ def _nbytes(graph: Graph, name: str) -> int:
     v = graph.values[name]
     dtype = np.dtype(np.uint8) if np.dtype(v.dtype) == np.bool_ else np.dtype(v.dtype)
     return int(np.prod(v.shape, dtype=np.int64)) * dtype.itemsize
+
+
+def _scratch_name(node: str, slot: int) -> str:
+    """The planner's name for a node's scratch buffer (NUL: never an ONNX tensor name)."""
+    return f"\0scratch:{node}:{slot}"
 
 
 def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device, weights: WeightCache,
@@ -237,7 +242,7 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     consts_on_device: set = set()
-    scratch_sizes: dict[int, int] = {}
+    scratch_ivs: dict[str, Interval] = {}  # scratch buffers, planned in the arena with the activations
 
     def use(name: str, idx: int) -> None:
         rt = r(name)
@@ -281,10 +286,15 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
                 first.setdefault(o, idx)
                 last[o] = max(last.get(o, -1), idx)
         for launch in launches:
-            steps.append(("kernel", node, launch))
             for a in launch.args:
-                if isinstance(a, Scratch):
-                    scratch_sizes[a.slot] = max(scratch_sizes.get(a.slot, 0), a.nbytes)
+                if isinstance(a, Scratch):  # live over this node's launches only
+                    key = _scratch_name(node.name, a.slot)
+                    iv = scratch_ivs.get(key)
+                    if iv is None:
+                        scratch_ivs[key] = Interval(key, a.nbytes, len(steps), len(steps))
+                    else:
+                        iv.nbytes, iv.end = max(iv.nbytes, a.nbytes), len(steps)
+            steps.append(("kernel", node, launch))
         if not launches:
             steps.append(("noop", node))
     end = len(steps)
@@ -295,35 +305,48 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
             last[rt] = end
             first.setdefault(rt, 0)
 
-    # 3. allocate: one arena slot per group of non-overlapping tensors
+    # 3. allocate: activations and scratch planned together by liveness
     intervals = []
     for name in first:
         if name in consts_on_device:
             continue
         intervals.append(Interval(name, _nbytes(graph, name), first[name], last.get(name, first[name])))
+    intervals.extend(scratch_ivs.values())
     for iv in intervals:  # checked before anything is allocated
         if iv.nbytes > device.info.max_alloc_size:
             raise OutOfDeviceMemory(f"tensor {iv.name!r} needs {iv.nbytes} bytes, more than the device's largest "
                                     f"allocation ({device.info.max_alloc_size} bytes)", device=device.info.name)
-    assignment, slot_sizes = assign_buffers(intervals)
-    if sum(slot_sizes) > device.info.global_mem_size:
-        raise OutOfDeviceMemory(f"the activations need {sum(slot_sizes)} bytes, more than the device's memory "
+    # One arena with every tensor at a planned offset (sub-buffers) when the device allows an
+    # allocation that large; else whole buffers shared by tensors with disjoint lifetimes.
+    offsets, arena_size = plan_offsets(intervals, device.info.base_align)
+    use_arena = arena_size <= device.info.max_alloc_size
+    if use_arena:
+        planned = arena_size
+    else:
+        assignment, slot_sizes = assign_buffers(intervals)
+        planned = sum(slot_sizes)
+    if planned > device.info.global_mem_size:
+        raise OutOfDeviceMemory(f"the activations need {planned} bytes, more than the device's memory "
                                 f"({device.info.global_mem_size} bytes)", device=device.info.name)
     buffers: list = []
     try:
-        slots = []
-        for size in slot_sizes:
-            b = device_alloc(device.context, size, "an activation buffer")
-            buffers.append(b)
-            slots.append(b)
-        scratch = {}
-        for slot, size in scratch_sizes.items():
-            b = device_alloc(device.context, size, "scratch")
-            buffers.append(b)
-            scratch[slot] = b
+        region: dict = {}  # tensor or scratch name -> its cl.Buffer
+        if use_arena:
+            arena = device_alloc(device.context, arena_size, "the activation arena")
+            buffers.append(arena)
+            for name, (off, size) in offsets.items():
+                region[name] = cl_call(f"carving {name!r} from the arena", arena.get_sub_region, off, size)
+        else:
+            slots = []
+            for size in slot_sizes:
+                b = device_alloc(device.context, size, "an activation buffer")
+                buffers.append(b)
+                slots.append(b)
+            region = {name: slots[s] for name, s in assignment.items()}
         device_tensors: dict = {}
-        for name, s in assignment.items():
-            device_tensors[name] = slots[s]
+        for name, b in region.items():
+            if not name.startswith("\0"):  # scratch buffers are bound by their own name
+                device_tensors[name] = b
         for name in consts_on_device:
             device_tensors[name] = weights.get_const(name, graph.values[name].const)
         for view, src in root.items():
@@ -360,7 +383,7 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
                         args.append(device_tensors[a.name])
                         (writes if a.name in node.outputs else reads).append(r(a.name))
                     elif isinstance(a, Scratch):
-                        args.append(scratch[a.slot])
+                        args.append(region[_scratch_name(node.name, a.slot)])
                     elif isinstance(a, ConstBuf):
                         args.append(weights.get("const:" + a.key, a.array))
                     else:
@@ -375,7 +398,8 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
                                               reads, writes, node.name, launch.kernel, node.op_type))
                 n_launches += 1
         return Plan(sub, placement, final_steps, device_tensors, host_inputs, device_inputs, out_set, stop,
-                    sum(slot_sizes), sum(scratch_sizes.values()), n_launches, root=root, _buffers=buffers)
+                    planned, sum(iv.nbytes for iv in scratch_ivs.values()), n_launches, root=root,
+                    _buffers=buffers)
     except BaseException:  # a failed plan gives back what it allocated: the session stays usable
         for b in buffers:
             device_free(b)

@@ -43,3 +43,28 @@ def assign_buffers(intervals: list[Interval], align: int = 256) -> tuple[dict[st
         slot_free_at[best] = iv.end
         assignment[iv.name] = best
     return assignment, slot_sizes
+
+
+def plan_offsets(intervals: list[Interval], align: int = 256) -> tuple[dict[str, tuple[int, int]], int]:
+    """Place every tensor at an offset in one arena: tensors whose lifetimes overlap never share
+    bytes. Greedy by size (largest first, lowest free offset; TFLite's arena planner does the
+    same): the arena comes out close to the largest set of simultaneously live tensors, where
+    whole-buffer reuse (assign_buffers) wastes the difference between a slot's tenants.
+    Returns ({name: (offset, size)}, arena bytes); sizes are rounded up to `align`."""
+    def need(iv: Interval) -> int:
+        return max(align, (iv.nbytes + align - 1) // align * align)
+
+    placed: list[tuple[int, int, int, int]] = []  # (offset, size, start, end)
+    result: dict[str, tuple[int, int]] = {}
+    for iv in sorted(intervals, key=lambda iv: (-need(iv), iv.start, iv.name)):
+        size = need(iv)
+        busy = sorted((o, s) for o, s, st, en in placed if not (en < iv.start or iv.end < st))
+        off = 0
+        for o, s in busy:
+            if off + size <= o:
+                break
+            off = max(off, o + s)
+        placed.append((off, size, iv.start, iv.end))
+        result[iv.name] = (off, size)
+    total = max((o + s for o, s, _, _ in placed), default=0)
+    return result, max(total, align)

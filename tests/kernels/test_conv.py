@@ -128,11 +128,17 @@ def test_gpu_tiles():
         conv_check(x_shape, w_shape, device=dev, **attrs)
 
 
-def test_scratch_chunks(monkeypatch):
-    """A batch whose im2col does not fit the scratch cap runs in chunks that reuse it."""
-    monkeypatch.setattr(conv_mod, "_SCRATCH_CAP", 1)
-    conv_check((3, 4, 9, 8), (5, 4, 3, 3), pads=[1, 1, 1, 1])
-    conv_check((3, 4, 7, 7), (5, 4, 1, 1))  # 1x1 whose pack runs per image
+@pytest.mark.parametrize("cap", [1, 3 * 4 * 32 * 9 * 4 + 1, 1 << 30])
+def test_scratch_pieces(monkeypatch, cap):
+    """A packed operand larger than the scratch cap is made piece by piece (images, then runs of
+    panels of one image), in both GEMM orientations, with residual and grouped convs."""
+    monkeypatch.setattr(conv_mod, "_SCRATCH_CAP", cap)
+    conv_check((3, 4, 9, 40), (5, 4, 3, 3), pads=[1, 1, 1, 1])
+    conv_check((3, 4, 7, 7), (5, 4, 1, 1))  # 1x1 whose pack runs per image / per panel run
+    conv_check((2, 6, 9, 40), (8, 3, 3, 3), group=2, pads=[1, 1, 1, 1])
+    # small N, many channels: the transposed GEMM (pixels as MR-row panels)
+    conv_check((2, 16, 14, 14), (64, 16, 3, 3), pads=[1, 1, 1, 1])
+    conv_check((2, 16, 14, 14), (64, 16, 1, 1))
 
 
 def test_empty_output():
