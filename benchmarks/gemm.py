@@ -63,12 +63,16 @@ def bench_shape(m: int, k: int, n: int, repeat: int, warmup: int) -> dict:
     diff = max(float(np.max(np.abs(ours.run(None, feeds_both)[0] - ref))),
                float(np.max(np.abs(ours_c.run(None, feeds_const)[0] - ref))))
     timings = alternate({
-        "numpy": lambda: a @ b,
         "onnxruntime": lambda: ort.run(None, feeds_both),
         "clglow": lambda: ours.run(None, feeds_both),
         "onnxruntime_const_a": lambda: ort_c.run(None, feeds_const),
         "clglow_const_a": lambda: ours_c.run(None, feeds_const),
     }, repeat, warmup)
+    # numpy on its own, after the others: OpenBLAS's worker threads busy-wait for a while after
+    # each call (OPENBLAS_THREAD_TIMEOUT, ~0.1 s by default), which would take the cores from
+    # whatever ran next in an alternation (measured: clglow's 1024^3 kernels 490 GFLOP/s alone,
+    # 180-260 right after numpy).
+    timings.update(alternate({"numpy": lambda: a @ b}, repeat, warmup))
     ours.release()
     ours_c.release()
     kernel = _kernel_ms(both, feeds_both, max(3, repeat // 2))
