@@ -314,7 +314,8 @@ def bench_startup(spec: str, batch: int, warm_repeat: int = 3, log=print) -> lis
         env2["POCL_CACHE_DIR"] = os.path.join(tmp, "pocl-cache-empty")
         os.makedirs(env2["POCL_CACHE_DIR"])
         only_ours = _run_child("clglow", path, feeds_path, env2)
-        rows.append((f"{name} b{batch}", "clglow, clglow cache filled, pocl cache empty", only_ours))
+        rows.append((f"{name} b{batch}", "clglow, pocl cache emptied (on pocl clglow leaves binaries to it)",
+                     only_ours))
         ort = [_run_child("onnxruntime", path, feeds_path, env) for _ in range(warm_repeat)]
         ort.sort(key=lambda r: r["total_s"])
         rows.append((f"{name} b{batch}", f"onnxruntime (median of {warm_repeat})", ort[len(ort) // 2]))

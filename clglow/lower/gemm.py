@@ -173,12 +173,12 @@ def pack_b_launch(nr: int, *, src: Arg, off: int, s1: int, s2: int, s_k: int, s_
     """Pack `batch` strided [K, N] matrices into `nr`-column panels (dst stride = panel set size).
 
     `nr` is a GEMM config's NR for B panels, or its MR for the A panels of a transposed GEMM
-    (pixels as rows). One fixed local size (16 k-rows per group; the kernel skips k >= K), so
-    the driver generates one work-group function per panel width, not one per layer shape."""
+    (pixels as rows). One fixed local size (64 k-rows per group, the kernel skips k >= K: pocl
+    pays per group, so fewer larger groups; one work-group function per panel width)."""
     np_ = round_up(n, nr)
     args = [src, i32(off), i32(s1), i32(s2), i32(s_k), i32(s_n), dst, i32(np_ * k), i32(n), i32(k),
             i32(max(d2, 1))]
-    return Launch("im2col", "pack_b", (np_ // nr, round_up(k, 16), batch), args, (1, 16, 1), {"NR": nr},
+    return Launch("im2col", "pack_b", (np_ // nr, round_up(k, 64), batch), args, (1, 64, 1), {"NR": nr},
                   label)
 
 
