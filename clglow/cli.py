@@ -194,6 +194,24 @@ def _cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tune(args: argparse.Namespace) -> int:
+    from .runtime.device import select_device
+    from .runtime.tuning import SHAPE, candidates, tune_gemm
+
+    dev = select_device(args.device)
+    res = tune_gemm(dev, force=args.force)
+    m, k, n = SHAPE
+    print(f"device: {dev.describe()}")
+    print(f"GEMM tiles (MRxVWxNV@local size), {m}x{k}x{n} kernel time, best of 5:")
+    for c in candidates(dev.info):
+        label = f"{c[0]}x{c[1]}x{c[2]}@{'x'.join(map(str, c[3]))}"
+        t = res.timings_ms.get(label)
+        mark = "  <- chosen" if c == res.choice else ""
+        print(f"  {label:18s} {f'{t:.3f} ms' if t is not None else '(not measured)':>14s}{mark}")
+    print(f"choice from: {res.source}")
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     try:
         from benchmarks.runner import main as bench_main
@@ -244,6 +262,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("model")
     sp.add_argument("--batch", type=int)
     sp.set_defaults(fn=_bench)
+
+    sp = sub.add_parser("tune", help="show (or re-measure with --force) the device's GEMM tile choice")
+    sp.add_argument("--device", help="device selector (default: CLGLOW_DEVICE or the default device)")
+    sp.add_argument("--force", action="store_true", help="measure again even when a choice is stored")
+    sp.set_defaults(fn=_tune)
 
     sp = sub.add_parser("cache", help="show or clear the on-disk program cache")
     sp.add_argument("action", choices=["info", "clear"], nargs="?", default="info")

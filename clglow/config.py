@@ -33,6 +33,11 @@ def cache_dir() -> str | None:
     return os.environ.get("CLGLOW_CACHE_DIR") or None
 
 
+def tuning_enabled() -> bool:
+    """CLGLOW_TUNE=0 skips measuring GEMM tile sizes on a device's first use (defaults instead)."""
+    return _flag("CLGLOW_TUNE", True)
+
+
 def host_fallback() -> bool:
     """CLGLOW_HOST_FALLBACK=0 refuses to place any node on the host."""
     return _flag("CLGLOW_HOST_FALLBACK", True)

@@ -105,6 +105,10 @@ class InferenceSession:
                  weights: Optional[Mapping[str, np.ndarray]] = None, **kwargs: Any):
         self.options = sess_options or SessionOptions()
         t0 = time.perf_counter()
+        self.device = _resolve_device(device)
+        # GEMM tiles for this device (measured once, then read from disk) while the model loads
+        tuning = threading.Thread(target=self.device.ensure_tuned, name="clglow-tune", daemon=True)
+        tuning.start()
         proto, self._base_dir = load_model(model)
         self._proto_meta = {"producer": proto.producer_name, "graph": proto.graph.name,
                             "opsets": {o.domain or "ai.onnx": o.version for o in proto.opset_import}}
@@ -115,7 +119,7 @@ class InferenceSession:
         self.graph: Graph = optimize(imported, enabled=self.options.graph_optimization_level > 0)
         self.host_fallback = config.host_fallback() if self.options.host_fallback is None \
             else bool(self.options.host_fallback)
-        self.device = _resolve_device(device)
+        tuning.join()
         # the static placement report (raises UnsupportedOperator now if something cannot run at all)
         self._static_placement = place(self.graph, self.host_fallback)
         self._engine = Engine(self.graph, self.device, self.host_fallback, self.options.enable_profiling)

@@ -104,6 +104,7 @@ class DeviceInfo:
     has_fp64: bool = False
     preferred_vector_width_float: int = 4
     base_align: int = 256  # bytes; sub-buffer offsets must be multiples (CL_DEVICE_MEM_BASE_ADDR_ALIGN)
+    gemm_tiles: Optional[tuple] = None  # (MR, VW, NV, local size) measured by runtime.tuning
 
 
 class LowerCtx:

@@ -58,19 +58,27 @@ class GemmConfig:
         return self.vw * self.nv
 
 
-def gemm_config(device: DeviceInfo) -> GemmConfig:
-    """Device-dependent tile defaults.
+def default_gemm_config(device: DeviceInfo) -> GemmConfig:
+    """Device-dependent tile defaults (what the tuner measures first).
 
     CPU (pocl): a work-group of one work-item each (pocl runs work-groups on threads; larger
     groups only add loop overhead) and as many accumulators as the vector registers hold:
     12 x 32 with float16 on AVX-512 (24 zmm accumulators), 6 x 16 with float8 on AVX2.
-    GPU/other: small 4 x 4 tiles in 8 x 8 work-groups; correct anywhere, not tuned.
+    GPU/other: small 4 x 4 tiles in 8 x 8 work-groups; correct anywhere, tuned by measurement.
     """
     if device.type == "cpu":
         if device.preferred_vector_width_float >= 16:
             return GemmConfig(12, 16, 2, (1, 1, 1))
         return GemmConfig(6, 8, 2, (1, 1, 1))
     return GemmConfig(4, 4, 1, (8, 8, 1))
+
+
+def gemm_config(device: DeviceInfo) -> GemmConfig:
+    """The tiles to lower with: the device's tuned choice (runtime.tuning) when it has one."""
+    if device.gemm_tiles is not None:
+        mr, vw, nv, ls = device.gemm_tiles
+        return GemmConfig(mr, vw, nv, tuple(ls))
+    return default_gemm_config(device)
 
 
 # --- host-side packing (plan time, for constant operands) -----------------------------------------

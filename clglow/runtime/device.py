@@ -22,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import logging
 import os
 import re
@@ -241,6 +242,8 @@ class Device:
         self._prep_futures: list = []
         self._warm_queue: Optional[cl.CommandQueue] = None
         self._dummy: Optional[cl.Buffer] = None
+        self._tune_lock = threading.Lock()
+        self._tuned = False
 
     @classmethod
     def from_context(cls, ctx: Union[cl.Context, int], device: Optional[cl.Device] = None) -> "Device":
@@ -297,6 +300,24 @@ class Device:
         except (FileNotFoundError, InvalidArgument) as e:
             raise CompileError(name, self.describe(), options, str(e)) from e
         return self.cache.get(name, source, options)
+
+    def set_gemm_tiles(self, tiles: Optional[tuple]) -> None:
+        """Lower GEMMs with these (MR, VW, NV, local size) from now on (runtime.tuning)."""
+        with self._lock:
+            self.info = dataclasses.replace(self.info, gemm_tiles=None if tiles is None else tuple(tiles))
+
+    def ensure_tuned(self) -> None:
+        """Choose the GEMM tiles once per process (from disk, or by measuring; runtime.tuning)."""
+        with self._tune_lock:
+            if self._tuned:
+                return
+            from .tuning import tune_gemm
+
+            try:
+                tune_gemm(self)
+            except Exception as e:  # noqa: BLE001 - tuning is an optimisation; defaults always work
+                log.warning("GEMM tuning failed on %s (%s); using default tiles", self.info.name, e)
+            self._tuned = True
 
     def prepare(self, program: str, options: Sequence[str], kernel: str, lsize: Optional[tuple],
                 noop_args: Optional[list]) -> None:

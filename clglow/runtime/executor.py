@@ -285,13 +285,16 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
             if o and r(o) == o:
                 first.setdefault(o, idx)
                 last[o] = max(last.get(o, -1), idx)
+        node_first = len(steps)
         for launch in launches:
             for a in launch.args:
-                if isinstance(a, Scratch):  # live over this node's launches only
+                if isinstance(a, Scratch):
+                    # live over all of this node's launches: from its first (the node's inputs
+                    # count as read there, yet later launches still read them) to its last use
                     key = _scratch_name(node.name, a.slot)
                     iv = scratch_ivs.get(key)
                     if iv is None:
-                        scratch_ivs[key] = Interval(key, a.nbytes, len(steps), len(steps))
+                        scratch_ivs[key] = Interval(key, a.nbytes, node_first, len(steps))
                     else:
                         iv.nbytes, iv.end = max(iv.nbytes, a.nbytes), len(steps)
             steps.append(("kernel", node, launch))

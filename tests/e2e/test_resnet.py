@@ -90,4 +90,5 @@ def test_second_process_builds_no_program(tmp_path):
         stats.append(json.loads(line[5:]))
     assert stats[0]["source_builds"] > 0
     assert stats[1]["source_builds"] == 0, stats[1]
-    assert stats[1]["binary_loads"] == stats[0]["source_builds"]
+    # every program comes from the disk (the first process also built the GEMM tiles it measured)
+    assert 0 < stats[1]["binary_loads"] <= stats[0]["source_builds"]

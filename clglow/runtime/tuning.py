@@ -1,0 +1,198 @@
+"""GEMM tile sizes chosen per device by measurement, once, and remembered.
+
+The GEMM kernel (kernels_cl/gemm.cl) is specialised by `-D` tile sizes: rows per work-item
+(MR), vector width (VW), vectors per row (NV) and the work-group size. Which combination runs
+fastest depends on the device (registers, vector units, how the driver maps work-groups), so on
+first use a device measures a few candidates on one representative GEMM (ResNet-like
+256x576x784, operands packed as the convolutions use them) and keeps the fastest. The choice
+is stored as JSON under the cache folder (``<cache>/tuning/<key>.json``, the key covering the
+platform, device, driver and clglow versions and the candidate list), so later processes only
+read it. ``CLGLOW_TUNE=0`` skips measuring and uses the built-in default for the device type.
+
+The candidates are few on purpose: each one is a program the driver compiles (about half a
+second on pocl), and the first session on a device pays for them.
+
+Example::
+
+    result = tune_gemm(device)          # a TuneResult; device.info now carries the choice
+    result.choice, result.timings_ms    # ((12, 16, 2, (1, 1, 1)), {...})
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+import pyopencl as cl
+
+from .. import config
+from ..lower.base import Buf, DeviceInfo
+from ..lower.gemm import GemmConfig, Operand, default_gemm_config, gemm_launch
+from .cache import default_cache_dir, disk_key
+
+log = logging.getLogger(__name__)
+
+Tiles = Tuple[int, int, int, Tuple[int, int, int]]  # (MR, VW, NV, local size)
+SHAPE = (256, 576, 784)  # M, K, N: a ResNet-50 layer (64x3x3 -> 256 channels at 28x28)
+_VERSION = "gemm-tune-1"
+_MARGIN = 0.05  # another candidate must beat the default by 5% to be chosen
+
+
+@dataclass
+class TuneResult:
+    choice: Tiles
+    timings_ms: Dict[str, float] = field(default_factory=dict)  # "MRxVWxNV@lsize" -> best ms
+    source: str = "measured"  # "measured", "disk" or "default"
+
+
+def _label(t: Tiles) -> str:
+    mr, vw, nv, ls = t
+    return f"{mr}x{vw}x{nv}@{'x'.join(map(str, ls))}"
+
+
+def candidates(info: DeviceInfo) -> List[Tiles]:
+    """A short list of tile configurations worth measuring on this device; the default first.
+
+    CPU devices (pocl): one work-item per work-group, NV = 2 vectors per row (the small-N
+    transposed path of conv.py relies on NR = 2 x VW) and MR rows around what the vector
+    registers hold (AVX-512: 32 registers, MR x NV accumulators plus B and a broadcast).
+    GPUs: square work-groups within the device's limit, small register tiles.
+    """
+    d = default_gemm_config(info)
+    first: Tiles = (d.mr, d.vw, d.nv, tuple(d.lsize))
+    if info.type == "cpu":
+        if d.vw >= 16:
+            rest = [(8, 16, 2, (1, 1, 1)), (14, 16, 2, (1, 1, 1))]
+        else:
+            rest = [(4, 8, 2, (1, 1, 1)), (6, 4, 2, (1, 1, 1))]
+    else:
+        rest = [(4, 4, 2, (8, 8, 1)), (8, 4, 1, (8, 8, 1)), (4, 4, 1, (16, 16, 1))]
+    out = [first]
+    for t in rest:
+        if t not in out and t[3][0] * t[3][1] * t[3][2] <= info.max_work_group_size:
+            out.append(t)
+    return out
+
+
+def _cache_path(device, cands: List[Tiles]) -> Optional[Path]:
+    if not config.cache_enabled():
+        return None
+    key = disk_key(json.dumps([_label(c) for c in cands]), (), device.cl_device,
+                   extra=f"{_VERSION} {SHAPE}")
+    return default_cache_dir() / "tuning" / f"{key}.json"
+
+
+def _load(path: Optional[Path], cands: List[Tiles]) -> Optional[TuneResult]:
+    if path is None:
+        return None
+    try:
+        data = json.loads(path.read_text())
+        choice = data["choice"]
+        t: Tiles = (int(choice[0]), int(choice[1]), int(choice[2]), tuple(int(x) for x in choice[3]))
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+    if t not in cands:  # stale or edited by hand: measure again
+        return None
+    return TuneResult(t, dict(data.get("timings_ms", {})), "disk")
+
+
+def _store(path: Optional[Path], result: TuneResult) -> None:
+    if path is None:
+        return
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"choice": [*result.choice[:3], list(result.choice[3])],
+                       "timings_ms": result.timings_ms, "shape": SHAPE}, f)
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as e:
+        log.warning("GEMM tuning: cannot store %s (%s)", path, e)
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def _measure(device, t: Tiles, repeat: int = 5) -> float:
+    """Best-of-`repeat` kernel time (ms) of the representative GEMM with tiles `t`."""
+    mr, vw, nv, ls = t
+    cfg = GemmConfig(mr, vw, nv, ls)
+    m, k, n = SHAPE
+    mp, np_ = -(-m // mr) * mr, -(-n // cfg.nr) * cfg.nr
+    ctx = device.context
+    queue = device.profiling_queue
+    mf = cl.mem_flags
+    bufs = {"A": cl.Buffer(ctx, mf.READ_WRITE, mp * k * 4), "B": cl.Buffer(ctx, mf.READ_WRITE, np_ * k * 4),
+            "C": cl.Buffer(ctx, mf.READ_WRITE, m * n * 4)}
+    for name, b in bufs.items():
+        cl.enqueue_fill_buffer(queue, b, np.float32(0.01), 0, b.size)
+    launch = gemm_launch(cfg, m=m, n=n, k=k, batch=1, d2=1, a=Operand(Buf("A"), packed=True),
+                         b=Operand(Buf("B"), packed=True), c=Operand(Buf("C"), ld=n), act="Relu")
+    prg = device.program(launch.program, launch.build_options())
+    knl = cl.Kernel(prg, launch.kernel)
+    knl.set_args(*[bufs[a.name] if isinstance(a, Buf) else a for a in launch.args])
+    best = float("inf")
+    for i in range(repeat + 1):  # the first run includes the driver's code generation
+        ev = cl.enqueue_nd_range_kernel(queue, knl, launch.gsize, launch.lsize)
+        ev.wait()
+        if i:
+            best = min(best, (ev.profile.end - ev.profile.start) * 1e-6)
+    for b in bufs.values():
+        b.release()
+    return best
+
+
+def tune_gemm(device, force: bool = False) -> TuneResult:
+    """The GEMM tiles for `device`: from disk when measured before, else measured now (and
+    stored); with CLGLOW_TUNE=0 the default. Sets ``device.info.gemm_tiles``. A candidate that
+    fails to build or run is skipped (logged); if all fail the default stands."""
+    info = device.info
+    cands = candidates(info)
+    default = cands[0]
+    if not config.tuning_enabled() and not force:
+        result = TuneResult(default, {}, "default")
+    else:
+        path = _cache_path(device, cands)
+        result = None if force else _load(path, cands)
+        if result is None:
+            t0 = time.perf_counter()
+            for t in cands:  # build the candidates side by side (the driver compiles off the GIL)
+                cfg = GemmConfig(*t)
+                device.prepare("gemm", gemm_launch(cfg, m=1, n=1, k=1, batch=1, d2=1,
+                                                   a=Operand(Buf("A"), packed=True),
+                                                   b=Operand(Buf("B"), packed=True),
+                                                   c=Operand(Buf("C"), ld=1)).build_options(),
+                               "gemm", None, None)
+            timings: Dict[str, float] = {}
+            for t in cands:
+                try:
+                    timings[_label(t)] = _measure(device, t)
+                except Exception as e:  # noqa: BLE001 - a candidate the device rejects is skipped
+                    log.info("GEMM tuning: candidate %s failed on %s: %s", _label(t), info.name, e)
+            if timings:
+                best = min((c for c in cands if _label(c) in timings), key=lambda c: timings[_label(c)])
+                base = timings.get(_label(default))
+                if base is not None and timings[_label(best)] > base / (1 + _MARGIN):
+                    best = default  # within the noise of a shared machine: keep the default
+                result = TuneResult(best, timings, "measured")
+                _store(path, result)
+                log.info("GEMM tiles for %s: %s (%s) in %.2f s", info.name, _label(best),
+                         ", ".join(f"{k} {v:.3f} ms" for k, v in timings.items()), time.perf_counter() - t0)
+            else:
+                result = TuneResult(default, {}, "default")
+    device.set_gemm_tiles(result.choice)
+    return result
+
+
+__all__ = ["TuneResult", "Tiles", "candidates", "tune_gemm", "SHAPE"]
