@@ -24,8 +24,8 @@ import numpy as np
 from ..errors import InvalidModel
 from ..ir import Graph, Node
 from .base import Launch, LowerCtx, device_op, f32, float32_only, i32, round_up
-from .gemm import (ACTIVATIONS, Bias, act_params, GemmConfig, Operand, b_unpacked_ok, gemm_config, gemm_launch,
-                   pack_a, pack_b, pack_b_launch, packed_b_bytes, transposed_config)
+from .gemm import (ACTIVATIONS, Bias, GemmConfig, Operand, act_params, b_unpacked_ok, gemm_config, gemm_launch,
+                   pack_a, pack_b, pack_b_launch, transposed_config)
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +49,32 @@ def _pieces(n_img: int, n_panels: int, panel_bytes: int) -> tuple[list, int]:
             panel_bytes * nq)
 
 
-def _im2col_launch(ctx: LowerCtx, nr: int, tab, off: int, s1: int, s2: int, g: int, dst, dst_s: int,
-                   hw: int, khw: int, np_: int, cin_g: int, q0: int, nq: int, ni: int, label: str) -> Launch:
-    """im2col.cl for panels q0 .. q0+nq-1 of `ni` images (x `g` groups) into `dst`."""
+def _pixel_panels(ctx: LowerCtx, width: int, *, n_img: int, g: int, kk: int, cin_g: int, geom: tuple,
+                  pointwise: bool, label: str):
+    """A conv's input as GEMM panels of `width` output pixels (K = Cin/G*KH*KW rows), made piece
+    by piece into one scratch buffer: im2col, or for a 1x1 a pack of X's columns. The panels are
+    B of the GEMM (width NR) or, transposed, its A (width MR). Yields (producer launch, packed
+    operand, first image, images, first pixel, pixels) per piece."""
+    h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw = geom
+    npix, hw, cin = oh * ow, h * w, cin_g * g
+    x_s1, x_s2 = cin * hw, cin_g * hw
+    np_ = max(round_up(npix, width), width)
+    pieces, nbytes = _pieces(n_img, np_ // width, 4 * width * kk * g)
+    scratch = ctx.scratch(nbytes)
+    tab = None if pointwise else ctx.const_buffer(
+        im2col_table(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, np_, width))
     ly = 8 if cin_g >= 8 else 1
-    return Launch("im2col", "im2col", (nq, round_up(cin_g, ly), ni * g), [
-        ctx.buf(0), i32(off), i32(s1), i32(s2), i32(g), tab, dst, i32(dst_s), i32(hw), i32(khw), i32(np_),
-        i32(cin_g), i32(q0)], (1, ly, 1), {"NR": nr}, label)
+    for i0, ni, q0, nq in pieces:
+        p0, pn = q0 * width, min(nq * width, npix - q0 * width)
+        pstride = nq * width * kk  # packed elements per (image, group) in the scratch
+        if pointwise:
+            producer = pack_b_launch(width, src=ctx.buf(0), off=i0 * x_s1 + p0, s1=x_s1, s2=x_s2, s_k=hw,
+                                     s_n=1, k=kk, n=pn, batch=ni * g, d2=g, dst=scratch, label=label)
+        else:  # panels q0 .. q0+nq-1 of the table into panels 0 .. nq-1 of the scratch
+            producer = Launch("im2col", "im2col", (nq, round_up(cin_g, ly), ni * g), [
+                ctx.buf(0), i32(i0 * x_s1), i32(x_s1), i32(x_s2), i32(g), tab, scratch, i32(pstride), i32(hw),
+                i32(kh * kw), i32(np_), i32(cin_g), i32(q0)], (1, ly, 1), {"NR": width}, label)
+        yield producer, Operand(scratch, packed=True, s1=g * pstride, s2=pstride), i0, ni, p0, pn
 _AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 _FLT_MAX = 3.4028234663852886e38
 
@@ -247,22 +266,10 @@ def _lower(ctx: LowerCtx) -> list:
                             c=Operand(ctx.out(0), ld=npix, s1=c_s1, s2=c_s2), bias=bias, res=res,
                             act=act, act_alpha=act_a, act_beta=act_b, label=label)]
 
-    np_ = max(round_up(npix, cfg.nr), cfg.nr)
-    pieces, scratch_bytes = _pieces(n_img, np_ // cfg.nr, 4 * cfg.nr * kk * g)
-    scratch = ctx.scratch(scratch_bytes)
-    if not pointwise:
-        tab = ctx.const_buffer(im2col_table(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, np_, cfg.nr))
-    for i0, ni, q0, nq in pieces:
-        n0, nn = q0 * cfg.nr, min(nq * cfg.nr, npix - q0 * cfg.nr)  # this piece's output pixels
-        pstride = nq * cfg.nr * kk  # packed elements per (image, group) in the scratch
-        if pointwise:
-            launches.append(pack_b_launch(cfg.nr, src=ctx.buf(0), off=i0 * x_s1 + n0, s1=x_s1, s2=x_s2,
-                                          s_k=hw, s_n=1, k=kk, n=nn, batch=ni * g, d2=g, dst=scratch,
-                                          label=label))
-        else:
-            launches.append(_im2col_launch(ctx, cfg.nr, tab, i0 * x_s1, x_s1, x_s2, g, scratch, pstride,
-                                           hw, kh * kw, np_, cin_g, q0, nq, ni, label))
-        b = Operand(scratch, packed=True, s1=g * pstride, s2=pstride)
+    geom = (h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw)
+    for producer, b, i0, ni, n0, nn in _pixel_panels(ctx, cfg.nr, n_img=n_img, g=g, kk=kk, cin_g=cin_g,
+                                                     geom=geom, pointwise=pointwise, label=label):
+        launches.append(producer)
         off = i0 * c_s1 + n0
         res = Operand(ctx.buf(3), off=off, s1=c_s1, s2=c_s2) if has_res else None
         launches.append(gemm_launch(cfg, m=m, n=nn, k=kk, batch=ni * g, d2=g, a=a, b=b,
@@ -278,9 +285,9 @@ def _lower_transposed(ctx: LowerCtx, cfg: GemmConfig, *, n_img: int, cin: int, c
     """Small-N convs (few output pixels) as Y^T = cols^T @ W^T: the pixels are the GEMM's MR rows
     (im2col panels of MR pixels; for 1x1, X's columns packed likewise), the weights packed once into NR
     output-channel panels, and the tile stored transposed (gemm.cl C_TRANS)."""
-    h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw = geom
+    oh, ow = geom[2:4]
     label = ctx.label()
-    npix, hw, cout = oh * ow, h * w, m * g
+    npix, cout = oh * ow, m * g
     mp = max(round_up(m, cfg.nr), cfg.nr)
     b = Operand(ctx.derived(1, f"convBT{cfg.nr}g{g}",
                             lambda wt: pack_b(np.asarray(wt, np.float32).reshape(g, m, kk).swapaxes(-1, -2),
@@ -288,7 +295,6 @@ def _lower_transposed(ctx: LowerCtx, cfg: GemmConfig, *, n_img: int, cin: int, c
                 packed=True, s2=mp * kk)
     bias = Bias(ctx.buf(2), sm=0, sn=1, s2=m) if has_bias else None
     c_s1, c_s2 = cout * npix, m * npix
-    x_s1, x_s2 = cin * hw, cin_g * hw
     act_name, act_a, act_b = act
 
     def gemm(a: Operand, i0: int, ni: int, p0: int, pn: int) -> Launch:
@@ -302,21 +308,9 @@ def _lower_transposed(ctx: LowerCtx, cfg: GemmConfig, *, n_img: int, cin: int, c
     # The pixel panels of A: X's columns packed in MR-pixel panels (1x1: A[p][k] = X[k][p]) or
     # im2col panels. Packing even a 1x1 pays: read in place, each k steps H*W floats away
     # (a new cache line and often a new page per k) and the GEMM ran ~30% slower.
-    np_ = round_up(npix, cfg.mr)
-    pieces, scratch_bytes = _pieces(n_img, np_ // cfg.mr, 4 * cfg.mr * kk * g)
-    scratch = ctx.scratch(scratch_bytes)
-    if not pointwise:
-        tab = ctx.const_buffer(im2col_table(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, np_, cfg.mr))
     launches: list = []
-    for i0, ni, q0, nq in pieces:
-        p0, pn = q0 * cfg.mr, min(nq * cfg.mr, npix - q0 * cfg.mr)  # this piece's output pixels
-        pstride = nq * cfg.mr * kk
-        if pointwise:
-            launches.append(pack_b_launch(cfg.mr, src=ctx.buf(0), off=i0 * x_s1 + p0, s1=x_s1, s2=x_s2,
-                                          s_k=hw, s_n=1, k=kk, n=pn, batch=ni * g, d2=g, dst=scratch,
-                                          label=label))
-        else:
-            launches.append(_im2col_launch(ctx, cfg.mr, tab, i0 * x_s1, x_s1, x_s2, g, scratch, pstride,
-                                           hw, kh * kw, np_, cin_g, q0, nq, ni, label))
-        launches.append(gemm(Operand(scratch, packed=True, s1=g * pstride, s2=pstride), i0, ni, p0, pn))
+    for producer, a, i0, ni, p0, pn in _pixel_panels(ctx, cfg.mr, n_img=n_img, g=g, kk=kk, cin_g=cin_g,
+                                                     geom=geom, pointwise=pointwise, label=label):
+        launches.append(producer)
+        launches.append(gemm(a, i0, ni, p0, pn))
     return launches

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence
 
 import numpy as np
 
 from ..errors import InvalidModel
 from ..ir import Graph, Node
-from .base import (Arg, Buf, ConstBuf, DeviceInfo, Launch, LowerCtx, Scratch, device_op, f32,
-                   float32_only, i32, round_up)
+from .base import (Arg, DeviceInfo, Launch, LowerCtx, Scratch, device_op, f32, float32_only, i32,
+                   round_up)
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +142,18 @@ class Bias:
     s2: int = 0
 
 
+def gemm_defines(cfg: GemmConfig, *, a_packed: bool, b_packed: bool, act_code: int = 0,
+                 c_trans: bool = False) -> dict:
+    """The -D defines of one gemm.cl program: what changes its code (everything else is a
+    run-time argument)."""
+    defines = {"MR": cfg.mr, "VW": cfg.vw, "NV": cfg.nv, "A_PACKED": int(a_packed), "B_PACKED": int(b_packed)}
+    if act_code:
+        defines["ACT"] = act_code
+    if c_trans:
+        defines["C_TRANS"] = 1
+    return defines
+
+
 def gemm_launch(cfg: GemmConfig, *, m: int, n: int, k: int, batch: int, d2: int,
                 a: Operand, b: Operand, c: Operand, bias: Optional[Bias] = None,
                 res: Optional[Operand] = None, alpha: float = 1.0, act: str = "",
@@ -153,12 +165,7 @@ def gemm_launch(cfg: GemmConfig, *, m: int, n: int, k: int, batch: int, d2: int,
     if act not in ACTIVATIONS:
         raise InvalidModel(f"unsupported fused activation {act!r}", node=label or None)
     act_code, act_p = act_params(act, act_alpha, act_beta)
-    defines = {"MR": cfg.mr, "VW": cfg.vw, "NV": cfg.nv, "A_PACKED": int(a.packed),
-               "B_PACKED": int(b.packed)}
-    if act_code:
-        defines["ACT"] = act_code
-    if c_trans:
-        defines["C_TRANS"] = 1
+    defines = gemm_defines(cfg, a_packed=a.packed, b_packed=b.packed, act_code=act_code, c_trans=c_trans)
     args: list = [a.arg, i32(a.off), i32(a.s1), i32(a.s2), i32(a.ld), i32(a.ld2),
                   b.arg, i32(b.off), i32(b.s1), i32(b.s2), i32(b.ld),
                   c.arg, i32(c.off), i32(c.s1), i32(c.s2), i32(c.ld)]

@@ -339,24 +339,28 @@ class ProgramCache:
             return
         if not binary:
             return
-        tmp_name = None
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp_name = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-            with os.fdopen(fd, "wb") as f:
-                f.write(MAGIC + hashlib.sha256(binary).digest() + bytes(binary))
-            os.replace(tmp_name, path)
-            tmp_name = None
+            atomic_write(path, MAGIC + hashlib.sha256(binary).digest() + bytes(binary))
             self._count("disk_writes")
         except OSError as e:
             log.warning("program cache: cannot write %s (%s); continuing without it", path, e)
-        finally:
-            if tmp_name is not None:
-                try:
-                    os.unlink(tmp_name)
-                except OSError:
-                    pass
 
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through a temporary file and os.replace, so a reader sees the old
+    file or the whole new one, never a torn one. Raises OSError (the temporary file removed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp_name, path)
+    except BaseException:
+        try:
+            os.unlink(tmp_name)
+        except OSError:
+            pass
+        raise
 
 __all__ = ["ProgramCache", "stats", "reset_stats", "default_cache_dir", "programs_dir",
-           "disk_usage", "clear_disk", "disk_key", "driver_caches_programs", "MAGIC"]
+           "disk_usage", "clear_disk", "disk_key", "driver_caches_programs", "atomic_write", "MAGIC"]

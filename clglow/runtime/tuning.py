@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,9 +30,9 @@ import numpy as np
 import pyopencl as cl
 
 from .. import config
-from ..lower.base import Buf, DeviceInfo
-from ..lower.gemm import GemmConfig, Operand, default_gemm_config, gemm_launch
-from .cache import default_cache_dir, disk_key
+from ..lower.base import Buf, DeviceInfo, Launch
+from ..lower.gemm import GemmConfig, Operand, default_gemm_config, gemm_defines, gemm_launch
+from .cache import atomic_write, default_cache_dir, disk_key
 
 log = logging.getLogger(__name__)
 
@@ -105,23 +103,11 @@ def _load(path: Optional[Path], cands: List[Tiles]) -> Optional[TuneResult]:
 def _store(path: Optional[Path], result: TuneResult) -> None:
     if path is None:
         return
-    tmp = None
+    data = {"choice": [*result.choice[:3], list(result.choice[3])], "timings_ms": result.timings_ms, "shape": SHAPE}
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-        with os.fdopen(fd, "w") as f:
-            json.dump({"choice": [*result.choice[:3], list(result.choice[3])],
-                       "timings_ms": result.timings_ms, "shape": SHAPE}, f)
-        os.replace(tmp, path)
-        tmp = None
+        atomic_write(path, json.dumps(data).encode())
     except OSError as e:
         log.warning("GEMM tuning: cannot store %s (%s)", path, e)
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
 
 
 def _measure(device, t: Tiles, repeat: int = 5) -> float:
@@ -168,11 +154,8 @@ def tune_gemm(device, force: bool = False) -> TuneResult:
         if result is None:
             t0 = time.perf_counter()
             for t in cands:  # build the candidates side by side (the driver compiles off the GIL)
-                cfg = GemmConfig(*t)
-                device.prepare("gemm", gemm_launch(cfg, m=1, n=1, k=1, batch=1, d2=1,
-                                                   a=Operand(Buf("A"), packed=True),
-                                                   b=Operand(Buf("B"), packed=True),
-                                                   c=Operand(Buf("C"), ld=1)).build_options(),
+                defines = gemm_defines(GemmConfig(*t), a_packed=True, b_packed=True)
+                device.prepare("gemm", Launch("gemm", "gemm", (1,), [], None, defines).build_options(),
                                "gemm", None, None)
             timings: Dict[str, float] = {}
             for t in cands:
