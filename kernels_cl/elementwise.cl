@@ -30,6 +30,13 @@
 #define RANK 1
 #endif
 
+#include "erf.h"
+#ifdef USE_FP64
+#define ERF(x) erf(x)
+#else
+#define ERF(x) clg_erf(x)
+#endif
+
 /* ---- unary: y = UN(x) with float params alpha, beta ----------------------------------------- */
 #if defined(OP_RELU)
 #define UN(x) ((x) < (T0)0 ? (T0)0 : (x))  /* NaN passes through, as in numpy */
@@ -52,7 +59,7 @@
 #elif defined(OP_RECIPROCAL)
 #define UN(x) (1.0f / (x))
 #elif defined(OP_ERF)
-#define UN(x) erf(x)
+#define UN(x) ERF(x)
 #elif defined(OP_FLOOR)
 #define UN(x) floor(x)
 #elif defined(OP_CEIL)
@@ -96,7 +103,7 @@
 #elif defined(OP_ATANH)
 #define UN(x) atanh(x)
 #elif defined(OP_GELU)
-#define UN(x) (0.5f * (x) * (1.0f + erf((x) * 0.7071067811865476f)))
+#define UN(x) (0.5f * (x) * (1.0f + ERF((x) * 0.7071067811865476f)))
 #elif defined(OP_GELU_TANH)
 #define UN(x) (0.5f * (x) * (1.0f + tanh(0.7978845608028654f * ((x) + 0.044715f * (x) * (x) * (x)))))
 #elif defined(OP_MISH)
