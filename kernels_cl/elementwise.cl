@@ -265,6 +265,32 @@ __kernel void binary_bcast(__global const T0* a, __global const T1* b, __global 
     c[i] = (TO)(BIN(va, vb));
 }
 
+/* Broadcast over rows: gsize = (the last dim rounded up to the work-group, the other dims
+ * flattened). The row's offsets are decomposed once per row (uniform across a work-group,
+ * which pocl then computes once), the last dim is a plain stride: no division per element. */
+__kernel void binary_bcast_rows(__global const T0* a, __global const T1* b, __global TO* c, const int inner,
+                                __global const int* restrict meta) {
+    const int j = get_global_id(0);
+    const int row = get_global_id(1);
+    if (j >= inner) return;
+    int rem = row, oa = 0, ob = 0;
+    for (int d = RANK - 2; d > 0; --d) {
+        const int dim = meta[d];
+        const int q = rem / dim;
+        const int r = rem - q * dim;
+        oa += r * meta[RANK + d];
+        ob += r * meta[2 * RANK + d];
+        rem = q;
+    }
+    if (RANK > 1) {
+        oa += rem * meta[RANK];
+        ob += rem * meta[2 * RANK];
+    }
+    oa += j * meta[2 * RANK - 1];
+    ob += j * meta[3 * RANK - 1];
+    c[(long)row * inner + j] = (TO)(BIN(a[oa], b[ob]));
+}
+
 __kernel void ternary_bcast(__global const T0* a, __global const T1* b, __global const T2* c,
                             __global TO* out, const int n, __global const int* restrict meta) {
     const int i = get_global_id(0);

@@ -106,6 +106,9 @@ def unary_launch(ctx: LowerCtx, op: str, src, dst, n: int, in_dt: np.dtype, out_
                   l, _defines(op, [in_dt], out_dt), ctx.label())
 
 
+_ROW_LS = 16  # work-group width of binary_bcast_rows (one size: one driver compile per program)
+
+
 def binary_launch(ctx: LowerCtx, op: str, a, b, c, shape_a, shape_b, out_shape,
                   dt_a: np.dtype, dt_b: np.dtype, dt_out: np.dtype) -> Launch:
     n = int(np.prod(out_shape, dtype=np.int64))
@@ -114,8 +117,15 @@ def binary_launch(ctx: LowerCtx, op: str, a, b, c, shape_a, shape_b, out_shape,
         return Launch("elementwise", "binary_flat", g, [a, b, c, i32(n)], l,
                       _defines(op, [dt_a, dt_b], dt_out), ctx.label())
     dims, strides = collapse(out_shape, [shape_a, shape_b])
+    defines = _defines(op, [dt_a, dt_b], dt_out, RANK=len(dims))
+    if len(dims) >= 2 and dims[-1] >= _ROW_LS:
+        # rows of the last dim: no index division per element (see binary_bcast_rows)
+        rows = int(np.prod(dims[:-1], dtype=np.int64))
+        return Launch("elementwise", "binary_bcast_rows", (round_up(dims[-1], _ROW_LS), rows),
+                      [a, b, c, i32(dims[-1]), meta_table(ctx, dims, strides)], (_ROW_LS, 1), defines,
+                      ctx.label())
     return Launch("elementwise", "binary_bcast", g, [a, b, c, i32(n), meta_table(ctx, dims, strides)], l,
-                  _defines(op, [dt_a, dt_b], dt_out, RANK=len(dims)), ctx.label())
+                  defines, ctx.label())
 
 
 def ternary_launch(ctx: LowerCtx, op: str, args: Sequence, shapes: Sequence, out, out_shape,
