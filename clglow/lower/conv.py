@@ -24,8 +24,8 @@ import numpy as np
 from ..errors import InvalidModel
 from ..ir import Graph, Node
 from .base import Launch, LowerCtx, device_op, f32, float32_only, i32, round_up
-from .gemm import (ACTIVATIONS, Bias, GemmConfig, Operand, act_params, b_unpacked_ok, gemm_config, gemm_launch,
-                   pack_a, pack_b, pack_b_launch, transposed_config)
+from .gemm import (ACTIVATIONS, Bias, GemmConfig, Operand, act_params, b_unpacked_ok, fit_rows, gemm_config,
+                   gemm_launch, pack_a, pack_b, pack_b_launch, transposed_config)
 
 log = logging.getLogger(__name__)
 
@@ -240,6 +240,7 @@ def _lower(ctx: LowerCtx) -> list:
     hw = h * w
     pointwise = kh == kw == 1 and sh == sw == 1 and ph == pw == 0 and (oh, ow) == (h, w)
     tcfg = transposed_config(cfg, m, npix) if ctx.const(1) is not None else None
+    cfg = fit_rows(cfg, m)
     if tcfg is not None:
         return _lower_transposed(ctx, tcfg, n_img=n_img, cin=cin, cin_g=cin_g, g=g, m=m, kk=kk,
                                  geom=(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw), pointwise=pointwise,

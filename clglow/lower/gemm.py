@@ -202,6 +202,19 @@ def packed_b_bytes(nr: int, k: int, n: int, batch: int) -> int:
     return 4 * max(round_up(n, nr), nr) * max(k, 1) * max(batch, 1)
 
 
+def fit_rows(cfg: GemmConfig, m: int) -> GemmConfig:
+    """The config with fewer rows per tile when it pads M clearly less: ResNet's 64-channel
+    layers with 12-row tiles compute 72 rows (11% wasted); 8-row tiles fit exactly and, on pocl
+    with AVX-512, run the same shapes at the same rate (tuning: 256x576x784 0.505 vs 0.498 ms).
+    CPU tiles only (one work-item per group), same NR, so the B panels are unchanged."""
+    if cfg.lsize != (1, 1, 1) or cfg.mr <= 8:
+        return cfg
+    waste = round_up(m, cfg.mr) / m
+    if round_up(m, 8) / m < waste - 0.05:
+        return GemmConfig(8, cfg.vw, cfg.nv, cfg.lsize)
+    return cfg
+
+
 def transposed_config(cfg: GemmConfig, m: int, n: int) -> Optional[GemmConfig]:
     """A config for computing C^T = B^T A^T when N is small, else None.
 

@@ -126,3 +126,13 @@ def test_pack_layouts():
 
 def test_matmul_large():
     check(helper.make_node("MatMul", ["a", "b"], ["y"]), {"a": rand(300, 700), "b": rand(700, 333)})
+
+
+def test_fit_rows_picks_tiles_that_pad_less():
+    from clglow.lower.gemm import GemmConfig, fit_rows
+    cpu = GemmConfig(12, 16, 2, (1, 1, 1))
+    assert fit_rows(cpu, 64).mr == 8      # 72 rows with 12-row tiles, 64 with 8
+    assert fit_rows(cpu, 256).mr == 12    # 264 vs 256: within 5%, keep the larger tile
+    assert fit_rows(cpu, 48).mr == 12     # exact either way
+    gpu = GemmConfig(4, 4, 1, (8, 8, 1))
+    assert fit_rows(gpu, 64) is gpu       # GPU tiles are left to the tuner
