@@ -26,7 +26,13 @@ log = logging.getLogger(__name__)
 _SMALL_CONST = 4096  # constants up to this many elements are passed to shape inference as data
 
 # shape rules of clglow's fused ops: the ONNX op whose schema gives the output shape
-_FUSED_AS = {("clglow", "FusedConv"): "Conv"}
+# (and how to present the node to it: inputs, attributes)
+_FUSED_AS = {
+    ("clglow", "FusedConv"): ("Conv", lambda n: (n.inputs[:3], {k: v for k, v in n.attrs.items()
+                                                               if k not in ("activation", "alpha", "beta")})),
+    # elementwise ops broadcast multidirectionally, as Sum does, and keep the dtype
+    ("clglow", "FusedElementwise"): ("Sum", lambda n: (list(n.inputs), {})),
+}
 
 
 def _type_proto(v: Value) -> Optional[onnx.TypeProto]:
@@ -43,9 +49,10 @@ def infer_node(node: Node, graph: Graph) -> dict:
     op_type = node.op_type
     proto_node = node
     if (domain, op_type) in _FUSED_AS:
-        op_type, domain = _FUSED_AS[(domain, op_type)], ""
-        keep = {k: v for k, v in node.attrs.items() if k not in ("activation", "alpha", "beta")}
-        proto_node = Node(op_type, node.name, node.inputs[:3], node.outputs, keep)
+        op_type, present = _FUSED_AS[(domain, op_type)]
+        domain = ""
+        inputs, keep = present(node)
+        proto_node = Node(op_type, node.name, inputs, node.outputs, keep)
     try:
         schema = defs.get_schema(op_type, graph.opset(domain), domain)
     except Exception:

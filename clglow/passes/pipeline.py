@@ -9,6 +9,7 @@ from .batchnorm import fold_batchnorm
 from .dead_code import remove_dead_nodes
 from .fold_constants import fold_constants
 from .fuse_conv import fuse_conv
+from .fuse_elementwise import fuse_elementwise
 from .identity import remove_identity
 
 log = logging.getLogger(__name__)
@@ -19,6 +20,7 @@ PIPELINE: list[Callable[[Graph], Graph]] = [
     remove_dead_nodes,
     fold_batchnorm,
     fuse_conv,
+    fuse_elementwise,
     remove_dead_nodes,
 ]
 

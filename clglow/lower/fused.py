@@ -1,0 +1,77 @@
+"""clglow.FusedElementwise (from passes/fuse_elementwise.py): one launch for a tree of float32
+elementwise ops, the expression passed to kernels_cl/fused_elementwise.cl as the EXPR define."""
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+import numpy as np
+
+from ..errors import InvalidModel
+from ..ir import Graph, Node
+from .base import Launch, LowerCtx, device_op, float32_only, i32, round_up
+from .elementwise import collapse, meta_table
+
+_MACROS = {"RELU", "SIGMOID", "TANH", "EXP", "LOG", "ABS", "NEG", "SQRT", "RECIP", "ERF",
+           "ADD", "SUB", "MUL", "DIV"}
+_TOKEN = re.compile(r"([A-Z]+)\(|X([0-3])|(,)|(\))")
+_ROW_LS = 16  # work-group width of fused_rows (one size: one driver compile per expression)
+
+
+def check_expr(expr: object, n_inputs: int) -> Optional[str]:
+    """Why `expr` is not a well-formed expression over X0..X{n_inputs-1}, else None. It becomes a
+    -D define, so nothing but the kernel's macros, inputs, commas and parentheses may pass."""
+    if not isinstance(expr, str) or not expr or len(expr) > 4096:
+        return "FusedElementwise needs a non-empty 'expr' attribute"
+    pos, depth = 0, 0
+    while pos < len(expr):
+        m = _TOKEN.match(expr, pos)
+        if m is None:
+            return f"FusedElementwise expr has an unexpected character at {pos}: {expr[pos:pos + 12]!r}"
+        if m.group(1) is not None:
+            if m.group(1) not in _MACROS:
+                return f"FusedElementwise expr uses unknown operation {m.group(1)!r}"
+            depth += 1
+        elif m.group(2) is not None and int(m.group(2)) >= n_inputs:
+            return f"FusedElementwise expr reads X{m.group(2)} but the node has {n_inputs} input(s)"
+        elif m.group(4) is not None:
+            depth -= 1
+            if depth < 0:
+                return "FusedElementwise expr has unbalanced parentheses"
+        pos = m.end()
+    return None if depth == 0 else "FusedElementwise expr has unbalanced parentheses"
+
+
+def supports_fused(node: Node, graph: Graph) -> Optional[str]:
+    why = float32_only(node, graph)
+    if why:
+        return why
+    if not 1 <= len(node.inputs) <= 4 or not all(node.inputs):
+        return "FusedElementwise takes 1 to 4 inputs"
+    return check_expr(node.attrs.get("expr"), len(node.inputs))
+
+
+@device_op("FusedElementwise", domain="clglow", supports=supports_fused)
+def lower_fused(ctx: LowerCtx) -> list:
+    expr = ctx.attr("expr")
+    why = check_expr(expr, len(ctx.inputs))
+    if why:
+        raise InvalidModel(why, node=ctx.label())
+    out = ctx.outputs[0]
+    n = out.size
+    if n == 0:
+        return []
+    nin = len(ctx.inputs)
+    bufs = [ctx.buf(k) for k in range(nin)] + [ctx.buf(0)] * (4 - nin)  # unused slots: never read
+    defines = {"EXPR": expr, "NIN": nin}
+    shapes = [tuple(t.shape) for t in ctx.inputs]
+    if all(s == tuple(out.shape) for s in shapes):
+        ls = 256
+        return [Launch("fused_elementwise", "fused_flat", (round_up(n, ls),), bufs + [ctx.out(0), i32(n)], (ls,),
+                       defines, ctx.label())]
+    dims, strides = collapse(out.shape, shapes)
+    defines["RANK"] = len(dims)
+    rows = int(np.prod(dims[:-1], dtype=np.int64)) if len(dims) > 1 else 1
+    return [Launch("fused_elementwise", "fused_rows", (round_up(dims[-1], _ROW_LS), rows),
+                   bufs + [ctx.out(0), i32(dims[-1]), meta_table(ctx, dims, strides)], (_ROW_LS, 1), defines,
+                   ctx.label())]

@@ -1,0 +1,104 @@
+"""Chains of float32 elementwise ops -> one clglow.FusedElementwise node.
+
+MobileNet's SE gates (Sigmoid, Mul), BERT's GELU (Div, Erf, Add, Mul, Mul) and bias/scale
+chains are each a run of memory-bound launches; fused, the intermediates stay in registers and
+one launch reads the inputs once. A group is a tree of fusable nodes: every intermediate value
+has exactly one consumer (inside the group) and is not a graph output, so the expression never
+recomputes anything. Broadcasting commutes with elementwise ops, so evaluating the whole tree at
+each element of the final output, every external input broadcast to that shape, is exact.
+
+The node keeps the expression as a string attribute over its inputs X0..X{n-1}, e.g.
+``MUL(X0,SIGMOID(X0))``; the macros are those of kernels_cl/fused_elementwise.cl.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from ..ir import Graph, Node
+
+# ONNX op -> kernel macro; ops whose float32 semantics the macros reproduce exactly
+UNARY = {"Relu": "RELU", "Sigmoid": "SIGMOID", "Tanh": "TANH", "Exp": "EXP", "Log": "LOG", "Abs": "ABS",
+         "Neg": "NEG", "Sqrt": "SQRT", "Reciprocal": "RECIP", "Erf": "ERF"}
+BINARY = {"Add": "ADD", "Sub": "SUB", "Mul": "MUL", "Div": "DIV"}
+MAX_INPUTS = 4  # kernel arguments X0..X3
+
+
+def _fusable(node: Node, graph: Graph) -> bool:
+    if node.domain not in ("", "ai.onnx") or node.op_type not in UNARY and node.op_type not in BINARY:
+        return False
+    if len(node.outputs) != 1 or len(node.inputs) != (1 if node.op_type in UNARY else 2):
+        return False
+    for name in list(node.inputs) + list(node.outputs):
+        v = graph.values.get(name) if name else None
+        if v is None or v.dtype is None or np.dtype(v.dtype) != np.float32 or v.shape is None:
+            return False
+    return True
+
+
+def fuse_elementwise(graph: Graph) -> Graph:
+    from ..lower.base import lookup
+
+    g = graph.copy()
+    outputs = set(g.outputs)
+    consumers = g.consumers()
+    producer = {o: n for n in g.nodes for o in n.outputs if o}
+    fusable = {id(n) for n in g.nodes if _fusable(n, g)}
+
+    def inner(name: str) -> Optional[Node]:
+        """The producer of `name` when it can be folded into its single, fusable consumer's expression."""
+        p = producer.get(name)
+        users = consumers.get(name, [])
+        if p is None or id(p) not in fusable or name in outputs or len(users) != 1 or id(users[0]) not in fusable:
+            return None
+        return p
+
+    new_nodes: list = []
+    absorbed: set = set()
+    groups: dict = {}  # id(root) -> (fused node, member ids)
+    # roots: fusable nodes whose output leaves the group (several or non-fusable consumers, graph output)
+    for node in g.nodes:
+        if id(node) not in fusable or inner(node.outputs[0]) is not None:
+            continue
+        ext: list = []
+        members: list = []
+
+        def expr(name: str) -> Optional[str]:
+            p = inner(name)
+            if p is None:
+                if name not in ext:
+                    ext.append(name)
+                return f"X{ext.index(name)}"
+            return build(p)
+
+        def build(n: Node) -> Optional[str]:
+            members.append(n)
+            if n.op_type in UNARY:
+                a = expr(n.inputs[0])
+                return f"{UNARY[n.op_type]}({a})"
+            a, b = expr(n.inputs[0]), expr(n.inputs[1])
+            return f"{BINARY[n.op_type]}({a},{b})"
+
+        text = build(node)
+        if len(members) < 2 or len(ext) > MAX_INPUTS:
+            continue
+        fused = Node("FusedElementwise", node.name, list(ext), [node.outputs[0]], {"expr": text}, "clglow", None)
+        op = lookup(fused)
+        if op is None or op.supports(fused, g) is not None:
+            continue
+        groups[id(node)] = fused
+        absorbed.update(id(m) for m in members if m is not node)
+    if not groups:
+        return g
+    for node in g.nodes:
+        if id(node) in absorbed:
+            for o in node.outputs:
+                g.values.pop(o, None)
+            continue
+        new_nodes.append(groups.get(id(node), node))
+    g.nodes = new_nodes
+    return g
+
+
+__all__ = ["fuse_elementwise", "UNARY", "BINARY", "MAX_INPUTS"]
