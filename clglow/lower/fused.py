@@ -10,7 +10,7 @@ import numpy as np
 from ..errors import InvalidModel
 from ..ir import Graph, Node
 from .base import Launch, LowerCtx, device_op, float32_only, i32, round_up
-from .elementwise import collapse, meta_table
+from .elementwise import _INT_LIMIT, collapse, meta_table
 
 _MACROS = {"RELU", "SIGMOID", "TANH", "EXP", "LOG", "ABS", "NEG", "SQRT", "RECIP", "ERF",
            "ADD", "SUB", "MUL", "DIV"}
@@ -61,6 +61,8 @@ def lower_fused(ctx: LowerCtx) -> list:
     n = out.size
     if n == 0:
         return []
+    if n > _INT_LIMIT:
+        raise InvalidModel(f"{n} elements: the fused kernel indexes with int32", node=ctx.label())
     nin = len(ctx.inputs)
     bufs = [ctx.buf(k) for k in range(nin)] + [ctx.buf(0)] * (4 - nin)  # unused slots: never read
     defines = {"EXPR": expr, "NIN": nin}
