@@ -29,7 +29,8 @@ typedef floatp floatp_u __attribute__((aligned(4)));
  * tab[r*Np + n] = ih*W + iw, or -1 where the tap reads padding (and for n >= N), so the
  * kernel has no division or bounds test per element. After it, tab[KHW*Np + r*(Np/PV) + j]
  * holds the first offset of column run j (PV columns) when the run reads PV consecutive
- * inputs, else -1: most runs of a stride-1 conv are then one vector load and store.
+ * inputs, -(offset + 2) when it reads every other input (stride 2: two loads, even lanes),
+ * else -1: most runs of a stride-1 or stride-2 conv are then vector loads and one store.
  * Each work-item fills the KHW rows of one input channel for one panel, panel q0 + q of the
  * table written as panel q of dst (a conv is packed piece by piece):
  * gsize = (panels, round_up(Cin_g, lsize), images*G).
@@ -60,6 +61,13 @@ __kernel void im2col(__global const float* restrict X, int offX, int sX1, int sX
             const int o = fr[j];
             if (o >= 0) {
                 dv[j] = *(const __global floatp_u*)(xc + o);
+#if PV > 1
+            } else if (o <= -2) {  /* every other input from -(o + 2): a stride-2 conv */
+                const __global float* src = xc - o - 2;
+                const floatp lo = *(const __global floatp_u*)src;
+                const floatp hi = *(const __global floatp_u*)(src + PV);
+                dv[j] = (floatp)(lo.even, hi.even);
+#endif
             } else {
                 float t[PV] __attribute__((aligned(64)));
 #pragma unroll

@@ -154,8 +154,10 @@ def im2col_table(h: int, w: int, oh: int, ow: int, kh: int, kw: int, sh: int, sw
     """The index table of im2col.cl, int32, two parts:
 
     [KH*KW, Np]: input offset ih*W + iw read by tap r at output pixel n, -1 for padding;
-    [KH*KW, Np/PV]: for each run of PV columns (PV = panel_vector_width(nr)), the offset of its
-    first element when the run reads PV consecutive inputs (no padding: one vector load), else -1.
+    [KH*KW, Np/PV]: for each run of PV columns (PV = panel_vector_width(nr)), the offset s of its
+    first element when the run reads PV consecutive inputs (no padding: one vector load),
+    -(s + 2) when it reads every other input from s (a stride-2 conv: two loads, even lanes),
+    else -1.
     The flags are computed here because no cheap test in the kernel is exact: with stride 1 a
     run across a padded row edge can start and end exactly PV-1 elements apart."""
     n = np.arange(np_)
@@ -167,8 +169,13 @@ def im2col_table(h: int, w: int, oh: int, ow: int, kh: int, kw: int, sh: int, sw
     tab = np.where(ok, ih * w + iw, -1).astype(np.int32)
     pv = panel_vector_width(nr)
     runs = tab.reshape(kh * kw, np_ // pv, pv)
-    contiguous = (runs[..., 0] >= 0) & np.all(runs - runs[..., :1] == np.arange(pv), axis=-1)
-    fast = np.where(contiguous, runs[..., 0], -1).astype(np.int32)
+    start = runs[..., 0]
+    contiguous = (start >= 0) & np.all(runs - runs[..., :1] == np.arange(pv), axis=-1)
+    # stride-2 runs (strided convs) read 2*PV consecutive inputs and keep the even ones; only
+    # where those stay inside the channel's plane (never past the end of the tensor)
+    every_other = ((start >= 0) & np.all(runs - runs[..., :1] == 2 * np.arange(pv), axis=-1)
+                   & (start + 2 * pv <= h * w) & (pv > 1))
+    fast = np.where(contiguous, start, np.where(every_other, -(start + 2), -1)).astype(np.int32)
     return np.concatenate([tab.ravel(), fast.ravel()])
 
 
