@@ -118,6 +118,11 @@ __kernel void maxpool2d(__global const float* restrict x, __global float* restri
             float16 t;
             if (c >= 0 && c + 16 <= IW) {
                 t = *(const __global float16_u*)(row + c);
+            } else if (c == -1 && IW >= 16) {  /* the usual left pad of 1: shift one lane in */
+                const float16 u = *(const __global float16_u*)row;
+                t = (float16)(-INFINITY, u.s0123, u.s4567, u.s89ab, u.scde);
+            } else if (c >= IW) {  /* wholly right of the image */
+                t = (float16)(-INFINITY);
             } else {
                 float tt[16] __attribute__((aligned(64)));
 #pragma unroll
