@@ -25,3 +25,44 @@ __kernel void softmax(__global const float* x, __global float* y, const int rows
     for (int k = 0; k < len; ++k) yr[(long)k * inner] = exp(xr[(long)k * inner] - m) * inv;
 #endif
 }
+
+/* The same along the last axis (inner = 1) with 16-float vectors: contiguous loads, and exp
+ * on float16 (one vectorised builtin call per 16 elements where the scalar loop above made
+ * pocl call exp per element: 0.42 ms for BERT's 512 rows of 128). Lanes are reduced at the
+ * end; the tail of a row beyond a multiple of 16 is scalar. */
+typedef float16 float16_u __attribute__((aligned(4)));
+
+__kernel void softmax_last(__global const float* x, __global float* y, const int rows, const int len) {
+    const int i = get_global_id(0);
+    if (i >= rows) return;
+    __global const float* xr = x + (long)i * len;
+    __global float* yr = y + (long)i * len;
+    const int nv = len / 16;
+    float16 mv = (float16)(-INFINITY);
+    for (int k = 0; k < nv; ++k) {
+        const float16 v = *(const __global float16_u*)(xr + 16 * k);
+        mv = v > mv ? v : mv;  /* like fmax: a NaN element is skipped */
+    }
+    float m = -INFINITY;
+    const float* ml = (const float*)&mv;
+    for (int c = 0; c < 16; ++c) m = ml[c] > m ? ml[c] : m;
+    for (int k = 16 * nv; k < len; ++k) m = xr[k] > m ? xr[k] : m;
+    float16 sv = (float16)0.0f;
+    for (int k = 0; k < nv; ++k)
+        sv += exp(*(const __global float16_u*)(xr + 16 * k) - m);
+    float s = 0.0f;
+    const float* sl = (const float*)&sv;
+    for (int c = 0; c < 16; ++c) s += sl[c];
+    for (int k = 16 * nv; k < len; ++k) s += exp(xr[k] - m);
+#ifdef LOG_SOFTMAX
+    const float ls = m + log(s);
+    for (int k = 0; k < nv; ++k)
+        *(__global float16_u*)(yr + 16 * k) = *(const __global float16_u*)(xr + 16 * k) - ls;
+    for (int k = 16 * nv; k < len; ++k) yr[k] = xr[k] - ls;
+#else
+    const float inv = 1.0f / s;
+    for (int k = 0; k < nv; ++k)
+        *(__global float16_u*)(yr + 16 * k) = exp(*(const __global float16_u*)(xr + 16 * k) - m) * inv;
+    for (int k = 16 * nv; k < len; ++k) yr[k] = exp(xr[k] - m) * inv;
+#endif
+}

@@ -42,6 +42,10 @@ def lower_softmax(ctx: LowerCtx) -> list:
         length, inner = shape[axis], int(np.prod(shape[axis + 1:], dtype=np.int64))
     rows = x.size // length
     defines = {"LOG_SOFTMAX": None} if ctx.node.op_type == "LogSoftmax" else {}
+    if inner == 1 and length >= 16:  # the last axis: vector rows (see softmax_last)
+        g, l = work_size(ctx, rows, cap=16)
+        return [Launch("softmax", "softmax_last", g, [ctx.buf(0), ctx.out(0), i32(rows), i32(length)], l,
+                       defines, ctx.label())]
     g, l = work_size(ctx, rows, cap=64)
     return [Launch("softmax", "softmax", g, [ctx.buf(0), ctx.out(0), i32(rows), i32(length), i32(inner)], l,
                    defines, ctx.label())]
