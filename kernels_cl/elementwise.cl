@@ -265,14 +265,14 @@ __kernel void binary_bcast(__global const T0* a, __global const T1* b, __global 
     c[i] = (TO)(BIN(va, vb));
 }
 
-/* Broadcast over rows: gsize = (the last dim rounded up to the work-group, the other dims
- * flattened). The row's offsets are decomposed once per row (uniform across a work-group,
+/* Broadcast over rows: gsize = (the last dim, the other dims flattened), each rounded up to the
+ * work-group (32 x 8: pocl pays per group, so a few hundred items per group even for short rows). The row's offsets are decomposed once per row (uniform across a work-group,
  * which pocl then computes once), the last dim is a plain stride: no division per element. */
 __kernel void binary_bcast_rows(__global const T0* a, __global const T1* b, __global TO* c, const int inner,
-                                __global const int* restrict meta) {
+                                const int rows, __global const int* restrict meta) {
     const int j = get_global_id(0);
     const int row = get_global_id(1);
-    if (j >= inner) return;
+    if (j >= inner || row >= rows) return;
     int rem = row, oa = 0, ob = 0;
     for (int d = RANK - 2; d > 0; --d) {
         const int dim = meta[d];

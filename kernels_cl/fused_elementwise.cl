@@ -4,11 +4,13 @@
  * Defines:
  *   EXPR   the expression, nested macro calls over X0..X{NIN-1}, e.g. MUL(X0,SIGMOID(X0))
  *   NIN    number of inputs (1..4)
- *   RANK   rank of the collapsed broadcast index space (fused_rows)
- * fused_flat: every input has the output's shape (no index arithmetic).
- * fused_rows: gsize = (the last dim rounded up to the work-group, the other dims flattened);
- *   meta = dims[RANK], then one stride row per input (0 where broadcast), all int32; the
- *   row's offsets are decomposed once per row (uniform across a work-group).
+ * fused_flat: every input has the output's shape or is a single value (Sk = 1: input k is
+ *   read at 0, e.g. GELU's constants), so there is no index arithmetic.
+ * fused_rows: gsize = (the last dim, the other dims flattened), each rounded up to the work-group
+ *   (32 x 8: pocl pays per group, so groups of a few hundred items even for short rows);
+ *   rowoff[row][k] is input k's offset at the start of each output row and last[k] its stride
+ *   along the last dim (0 where broadcast), both computed on the host: no index arithmetic
+ *   per element beyond a multiply-add.
  * Plain arithmetic only where pocl would call out of line (see erf.h).
  */
 #include "erf.h"
@@ -16,8 +18,17 @@
 #ifndef NIN
 #define NIN 1
 #endif
-#ifndef RANK
-#define RANK 1
+#ifndef S0
+#define S0 0
+#endif
+#ifndef S1
+#define S1 0
+#endif
+#ifndef S2
+#define S2 0
+#endif
+#ifndef S3
+#define S3 0
 #endif
 
 #define RELU(x) ((x) < 0.0f ? 0.0f : (x))  /* NaN passes through */
@@ -39,50 +50,35 @@ __kernel void fused_flat(__global const float* x0, __global const float* x1, __g
                          __global const float* x3, __global float* y, const int n) {
     const int i = get_global_id(0);
     if (i >= n) return;
-    const float X0 = x0[i];
+    const float X0 = x0[S0 ? 0 : i];
 #if NIN > 1
-    const float X1 = x1[i];
+    const float X1 = x1[S1 ? 0 : i];
 #endif
 #if NIN > 2
-    const float X2 = x2[i];
+    const float X2 = x2[S2 ? 0 : i];
 #endif
 #if NIN > 3
-    const float X3 = x3[i];
+    const float X3 = x3[S3 ? 0 : i];
 #endif
     y[i] = EXPR;
 }
 
 __kernel void fused_rows(__global const float* x0, __global const float* x1, __global const float* x2,
-                         __global const float* x3, __global float* y, const int inner,
-                         __global const int* restrict meta) {
+                         __global const float* x3, __global float* y, const int inner, const int rows,
+                         __global const int* restrict rowoff, __global const int* restrict last) {
     const int j = get_global_id(0);
     const int row = get_global_id(1);
-    if (j >= inner) return;
-    int o[4] = {0, 0, 0, 0};
-    int rem = row;
-    for (int d = RANK - 2; d >= 0; --d) {
-        int r = rem;
-        if (d > 0) {
-            const int q = rem / meta[d];
-            r = rem - q * meta[d];
-            rem = q;
-        }
-#pragma unroll
-        for (int k = 0; k < NIN; ++k)
-            o[k] += r * meta[RANK * (k + 1) + d];
-    }
-#pragma unroll
-    for (int k = 0; k < NIN; ++k)
-        o[k] += j * meta[RANK * (k + 1) + RANK - 1];
-    const float X0 = x0[o[0]];
+    if (j >= inner || row >= rows) return;
+    const __global int* ro = rowoff + row * NIN;
+    const float X0 = x0[ro[0] + j * last[0]];
 #if NIN > 1
-    const float X1 = x1[o[1]];
+    const float X1 = x1[ro[1] + j * last[1]];
 #endif
 #if NIN > 2
-    const float X2 = x2[o[2]];
+    const float X2 = x2[ro[2] + j * last[2]];
 #endif
 #if NIN > 3
-    const float X3 = x3[o[3]];
+    const float X3 = x3[ro[3] + j * last[3]];
 #endif
     y[(long)row * inner + j] = EXPR;
 }

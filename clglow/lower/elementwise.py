@@ -106,7 +106,7 @@ def unary_launch(ctx: LowerCtx, op: str, src, dst, n: int, in_dt: np.dtype, out_
                   l, _defines(op, [in_dt], out_dt), ctx.label())
 
 
-_ROW_LS = 16  # work-group width of binary_bcast_rows (one size: one driver compile per program)
+_ROW_LS = (32, 8)  # binary_bcast_rows' work-group (one size: one driver compile per program)
 
 
 def binary_launch(ctx: LowerCtx, op: str, a, b, c, shape_a, shape_b, out_shape,
@@ -118,11 +118,12 @@ def binary_launch(ctx: LowerCtx, op: str, a, b, c, shape_a, shape_b, out_shape,
                       _defines(op, [dt_a, dt_b], dt_out), ctx.label())
     dims, strides = collapse(out_shape, [shape_a, shape_b])
     defines = _defines(op, [dt_a, dt_b], dt_out, RANK=len(dims))
-    if len(dims) >= 2 and dims[-1] >= _ROW_LS:
+    if len(dims) >= 2 and dims[-1] >= 16:
         # rows of the last dim: no index division per element (see binary_bcast_rows)
         rows = int(np.prod(dims[:-1], dtype=np.int64))
-        return Launch("elementwise", "binary_bcast_rows", (round_up(dims[-1], _ROW_LS), rows),
-                      [a, b, c, i32(dims[-1]), meta_table(ctx, dims, strides)], (_ROW_LS, 1), defines,
+        gsize = (round_up(dims[-1], _ROW_LS[0]), round_up(rows, _ROW_LS[1]))
+        return Launch("elementwise", "binary_bcast_rows", gsize,
+                      [a, b, c, i32(dims[-1]), i32(rows), meta_table(ctx, dims, strides)], _ROW_LS, defines,
                       ctx.label())
     return Launch("elementwise", "binary_bcast", g, [a, b, c, i32(n), meta_table(ctx, dims, strides)], l,
                   defines, ctx.label())

@@ -10,12 +10,12 @@ import numpy as np
 from ..errors import InvalidModel
 from ..ir import Graph, Node
 from .base import Launch, LowerCtx, device_op, float32_only, i32, round_up
-from .elementwise import _INT_LIMIT, collapse, meta_table
+from .elementwise import _INT_LIMIT, collapse
 
 _MACROS = {"RELU", "SIGMOID", "TANH", "EXP", "LOG", "ABS", "NEG", "SQRT", "RECIP", "ERF",
            "ADD", "SUB", "MUL", "DIV"}
 _TOKEN = re.compile(r"([A-Z]+)\(|X([0-3])|(,)|(\))")
-_ROW_LS = 16  # work-group width of fused_rows (one size: one driver compile per expression)
+_ROW_LS = (32, 8)  # fused_rows' work-group (one size: one driver compile per expression)
 
 
 def check_expr(expr: object, n_inputs: int) -> Optional[str]:
@@ -67,13 +67,25 @@ def lower_fused(ctx: LowerCtx) -> list:
     bufs = [ctx.buf(k) for k in range(nin)] + [ctx.buf(0)] * (4 - nin)  # unused slots: never read
     defines = {"EXPR": expr, "NIN": nin}
     shapes = [tuple(t.shape) for t in ctx.inputs]
-    if all(s == tuple(out.shape) for s in shapes):
+    if all(s == tuple(out.shape) or int(np.prod(s, dtype=np.int64)) == 1 for s in shapes):
+        for k, s in enumerate(shapes):
+            if s != tuple(out.shape):
+                defines[f"S{k}"] = 1
         ls = 256
         return [Launch("fused_elementwise", "fused_flat", (round_up(n, ls),), bufs + [ctx.out(0), i32(n)], (ls,),
                        defines, ctx.label())]
     dims, strides = collapse(out.shape, shapes)
-    defines["RANK"] = len(dims)
     rows = int(np.prod(dims[:-1], dtype=np.int64)) if len(dims) > 1 else 1
-    return [Launch("fused_elementwise", "fused_rows", (round_up(dims[-1], _ROW_LS), rows),
-                   bufs + [ctx.out(0), i32(dims[-1]), meta_table(ctx, dims, strides)], (_ROW_LS, 1), defines,
-                   ctx.label())]
+    # each output row's start offset per input, on the host (the index space is collapsed, so
+    # few rows: a per-channel bias over H*W gives C rows)
+    idx = np.indices(dims[:-1], dtype=np.int64).reshape(len(dims) - 1, -1) if len(dims) > 1 \
+        else np.zeros((0, 1), np.int64)
+    rowoff = np.stack([np.tensordot(np.asarray(st[:-1], np.int64), idx, axes=1) if len(dims) > 1
+                       else np.zeros(1, np.int64) for st in strides], axis=1)
+    if rowoff.size and rowoff.max() > _INT_LIMIT:
+        raise InvalidModel("input offsets beyond int32 in the fused kernel", node=ctx.label())
+    last = np.array([st[-1] for st in strides], np.int32)
+    gsize = (round_up(dims[-1], _ROW_LS[0]), round_up(rows, _ROW_LS[1]))
+    tables = [ctx.const_buffer(rowoff.astype(np.int32).reshape(-1)), ctx.const_buffer(last)]
+    return [Launch("fused_elementwise", "fused_rows", gsize, bufs + [ctx.out(0), i32(dims[-1]), i32(rows)] + tables,
+                   _ROW_LS, defines, ctx.label())]
