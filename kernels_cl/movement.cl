@@ -35,6 +35,17 @@ __kernel void strided_copy(__global const T* src, __global T* dst, const int n, 
     dst[dof] = src[so];
 }
 
+/* The same by rows of the innermost dim: offs[2*row] / offs[2*row + 1] are the row's first
+ * source / destination offsets (host table), s_last / d_last the strides along the row.
+ * gsize = (row length, rows), each rounded up to the 32 x 8 work-group. */
+__kernel void strided_copy_rows(__global const T* src, __global T* dst, const int inner, const int rows,
+                                const int s_last, const int d_last, __global const int* restrict offs) {
+    const int j = get_global_id(0);
+    const int row = get_global_id(1);
+    if (j >= inner || row >= rows) return;
+    dst[offs[2 * row + 1] + j * d_last] = src[offs[2 * row] + j * s_last];
+}
+
 /* Contiguous to contiguous, no index math. */
 __kernel void copy(__global const T* src, __global T* dst, const int n, const int src_off, const int dst_off) {
     const int i = get_global_id(0);
