@@ -240,7 +240,10 @@ def _lower(ctx: LowerCtx) -> list:
             args.append(ctx.buf(3))
         args += [ctx.out(0)] + [i32(v) for v in (cin, h, w, cout, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw,
                                                  cout // cin)] + [f32(p) for p in act_p]
-        return [Launch("dwconv", "dwconv", (-(-ow // 16), oh, n_img * cout), args, None, defines, label)]
+        # 8 output rows per work-group (the kernel skips rows past OH): pocl pays per group, and
+        # left to itself it picked groups of a single work-item for most layer shapes
+        return [Launch("dwconv", "dwconv", (-(-ow // 16), round_up(oh, 8), n_img * cout), args, (1, 8, 1), defines,
+                       label)]
 
     cfg = gemm_config(ctx.device)
     m, kk, npix = cout // g, cin_g * kh * kw, oh * ow
