@@ -15,6 +15,8 @@
 #endif
 #include "activation.h"
 DEFINE_ACT(act_s, float)
+DEFINE_ACT(act_v16, float16)
+typedef float16 float16_u __attribute__((aligned(4)));
 
 #ifndef DW_T
 #define DW_T 16
@@ -50,6 +52,44 @@ __kernel void dwconv(__global const float* restrict X, __global const float* res
     const int iw0 = ow0 * sw - pw;
     /* Interior segments (every tap in bounds) take the branch-free path. */
     const bool inner = iw0 >= 0 && iw0 + (DW_T - 1) * sw + (KW - 1) * dw < W && ow0 + DW_T <= OW;
+#if DW_T == 16
+    if (sw == 1 && ow0 + DW_T <= OW && W > DW_T && iw0 >= -1 && iw0 + (KW - 1) * dw + DW_T <= W + 1) {
+        /* Stride 1, a whole tile of 16 outputs whose taps reach at most one column past either
+         * side of the row (pad 1): each tap is one 16-float load, the padding column shifted in
+         * as a zero lane (the scalar path below loads element by element: the stride is a
+         * run-time value). */
+        float16 accv = (float16)0.0f;
+        for (int kh = 0; kh < KH; ++kh) {
+            const int ih = ih0 + kh * dh;
+            if (ih < 0 || ih >= H)
+                continue;
+            const __global float* xr = x + ih * W;
+            for (int kw = 0; kw < KW; ++kw) {
+                const int b = iw0 + kw * dw;
+                float16 v;
+                if (b < 0) {  /* b == -1 */
+                    const float16 u = *(const __global float16_u*)xr;
+                    v = (float16)(0.0f, u.s0123, u.s4567, u.s89ab, u.scde);
+                } else if (b + DW_T > W) {  /* b == W - 15 */
+                    const float16 u = *(const __global float16_u*)(xr + W - DW_T);
+                    v = (float16)(u.s123, u.s4567, u.s89ab, u.scdef, 0.0f);
+                } else {
+                    v = *(const __global float16_u*)(xr + b);
+                }
+                accv += v * w[kh * KW + kw];
+            }
+        }
+        const int o = (z * OH + oh) * OW + ow0;
+#if HAS_BIAS
+        accv += bias[oc];
+#endif
+#if HAS_RES
+        accv += *(const __global float16_u*)(Z + o);
+#endif
+        *(__global float16_u*)(Y + o) = act_v16(accv, act_a, act_b, act_c);
+        return;
+    }
+#endif
     for (int kh = 0; kh < KH; ++kh) {
         const int ih = ih0 + kh * dh;
         if (ih < 0 || ih >= H)

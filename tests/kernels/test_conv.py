@@ -52,6 +52,8 @@ CASES = [
     ((1, 4, 10, 9), (8, 1, 5, 5), dict(group=4, pads=[2, 2, 2, 2], dilations=[2, 1])),  # multiplier 2
     ((2, 3, 5, 41), (3, 1, 3, 3), dict(group=3, pads=[1, 1, 1, 1])),          # wide rows: interior path
     ((1, 4, 9, 75), (4, 1, 3, 3), dict(group=4, pads=[1, 1, 1, 1], strides=[2, 2])),  # stride-2 vector path
+    ((2, 3, 7, 48), (3, 1, 3, 3), dict(group=3, pads=[1, 1, 1, 1])),          # stride 1, pad 1: edge lanes
+    ((1, 2, 5, 33), (4, 1, 3, 3), dict(group=2, pads=[1, 1, 1, 1])),          # multiplier 2, ragged tail
     ((1, 2, 6, 80), (2, 1, 5, 5), dict(group=2, pads=[2, 2, 2, 2], strides=[3, 3])),  # stride 3: gathers
     ((1, 2, 6, 77), (4, 1, 3, 5), dict(group=2, pads=[1, 2, 0, 1], strides=[1, 2], dilations=[1, 2])),
     ((1, 7, 13, 11), (9, 7, 1, 1), {}),                                       # 1x1, packed at run time
