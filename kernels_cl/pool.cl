@@ -98,6 +98,8 @@ __kernel void maxpool2d(__global const float* restrict x, __global float* restri
                         int IH, int IW, int OH, int OW, int KH, int KW, int SH, int SW, int PH, int PW) {
     const int oh = get_global_id(0);
     const int z = get_global_id(1);
+    if (oh >= OH)
+        return;
     const int h0 = oh * SH - PH;
     const int nchunk = (15 * SW + KW + 15) / 16;
     __global const float* xc = x + (long)z * IH * IW;

@@ -92,9 +92,10 @@ def lower_pool(ctx: LowerCtx) -> list:
         kh, kw = pad3(ks, 1)[1:]
         sh, sw = pad3(st, 1)[1:]
         ph, pw = pad3(pb, 0)[1:]
-        return [Launch("pool", "maxpool2d", (oh, nc), args + [i32(v) for v in (h, w, oh, ow, kh, kw, sh, sw,
-                                                                                 ph, pw)],
-                       (1, 1), {"T": "float"}, ctx.label())]
+        # 8 output rows per work-group (rows past OH return): pocl pays per group
+        return [Launch("pool", "maxpool2d", (round_up(oh, 8), nc), args + [i32(v) for v in (h, w, oh, ow, kh, kw,
+                                                                                            sh, sw, ph, pw)],
+                       (8, 1), {"T": "float"}, ctx.label())]
     # 16 output columns per work-group (pocl vectorises across them); one local size for all.
     l0 = 16
     return [Launch("pool", "pool", (round_up(ow, l0), oh, nc * od), args + [i32(v) for v in geom],
