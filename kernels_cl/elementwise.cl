@@ -30,6 +30,7 @@
 #define RANK 1
 #endif
 
+#include "bcast_index.h"
 #include "erf.h"
 #ifdef USE_FP64
 #define ERF(x) erf(x)
@@ -244,73 +245,39 @@ __kernel void binary_flat(__global const T0* a, __global const T1* b, __global T
     }
 }
 
-/* Broadcast: decompose the output index over RANK dims; meta = dims, strides of a, strides of b. */
+/* Broadcast, one division per dim per element (bcast_index.h); meta = dims, strides of a, of b. */
 __kernel void binary_bcast(__global const T0* a, __global const T1* b, __global TO* c, const int n,
                            __global const int* restrict meta) {
     const int i = get_global_id(0);
     if (i >= n) return;
-    int rem = i, oa = 0, ob = 0;
-    for (int d = RANK - 1; d > 0; --d) {
-        const int dim = meta[d];
-        const int q = rem / dim;
-        const int r = rem - q * dim;
-        oa += r * meta[RANK + d];
-        ob += r * meta[2 * RANK + d];
-        rem = q;
-    }
-    oa += rem * meta[RANK];
-    ob += rem * meta[2 * RANK];
-    const T0 va = a[oa];
-    const T1 vb = b[ob];
+    int o[2];
+    bcast_offsets(i, meta, RANK, 2, o);
+    const T0 va = a[o[0]];
+    const T1 vb = b[o[1]];
     c[i] = (TO)(BIN(va, vb));
 }
 
-/* Broadcast over rows: gsize = (the last dim, the other dims flattened), each rounded up to the
- * work-group (32 x 8: pocl pays per group, so a few hundred items per group even for short rows). The row's offsets are decomposed once per row (uniform across a work-group,
- * which pocl then computes once), the last dim is a plain stride: no division per element. */
+/* Broadcast by rows of the last dim (the row layout of bcast_index.h): no division per element. */
 __kernel void binary_bcast_rows(__global const T0* a, __global const T1* b, __global TO* c, const int inner,
-                                const int rows, __global const int* restrict meta) {
+                                const int rows, __global const int* restrict rowoff,
+                                __global const int* restrict last) {
     const int j = get_global_id(0);
     const int row = get_global_id(1);
     if (j >= inner || row >= rows) return;
-    int rem = row, oa = 0, ob = 0;
-    for (int d = RANK - 2; d > 0; --d) {
-        const int dim = meta[d];
-        const int q = rem / dim;
-        const int r = rem - q * dim;
-        oa += r * meta[RANK + d];
-        ob += r * meta[2 * RANK + d];
-        rem = q;
-    }
-    if (RANK > 1) {
-        oa += rem * meta[RANK];
-        ob += rem * meta[2 * RANK];
-    }
-    oa += j * meta[2 * RANK - 1];
-    ob += j * meta[3 * RANK - 1];
-    c[(long)row * inner + j] = (TO)(BIN(a[oa], b[ob]));
+    const T0 va = a[rowoff[2 * row] + j * last[0]];
+    const T1 vb = b[rowoff[2 * row + 1] + j * last[1]];
+    c[(long)row * inner + j] = (TO)(BIN(va, vb));
 }
 
 __kernel void ternary_bcast(__global const T0* a, __global const T1* b, __global const T2* c,
                             __global TO* out, const int n, __global const int* restrict meta) {
     const int i = get_global_id(0);
     if (i >= n) return;
-    int rem = i, oa = 0, ob = 0, oc = 0;
-    for (int d = RANK - 1; d > 0; --d) {
-        const int dim = meta[d];
-        const int q = rem / dim;
-        const int r = rem - q * dim;
-        oa += r * meta[RANK + d];
-        ob += r * meta[2 * RANK + d];
-        oc += r * meta[3 * RANK + d];
-        rem = q;
-    }
-    oa += rem * meta[RANK];
-    ob += rem * meta[2 * RANK];
-    oc += rem * meta[3 * RANK];
-    const T0 va = a[oa];
-    const T1 vb = b[ob];
-    const T2 vc = c[oc];
+    int o[3];
+    bcast_offsets(i, meta, RANK, 3, o);
+    const T0 va = a[o[0]];
+    const T1 vb = b[o[1]];
+    const T2 vc = c[o[2]];
     out[i] = (TO)(TER(va, vb, vc));
 }
 

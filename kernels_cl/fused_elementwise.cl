@@ -6,17 +6,19 @@
  *   NIN    number of inputs (1..4)
  * fused_flat: every input has the output's shape or is a single value (Sk = 1: input k is
  *   read at 0, e.g. GELU's constants), so there is no index arithmetic.
- * fused_rows: gsize = (the last dim, the other dims flattened), each rounded up to the work-group
- *   (32 x 8: pocl pays per group, so groups of a few hundred items even for short rows);
- *   rowoff[row][k] is input k's offset at the start of each output row and last[k] its stride
- *   along the last dim (0 where broadcast), both computed on the host: no index arithmetic
- *   per element beyond a multiply-add.
+ * fused_rows: the row layout of bcast_index.h (row offsets from the host, no division per element).
+ * fused_bcast: anything else (a short last dim, many rows): bcast_offsets per element, RANK =
+ *   rank of the collapsed index space, meta as in elementwise.cl.
  * Plain arithmetic only where pocl would call out of line (see erf.h).
  */
+#include "bcast_index.h"
 #include "erf.h"
 
 #ifndef NIN
 #define NIN 1
+#endif
+#ifndef RANK
+#define RANK 1
 #endif
 #ifndef S0
 #define S0 0
@@ -81,4 +83,24 @@ __kernel void fused_rows(__global const float* x0, __global const float* x1, __g
     const float X3 = x3[ro[3] + j * last[3]];
 #endif
     y[(long)row * inner + j] = EXPR;
+}
+
+__kernel void fused_bcast(__global const float* x0, __global const float* x1, __global const float* x2,
+                          __global const float* x3, __global float* y, const int n,
+                          __global const int* restrict meta) {
+    const int i = get_global_id(0);
+    if (i >= n) return;
+    int o[NIN];
+    bcast_offsets(i, meta, RANK, NIN, o);
+    const float X0 = x0[o[0]];
+#if NIN > 1
+    const float X1 = x1[o[1]];
+#endif
+#if NIN > 2
+    const float X2 = x2[o[2]];
+#endif
+#if NIN > 3
+    const float X3 = x3[o[3]];
+#endif
+    y[i] = EXPR;
 }

@@ -16,34 +16,25 @@
 #ifndef TI
 #define TI long
 #endif
+#include "bcast_index.h"
 
 __kernel void strided_copy(__global const T* src, __global T* dst, const int n, const int src_off,
                            const int dst_off, __global const int* restrict meta) {
     const int i = get_global_id(0);
     if (i >= n) return;
-    int rem = i, so = src_off, dof = dst_off;
-    for (int d = RANK - 1; d > 0; --d) {
-        const int dim = meta[d];
-        const int q = rem / dim;
-        const int r = rem - q * dim;
-        so += r * meta[RANK + d];
-        dof += r * meta[2 * RANK + d];
-        rem = q;
-    }
-    so += rem * meta[RANK];
-    dof += rem * meta[2 * RANK];
-    dst[dof] = src[so];
+    int o[2];
+    bcast_offsets(i, meta, RANK, 2, o);
+    dst[dst_off + o[1]] = src[src_off + o[0]];
 }
 
-/* The same by rows of the innermost dim: offs[2*row] / offs[2*row + 1] are the row's first
- * source / destination offsets (host table), s_last / d_last the strides along the row.
- * gsize = (row length, rows), each rounded up to the 32 x 8 work-group. */
+/* The same by rows of the innermost dim (the row layout of bcast_index.h): rowoff holds each
+ * row's source and destination start offsets, last the strides along the row. */
 __kernel void strided_copy_rows(__global const T* src, __global T* dst, const int inner, const int rows,
-                                const int s_last, const int d_last, __global const int* restrict offs) {
+                                __global const int* restrict rowoff, __global const int* restrict last) {
     const int j = get_global_id(0);
     const int row = get_global_id(1);
     if (j >= inner || row >= rows) return;
-    dst[offs[2 * row + 1] + j * d_last] = src[offs[2 * row] + j * s_last];
+    dst[rowoff[2 * row + 1] + j * last[1]] = src[rowoff[2 * row] + j * last[0]];
 }
 
 /* Contiguous to contiguous, no index math. */

@@ -68,6 +68,18 @@ def test_broadcast_chain_over_rows_and_channels():
     _check(m, feeds, 1, 1)
 
 
+def test_row_layout_chain():
+    """Broadcasting with a long last dim: the row layout (offsets per row from the host)."""
+    nodes = [helper.make_node("Add", ["x", "b"], ["a"]), helper.make_node("Tanh", ["a"], ["t"]),
+             helper.make_node("Mul", ["t", "g"], ["y"])]
+    rng = np.random.default_rng(4)
+    feeds = {"x": rng.standard_normal((3, 4, 40)).astype(np.float32),
+             "b": rng.standard_normal((40,)).astype(np.float32),
+             "g": rng.standard_normal((3, 1, 40)).astype(np.float32)}
+    m = _model(nodes, [_vi("x", [3, 4, 40]), _vi("b", [40]), _vi("g", [3, 1, 40])], [_vi("y", [3, 4, 40])])
+    _check(m, feeds, 1, 1)
+
+
 def test_outputs_and_shared_values_end_groups():
     """An intermediate that is a graph output, or read twice, is not folded away."""
     nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Exp", ["r"], ["e"]),

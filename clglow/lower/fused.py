@@ -9,13 +9,12 @@ import numpy as np
 
 from ..errors import InvalidModel
 from ..ir import Graph, Node
-from .base import Launch, LowerCtx, device_op, float32_only, i32, round_up
-from .elementwise import _INT_LIMIT, collapse
+from .base import Launch, LowerCtx, device_op, float32_only, i32
+from .elementwise import _INT_LIMIT, ROW_GROUP, collapse, meta_table, row_layout, work_size
 
 _MACROS = {"RELU", "SIGMOID", "TANH", "EXP", "LOG", "ABS", "NEG", "SQRT", "RECIP", "ERF",
            "ADD", "SUB", "MUL", "DIV"}
 _TOKEN = re.compile(r"([A-Z]+)\(|X([0-3])|(,)|(\))")
-_ROW_LS = (32, 8)  # fused_rows' work-group (one size: one driver compile per expression)
 
 
 def check_expr(expr: object, n_inputs: int) -> Optional[str]:
@@ -71,21 +70,16 @@ def lower_fused(ctx: LowerCtx) -> list:
         for k, s in enumerate(shapes):
             if s != tuple(out.shape):
                 defines[f"S{k}"] = 1
-        ls = 256
-        return [Launch("fused_elementwise", "fused_flat", (round_up(n, ls),), bufs + [ctx.out(0), i32(n)], (ls,),
-                       defines, ctx.label())]
+        g, l = work_size(ctx, n)
+        return [Launch("fused_elementwise", "fused_flat", g, bufs + [ctx.out(0), i32(n)], l, defines, ctx.label())]
     dims, strides = collapse(out.shape, shapes)
-    rows = int(np.prod(dims[:-1], dtype=np.int64)) if len(dims) > 1 else 1
-    # each output row's start offset per input, on the host (the index space is collapsed, so
-    # few rows: a per-channel bias over H*W gives C rows)
-    idx = np.indices(dims[:-1], dtype=np.int64).reshape(len(dims) - 1, -1) if len(dims) > 1 \
-        else np.zeros((0, 1), np.int64)
-    rowoff = np.stack([np.tensordot(np.asarray(st[:-1], np.int64), idx, axes=1) if len(dims) > 1
-                       else np.zeros(1, np.int64) for st in strides], axis=1)
-    if rowoff.size and rowoff.max() > _INT_LIMIT:
-        raise InvalidModel("input offsets beyond int32 in the fused kernel", node=ctx.label())
-    last = np.array([st[-1] for st in strides], np.int32)
-    gsize = (round_up(dims[-1], _ROW_LS[0]), round_up(rows, _ROW_LS[1]))
-    tables = [ctx.const_buffer(rowoff.astype(np.int32).reshape(-1)), ctx.const_buffer(last)]
-    return [Launch("fused_elementwise", "fused_rows", gsize, bufs + [ctx.out(0), i32(dims[-1]), i32(rows)] + tables,
-                   _ROW_LS, defines, ctx.label())]
+    rl = row_layout(dims, strides)
+    if rl is not None:
+        gsize, inner, rows, rowoff, last = rl
+        return [Launch("fused_elementwise", "fused_rows", gsize,
+                       bufs + [ctx.out(0), i32(inner), i32(rows), ctx.const_buffer(rowoff), ctx.const_buffer(last)],
+                       ROW_GROUP, defines, ctx.label())]
+    defines["RANK"] = len(dims)
+    g, l = work_size(ctx, n)
+    return [Launch("fused_elementwise", "fused_bcast", g, bufs + [ctx.out(0), i32(n), meta_table(ctx, dims, strides)],
+                   l, defines, ctx.label())]

@@ -12,8 +12,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..ir import Graph, Node
-from .base import Launch, LowerCtx, device_op, i32, round_up, view_op
-from .elementwise import collapse, dtype_of, work_size
+from .base import Launch, LowerCtx, device_op, i32, view_op
+from .elementwise import ROW_GROUP, collapse, dtype_of, row_layout, work_size
 
 log = logging.getLogger(__name__)
 
@@ -64,26 +64,16 @@ def copy_launches(ctx: LowerCtx, src, dst, dtype: np.dtype, dims: Sequence[int],
     if len(d) == 1 and s[0] == 1 and t[0] == 1:
         return [Launch("movement", "copy", g, [src, dst, i32(n), i32(src_off), i32(dst_off)], l,
                        {"T": _t(dtype)}, ctx.label())]
-    rows = n // d[-1]
-    if len(d) > 1 and d[-1] >= 16 and rows <= _ROW_TABLE_MAX:
-        # rows of the innermost dim: each row's two start offsets from a host table, no index
-        # division per element (a Transpose of BERT's heads: 63 -> ~20 us)
-        idx = np.indices(d[:-1], dtype=np.int64).reshape(len(d) - 1, -1)
-        offs = np.stack([np.tensordot(np.asarray(s[:-1], np.int64), idx, axes=1) + src_off,
-                         np.tensordot(np.asarray(t[:-1], np.int64), idx, axes=1) + dst_off], axis=1)
-        if offs.max() <= 2 ** 31 - 1:
-            gsize = (round_up(d[-1], _ROW_LS[0]), round_up(rows, _ROW_LS[1]))
-            return [Launch("movement", "strided_copy_rows", gsize,
-                           [src, dst, i32(d[-1]), i32(rows), i32(s[-1]), i32(t[-1]),
-                            ctx.const_buffer(offs.astype(np.int32).reshape(-1))], _ROW_LS, {"T": _t(dtype)},
-                           ctx.label())]
+    rl = row_layout(d, [s, t], base=[src_off, dst_off])
+    if rl is not None:  # rows of the innermost dim, offsets from the host (BERT's head transposes 2x faster)
+        gsize, inner, rows, rowoff, last = rl
+        return [Launch("movement", "strided_copy_rows", gsize,
+                       [src, dst, i32(inner), i32(rows), ctx.const_buffer(rowoff), ctx.const_buffer(last)], ROW_GROUP,
+                       {"T": _t(dtype)}, ctx.label())]
     meta = ctx.const_buffer(np.array(d + s + t, dtype=np.int32))
     return [Launch("movement", "strided_copy", g, [src, dst, i32(n), i32(src_off), i32(dst_off), meta], l,
                    {"T": _t(dtype), "RANK": len(d)}, ctx.label())]
 
-
-_ROW_LS = (32, 8)  # strided_copy_rows' work-group
-_ROW_TABLE_MAX = 1 << 16  # rows beyond this: the divisions of strided_copy instead of a larger table
 
 
 def _supports_any(node: Node, graph: Graph) -> Optional[str]:
