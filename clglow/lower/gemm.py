@@ -283,13 +283,13 @@ def pack_a_at_run_time(cfg: GemmConfig, m: int, k: int) -> bool:
 def _pack_a_launch(ctx: LowerCtx, cfg: GemmConfig, i: int, m: int, k: int, trans: bool, batch: int,
                    launches: list) -> Operand:
     """Pack a live A (or A^T when `trans`) of `batch` matrices into MR-row panels: pack_b's
-    column panels of A'^T (A' rows become panel columns)."""
-    mp = max(round_up(m, cfg.mr), cfg.mr)
+    column panels of A'^T (A' rows become panel columns). The batch strides are the caller's:
+    ceil(M / MR) * MR * K elements per matrix."""
     dst = ctx.scratch(packed_b_bytes(cfg.mr, k, m, batch))
     launches.append(pack_b_launch(cfg.mr, src=ctx.buf(i), off=0, s1=0, s2=m * k, s_k=m if trans else 1,
                                   s_n=1 if trans else k, k=k, n=m, batch=batch, d2=batch, dst=dst,
                                   label=ctx.label()))
-    return Operand(dst, packed=True, s2=mp * k)
+    return Operand(dst, packed=True)
 
 
 def _a_operand(ctx: LowerCtx, cfg: GemmConfig, i: int, m: int, k: int, trans: bool,
@@ -426,7 +426,6 @@ def lower_matmul(ctx: LowerCtx) -> list:
     elif pack_a_at_run_time(cfg, m, k):
         na = int(np.prod(ba, dtype=np.int64))
         a = _pack_a_launch(ctx, cfg, 0, m, k, False, na, launches)
-        a = Operand(a.arg, packed=True)
         a_mat = max(round_up(m, cfg.mr), cfg.mr) * k
     else:
         a = Operand(ctx.buf(0), ld=k, ld2=1)
