@@ -90,8 +90,16 @@ __kernel void gemm(
     const int tn = get_global_id(1);
     const int z = get_global_id(2);
     const int m0 = tm * MR;
+#if B_PACKED
     const int n0 = tn * NR;
-    if (m0 >= M || n0 >= N)
+#else
+    /* A ragged last column tile of an in-place B computes the last NR columns instead: it
+     * overlaps its neighbour, which stores bit-identical values there (same operands, same
+     * order of operations; C never aliases an operand). Whole vector loads on every tile; the
+     * element-wise path below is left for N < NR. */
+    const int n0 = (tn + 1) * NR > N && N >= NR ? N - NR : tn * NR;
+#endif
+    if (m0 >= M || tn * NR >= N)
         return;
     const int z1 = z / D2;
     const int z2 = z - z1 * D2;

@@ -238,10 +238,12 @@ def transposed_config(cfg: GemmConfig, m: int, n: int) -> Optional[GemmConfig]:
 
 
 def b_unpacked_ok(cfg: GemmConfig, n: int) -> bool:
-    """Read a row-major B in place only when N is a whole number of column tiles: a ragged last
-    tile reads B element by element over all of K (measured on pocl, 256x512x784 1x1 conv:
-    0.85 ms in place vs 0.50 ms packed, the slow tiles leaving one core idle)."""
-    return n % cfg.nr == 0
+    """Read a row-major B in place when N is at least one column tile: gemm.cl then computes a
+    ragged last tile as the last NR columns (overlapping its neighbour) with whole vector loads.
+    Below one tile the kernel would read B element by element over all of K (measured on pocl
+    before the overlap, 256x512x784 1x1 conv with a ragged tile: 0.85 ms in place vs 0.50 ms
+    packed, the slow tiles leaving one core idle), so such a B is packed."""
+    return n >= cfg.nr
 
 
 # --- supports -----------------------------------------------------------------------------------------

@@ -223,6 +223,8 @@ def test_fused_pointwise_residual():
     """The ResNet bottleneck's last 1x1: bias + residual + Relu in the GEMM epilogue, X in place."""
     fused_check((2, 8, 16, 16), (12, 8, 1, 1), "Relu", 0.0, 0.0)
     fused_check((1, 8, 7, 7), (12, 8, 1, 1), "Relu", 0.0, 0.0)
+    # N = 28*28 = 784 (ragged): the last column tile overlaps its neighbour (gemm.cl), batch 2
+    fused_check((2, 16, 28, 28), (24, 16, 1, 1), "Relu", 0.0, 0.0)
 
 
 def test_fused_no_bias_no_residual():
