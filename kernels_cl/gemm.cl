@@ -16,6 +16,11 @@
  *   B_PACKED=1  B is packed in panels of NR columns: B[(panel*K + k)*NR + c], zero-padded
  *               (weights at plan time, im2col output, or pack_b at run time); vector loads are aligned
  *   B_PACKED=0  B is row-major with leading dimension ldb (1x1 convs, MatMul activations)
+ *   B_IMPLICIT=1 (with B_PACKED=0) an implicit-GEMM convolution: row k of B starts at koff[k]
+ *               (B[k][n] = B[koff[k] + n]) in the input's zero-padded phase images
+ *               (im2col.cl conv_phases), and column n is the padded-linear output pixel
+ *               n = y*wph + x; C (and Z) keep the plain [M, OH*OW] layout: columns with
+ *               x >= ow are padding and not stored, the others go to y*ow + x.
  * C, Z (residual) are row-major with leading dimension ldc. BIAS is read at
  * bias[m*bias_sm + n*bias_sn] with bias_sn in {0, 1}.
  *
@@ -45,6 +50,12 @@
 #endif
 #ifndef C_TRANS
 #define C_TRANS 0
+#endif
+#ifndef B_IMPLICIT
+#define B_IMPLICIT 0
+#endif
+#if B_IMPLICIT && (B_PACKED || C_TRANS)
+#error "B_IMPLICIT needs B_PACKED=0 and C_TRANS=0"
 #endif
 /* C_TRANS=1: the kernel computes C' = B'^T-shaped tiles of a transposed problem and stores
  * element (row i, column j) at C[j*ldc + i] (the residual Z likewise): a GEMM with a small
@@ -82,7 +93,8 @@ __kernel void gemm(
     __global const float* restrict bias, int offBias, int sBias1, int sBias2,
     int bias_sm, int bias_sn, float beta,
     __global const float* restrict Z, int offZ, int sZ1, int sZ2,
-    int M, int N, int K, int D2, float alpha, int flags, float act_a, float act_b, float act_c)
+    int M, int N, int K, int D2, float alpha, int flags, float act_a, float act_b, float act_c,
+    __global const int* restrict koff, int wph, int ow)
 {
     /* Row tiles vary fastest: consecutive work-items (run back to back by a CPU thread) share
      * one B panel, which then streams from memory once while the A panels stay in cache. */
@@ -147,6 +159,16 @@ __kernel void gemm(
         pb += NR;
         FMA_STEP(b);
     }
+#elif B_IMPLICIT
+    const __global float* pb = B + offB + z1 * sB1 + z2 * sB2 + n0;
+    for (int k = 0; k < K; ++k) {
+        const __global float* row = pb + koff[k];
+        floatv b[NV];
+#pragma unroll
+        for (int v = 0; v < NV; ++v)
+            b[v] = *(const __global floatv_u*)(row + v * VW);
+        FMA_STEP(b);
+    }
 #else
     const __global float* pb = B + offB + z1 * sB1 + z2 * sB2 + n0;
     if (n0 + NR <= N) {
@@ -175,6 +197,66 @@ __kernel void gemm(
     /* Epilogue: alpha, bias, residual, activation, store. */
     const bool has_bias = (flags & FLAG_BIAS) != 0;
     const bool has_res = (flags & FLAG_RES) != 0;
+#if B_IMPLICIT
+    /* Columns are padded-linear pixels: a vector of VW columns within one output row goes out
+     * as one vector store at y*ow + x; the others (across a row end or over the padding
+     * columns, and every column of a ragged row tile) go through a private tile, lane by lane.
+     * The bias is per row (a conv's per-channel bias). */
+    {
+        const int mr = min(MR, M - m0);
+        __global float* pc = C + offC + z1 * sC1 + z2 * sC2 + m0 * ldc;
+        const __global float* pz = Z + offZ + z1 * sZ1 + z2 * sZ2 + m0 * ldc;
+        const __global float* pbias = bias + offBias + z1 * sBias1 + z2 * sBias2 + m0 * bias_sm;
+        int dst[NV];
+        bool whole[NV];
+#pragma unroll
+        for (int v = 0; v < NV; ++v) {
+            const int j = n0 + v * VW;
+            const int y = j / wph;
+            const int x = j - y * wph;
+            dst[v] = y * ow + x;
+            whole[v] = mr == MR && x + VW <= ow;
+        }
+        float tile[MR * NR] __attribute__((aligned(64)));
+#pragma unroll
+        for (int r = 0; r < MR; ++r) {
+            const float br = has_bias && r < mr ? beta * pbias[r * bias_sm] : 0.0f;
+#pragma unroll
+            for (int v = 0; v < NV; ++v) {
+                floatv y = acc[r][v] * alpha + br;
+                if (whole[v]) {
+                    if (has_res)
+                        y += *(const __global floatv_u*)(pz + r * ldc + dst[v]);
+                    *(__global floatv_u*)(pc + r * ldc + dst[v]) = act_v(y, act_a, act_b, act_c);
+                } else {
+                    *(floatv*)(tile + r * NR + v * VW) = y;
+                }
+            }
+        }
+#pragma unroll 1
+        for (int v = 0; v < NV; ++v) {
+            if (whole[v])
+                continue;
+#pragma unroll 1
+            for (int c = 0; c < VW; ++c) {
+                const int j = n0 + v * VW + c;
+                const int y = j / wph;
+                const int x = j - y * wph;
+                if (x >= ow || j >= N)
+                    continue;
+                const int d = y * ow + x;
+#pragma unroll 1
+                for (int r = 0; r < mr; ++r) {
+                    float e = tile[r * NR + v * VW + c];
+                    if (has_res)
+                        e += pz[r * ldc + d];
+                    pc[r * ldc + d] = act_s(e, act_a, act_b, act_c);
+                }
+            }
+        }
+        return;
+    }
+#endif
     __global float* pc = C + offC + z1 * sC1 + z2 * sC2 + CIDX(m0, n0);
     const __global float* pbias = bias + offBias + z1 * sBias1 + z2 * sBias2 + m0 * bias_sm + n0 * bias_sn;
     const __global float* pz = Z + offZ + z1 * sZ1 + z2 * sZ2 + CIDX(m0, n0);

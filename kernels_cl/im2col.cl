@@ -113,3 +113,77 @@ __kernel void pack_b(__global const float* restrict src, int off, int s1, int s2
     for (int c = 0; c < NR / PV; ++c)
         d[c] = tv[c];
 }
+
+typedef float16 float16_u __attribute__((aligned(4)));
+typedef float8 float8_u __attribute__((aligned(4)));
+
+/* One row of a phase image: WPH floats, X's row iy (every SW-th input from phase column px)
+ * between the padding columns, zeros elsewhere. */
+inline void phase_row(__global float* restrict d, const __global float* restrict xr, int iy, int H, int W,
+                      int WPH, int SW, int px, int PW)
+{
+    if (iy < 0 || iy >= H) {
+        for (int xx = 0; xx < WPH; ++xx)
+            d[xx] = 0.0f;
+        return;
+    }
+    xr += iy * W;
+    /* columns xx with 0 <= xx*SW + px - PW < W come from X, the others are padding */
+    const int lo = min(WPH, max(0, (PW - px + SW - 1) / SW));
+    const int last = W - 1 + PW - px;  /* xx <= last / SW reads inside X */
+    const int hi = last < 0 ? lo : max(lo, min(WPH, last / SW + 1));
+    for (int xx = 0; xx < lo; ++xx)
+        d[xx] = 0.0f;
+    if (SW == 1) {
+        const __global float* s = xr + lo + px - PW;
+        for (int xx = lo; xx < hi; ++xx)
+            d[xx] = s[xx - lo];
+    } else if (SW == 2) {  /* every other input: 16 loaded, the even 8 stored */
+        const int s0 = lo * 2 + px - PW;
+        const __global float* s = xr + s0;
+        int xx = lo;
+        for (; xx + 8 <= hi && s0 + 2 * (xx - lo) + 16 <= W; xx += 8) {
+            const float16 v = *(const __global float16_u*)(s + 2 * (xx - lo));
+            *(__global float8_u*)(d + xx) = v.even;
+        }
+        for (; xx < hi; ++xx)
+            d[xx] = s[2 * (xx - lo)];
+    } else {
+        for (int xx = lo; xx < hi; ++xx)
+            d[xx] = xr[xx * SW + px - PW];
+    }
+    for (int xx = hi; xx < WPH; ++xx)
+        d[xx] = 0.0f;
+}
+
+/* The operand of an implicit-GEMM convolution (gemm.cl B_IMPLICIT): X zero-padded and split
+ * into SH x SW phase images, so that every tap of a strided conv reads a plain shifted row:
+ *   dst[z*dst_s + (ci*NPH + p)*HPH*WPH + yy*WPH + xx] = X[ci][yy*SH + py - PH][xx*SW + px - PW]
+ * (p = py*SW + px; 0 outside X). A stride-1 conv has one phase: X with a zero border.
+ * Rows are WPH apart with no gap: a GEMM row that runs past a row's end wraps into the next
+ * row's left padding (conv.py phase_geometry makes that read zeros), and HPH includes one
+ * extra bottom row for the last row's wrap.
+ * Each work-item writes RB rows of one (channel, phase) plane; gsize = (ceil(HPH / RB),
+ * Cin*NPH rounded up to the group, images), groups of 16 planes (pocl pays per group). The
+ * rows are written whole every run, so the scratch holds no stale values. */
+#define RB 8
+__kernel void conv_phases(__global const float* restrict X, int offX, int sX1, int Cin, int H, int W,
+                          __global float* restrict dst, int dst_s, int HPH, int WPH,
+                          int SH, int SW, int PH, int PW)
+{
+    const int y0 = get_global_id(0) * RB;
+    const int cp = get_global_id(1);
+    const int z = get_global_id(2);
+    const int nph = SH * SW;
+    if (cp >= Cin * nph)
+        return;
+    const int ci = cp / nph;
+    const int p = cp - ci * nph;
+    const int py = p / SW;
+    const int px = p - py * SW;
+    const __global float* xc = X + offX + z * sX1 + ci * H * W;
+    __global float* d = dst + z * dst_s + cp * HPH * WPH;
+    const int y1 = min(HPH, y0 + RB);
+    for (int yy = y0; yy < y1; ++yy)
+        phase_row(d + yy * WPH, xc, yy * SH + py - PH, H, W, WPH, SW, px, PW);
+}

@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import InvalidModel
 from ..ir import Graph, Node
 from .base import Launch, LowerCtx, device_op, f32, float32_only, i32, round_up
-from .gemm import (ACTIVATIONS, Bias, GemmConfig, Operand, act_params, b_unpacked_ok, fit_rows, gemm_config,
+from .gemm import (ACTIVATIONS, Bias, GemmConfig, Implicit, Operand, act_params, b_unpacked_ok, fit_rows, gemm_config,
                    gemm_launch, pack_a, pack_b, pack_b_launch, transposed_config)
 
 log = logging.getLogger(__name__)
@@ -278,6 +278,9 @@ def _lower(ctx: LowerCtx) -> list:
                             act=act, act_alpha=act_a, act_beta=act_b, label=label)]
 
     geom = (h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw)
+    if not pointwise and implicit_ok(cfg, geom):
+        return _lower_implicit(ctx, cfg, n_img=n_img, cin=cin, cin_g=cin_g, g=g, m=m, kk=kk, geom=geom,
+                               a=a, bias=bias, has_res=has_res, act=(act, act_a, act_b))
     for producer, b, i0, ni, n0, nn in _pixel_panels(ctx, cfg.nr, n_img=n_img, g=g, kk=kk, cin_g=cin_g,
                                                      geom=geom, pointwise=pointwise, label=label):
         launches.append(producer)
@@ -287,6 +290,89 @@ def _lower(ctx: LowerCtx) -> list:
                                     c=Operand(ctx.out(0), off=off, ld=npix, s1=c_s1, s2=c_s2),
                                     bias=bias, res=res, act=act, act_alpha=act_a, act_beta=act_b,
                                     label=label))
+    return launches
+
+
+# An implicit GEMM computes OH x WPH padded-linear columns for OH x OW pixels: taken while that
+# wastes at most this fraction more than im2col's column tiles (ResNet-50: 56x56 3.4%, the
+# stride-2 56 -> 28 3.6%, 28x28 8%, the 7x7/2 stem 2.8%; 14x14 would be 14%).
+_IMPLICIT_WASTE = 0.10
+
+
+def phase_geometry(geom: tuple) -> tuple:
+    """(phases along H, along W, HPH, WPH) of the implicit GEMM's phase images (see
+    im2col.cl conv_phases): output pixel (y, x) reads tap (ky, kx) at row y + ky*dh // sh,
+    column x + kx*dw // sw of phase ((ky*dh) % sh, (kx*dw) % sw).
+
+    Row pitch WPH: the columns an output row touches, [0, OW + KW' - 1) with KW' the taps per
+    phase, less the left padding columns every phase has: a read past a row's end lands in the
+    next row's left padding, zeros like the right padding it stands for (3x3/1 at 56x56: a pitch
+    of 57, not 58; 1.8% of the GEMM's columns are padding). HPH has one extra row for the last
+    row's wrap (written by conv_phases like any other)."""
+    h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw = geom
+    lo = min(max(0, -(-(pw - px) // sw)) for px in range(sw))  # leading padding columns
+    hi = max((w - 1 + pw - px) // sw + 1 for px in range(sw))   # end of the data columns
+    wph = max(hi, ow + (kw - 1) * dw // sw - lo)
+    return sh, sw, oh + (kh - 1) * dh // sh + 1, wph
+
+
+def implicit_ok(cfg: GemmConfig, geom: tuple) -> bool:
+    """Whether a (non-pointwise) conv runs as an implicit GEMM over phase images instead of
+    im2col: every phase image is read by some tap (a 1x1 stride-2 conv would copy 4x what it
+    reads), at least one column tile, and little waste on the padding columns."""
+    h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw = geom
+    if cfg.lsize != (1, 1, 1):  # CPU tiles; GPUs keep im2col until measured there
+        return False
+    if len({ky * dh % sh for ky in range(kh)}) != sh or len({kx * dw % sw for kx in range(kw)}) != sw:
+        return False
+    _, _, _, wph = phase_geometry(geom)
+    ncols = oh * wph
+    if ncols < cfg.nr:
+        return False
+    return round_up(ncols, cfg.nr) <= (1 + _IMPLICIT_WASTE) * round_up(oh * ow, cfg.nr)
+
+
+def implicit_offsets(cin_g: int, geom: tuple) -> np.ndarray:
+    """koff[k] for k = (ci, ky, kx) (the weights' [Cin/G, KH, KW] order): where row k of the
+    implicit B starts in one group's phase images ([ci][phase][HPH][WPH])."""
+    h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw = geom
+    nh, nw, hph, wph = phase_geometry(geom)
+    plane = hph * wph
+    ky, kx = np.arange(kh)[:, None] * dh, np.arange(kw)[None, :] * dw
+    tap = ((ky % sh) * nw + kx % sw) * plane + (ky // sh) * wph + kx // sw  # [KH, KW]
+    ci = np.arange(cin_g)[:, None, None] * (nh * nw * plane)
+    return (ci + tap[None]).astype(np.int32).ravel()
+
+
+def _lower_implicit(ctx: LowerCtx, cfg: GemmConfig, *, n_img: int, cin: int, cin_g: int, g: int, m: int,
+                    kk: int, geom: tuple, a: Operand, bias: Optional[Bias], has_res: bool, act: tuple) -> list:
+    """Implicit GEMM: X copied once into zero-padded phase images (conv_phases, ~1.1x X where
+    im2col writes KH*KW x X), then the GEMM reads B rows as shifted runs of them through a
+    K-entry offset table and stores only the real pixels (gemm.cl B_IMPLICIT)."""
+    h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw = geom
+    label = ctx.label()
+    nh, nw, hph, wph = phase_geometry(geom)
+    per_img = cin * nh * nw * hph * wph  # floats of one image's phase images
+    npix, cout = oh * ow, m * g
+    c_s1, c_s2 = cout * npix, m * npix
+    x_s1 = cin * h * w
+    koff = ctx.const_buffer(implicit_offsets(cin_g, geom))
+    pieces, nbytes = _pieces(n_img, 1, 4 * per_img)
+    # slack: the last tile's padding columns read up to WPH floats past the last phase image
+    scratch = ctx.scratch(nbytes + 4 * (wph + cfg.nr))
+    act_name, act_a, act_b = act
+    launches: list = []
+    for i0, ni, _, _ in pieces:
+        launches.append(Launch("im2col", "conv_phases", (-(-hph // 8), round_up(cin * nh * nw, 16), ni), [
+            ctx.buf(0), i32(i0 * x_s1), i32(x_s1), i32(cin), i32(h), i32(w), scratch, i32(per_img), i32(hph),
+            i32(wph), i32(sh), i32(sw), i32(ph), i32(pw)], (1, 16, 1), {}, label))
+        off = i0 * c_s1
+        res = Operand(ctx.buf(3), off=off, s1=c_s1, s2=c_s2) if has_res else None
+        b = Operand(scratch, s1=per_img, s2=cin_g * nh * nw * hph * wph)
+        launches.append(gemm_launch(cfg, m=m, n=oh * wph, k=kk, batch=ni * g, d2=g, a=a, b=b,
+                                    c=Operand(ctx.out(0), off=off, ld=npix, s1=c_s1, s2=c_s2), bias=bias,
+                                    res=res, act=act_name, act_alpha=act_a, act_beta=act_b,
+                                    implicit=Implicit(koff, wph, ow), label=label))
     return launches
 
 

@@ -142,8 +142,19 @@ class Bias:
     s2: int = 0
 
 
+@dataclass
+class Implicit:
+    """An implicit-GEMM convolution's B and C mapping (gemm.cl B_IMPLICIT): row k of B starts
+    at offset koff[k] of the phase images, column n is the padded-linear pixel y*wph + x, and
+    only columns with x < ow are stored (at y*ow + x)."""
+
+    koff: Arg
+    wph: int
+    ow: int
+
+
 def gemm_defines(cfg: GemmConfig, *, a_packed: bool, b_packed: bool, act_code: int = 0,
-                 c_trans: bool = False) -> dict:
+                 c_trans: bool = False, implicit: bool = False) -> dict:
     """The -D defines of one gemm.cl program: what changes its code (everything else is a
     run-time argument)."""
     defines = {"MR": cfg.mr, "VW": cfg.vw, "NV": cfg.nv, "A_PACKED": int(a_packed), "B_PACKED": int(b_packed)}
@@ -151,6 +162,8 @@ def gemm_defines(cfg: GemmConfig, *, a_packed: bool, b_packed: bool, act_code: i
         defines["ACT"] = act_code
     if c_trans:
         defines["C_TRANS"] = 1
+    if implicit:
+        defines["B_IMPLICIT"] = 1
     return defines
 
 
@@ -158,14 +171,17 @@ def gemm_launch(cfg: GemmConfig, *, m: int, n: int, k: int, batch: int, d2: int,
                 a: Operand, b: Operand, c: Operand, bias: Optional[Bias] = None,
                 res: Optional[Operand] = None, alpha: float = 1.0, act: str = "",
                 act_alpha: float = 0.0, act_beta: float = 0.0, c_trans: bool = False,
-                label: str = "") -> Launch:
+                implicit: Optional[Implicit] = None, label: str = "") -> Launch:
     """The gemm.cl launch for C[z] = act(alpha * A[z] @ B[z] + bias + res) over `batch` z's.
 
-    c_trans: C (and res) are stored transposed, element (i, j) at C[j * c.ld + i]."""
+    c_trans: C (and res) are stored transposed, element (i, j) at C[j * c.ld + i].
+    implicit: B is a convolution's phase images read through a row-offset table (see Implicit;
+    B unpacked, C not transposed, the bias per row)."""
     if act not in ACTIVATIONS:
         raise InvalidModel(f"unsupported fused activation {act!r}", node=label or None)
     act_code, act_p = act_params(act, act_alpha, act_beta)
-    defines = gemm_defines(cfg, a_packed=a.packed, b_packed=b.packed, act_code=act_code, c_trans=c_trans)
+    defines = gemm_defines(cfg, a_packed=a.packed, b_packed=b.packed, act_code=act_code, c_trans=c_trans,
+                           implicit=implicit is not None)
     args: list = [a.arg, i32(a.off), i32(a.s1), i32(a.s2), i32(a.ld), i32(a.ld2),
                   b.arg, i32(b.off), i32(b.s1), i32(b.s2), i32(b.ld),
                   c.arg, i32(c.off), i32(c.s1), i32(c.s2), i32(c.ld)]
@@ -177,6 +193,8 @@ def gemm_launch(cfg: GemmConfig, *, m: int, n: int, k: int, batch: int, d2: int,
              f32(bias_.beta)]
     args += [res_.arg, i32(res_.off), i32(res_.s1), i32(res_.s2)]
     tail = [i32(max(d2, 1)), f32(alpha), i32(flags)] + [f32(p) for p in act_p]
+    tail += ([implicit.koff, i32(implicit.wph), i32(implicit.ow)] if implicit is not None
+             else [c.arg, i32(1), i32(1)])  # absent: C stands in for the table (never read)
     ls = cfg.lsize
     gsize = (round_up(-(-m // cfg.mr), ls[0]), round_up(-(-n // cfg.nr), ls[1]), round_up(batch, ls[2]))
     return Launch("gemm", "gemm", gsize, args + [i32(m), i32(n), i32(k)] + tail, ls, defines, label,

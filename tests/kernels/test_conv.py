@@ -266,3 +266,97 @@ def test_small_n_uses_transposed_tiles():
     assert transposed_config(cfg, 2048, 49).mr == 7
     assert transposed_config(cfg, 512, 3136) is None
     assert transposed_config(cfg, 8, 49) is None
+
+
+# --- implicit GEMM (phase images + row offsets, gemm.cl B_IMPLICIT) ---------------------------------
+def _geom(x_shape, w_shape, pads=(0, 0, 0, 0), strides=(1, 1), dilations=(1, 1)):
+    h, w = x_shape[2:]
+    kh, kw = w_shape[2:]
+    oh = (h + pads[0] + pads[2] - (kh - 1) * dilations[0] - 1) // strides[0] + 1
+    ow = (w + pads[1] + pads[3] - (kw - 1) * dilations[1] - 1) // strides[1] + 1
+    return (h, w, oh, ow, kh, kw, *strides, pads[0], pads[1], *dilations)
+
+
+IMPLICIT = [
+    ((1, 5, 9, 40), (7, 5, 3, 3), dict(pads=[1, 1, 1, 1])),                         # stride 1, one phase
+    ((2, 3, 12, 120), (6, 3, 7, 7), dict(pads=[3, 3, 3, 3], strides=[2, 2])),       # the stem: 4 phases
+    ((1, 4, 11, 58), (5, 4, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),        # ResNet's 56 -> 28
+    ((1, 3, 10, 100), (4, 3, 3, 4), dict(pads=[0, 2, 1, 0], strides=[1, 3])),       # asymmetric, 3 phases
+    ((1, 3, 9, 60), (4, 3, 3, 3), dict(pads=[2, 2, 2, 2], dilations=[2, 2])),       # dilated
+    ((2, 6, 8, 45), (8, 3, 3, 3), dict(pads=[1, 1, 1, 1], group=2)),                # grouped
+    ((3, 2, 1, 70), (3, 2, 1, 5), dict(pads=[0, 2, 0, 2])),                         # a 1-D conv as 2-D
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", IMPLICIT, ids=[str(i) for i in range(len(IMPLICIT))])
+def test_implicit_conv(x_shape, w_shape, attrs):
+    cfg = conv_mod.fit_rows(conv_mod.gemm_config(device_info()), w_shape[0] // attrs.get("group", 1))
+    geom = _geom(x_shape, w_shape, attrs.get("pads", (0,) * 4), attrs.get("strides", (1, 1)),
+                 attrs.get("dilations", (1, 1)))
+    if not conv_mod.implicit_ok(cfg, geom):
+        pytest.skip("this device's tiles take the im2col path for this shape")  # GPU configs
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
+    x, w, b = rand(*x_shape), rand(*w_shape), rand(w_shape[0])
+    oh, ow = geom[2:4]
+    names = [l.kernel for l in lower(node, {"x": x}, {"w": w, "b": b},
+                                     {"y": ((x_shape[0], w_shape[0], oh, ow), np.float32)})]
+    assert "conv_phases" in names and "im2col" not in names, names
+    check(node, {"x": x}, {"w": w, "b": b})
+
+
+@pytest.mark.parametrize("act,alpha,beta", [ACTS[1], ACTS[3], ACTS[6]], ids=["Relu", "LeakyRelu", "Tanh"])
+def test_implicit_fused_residual(act, alpha, beta):
+    """Bias, residual and activation in the remapped epilogue (whole vectors and lane by lane),
+    with a ragged row tile (M = 13)."""
+    fused_check((2, 6, 10, 50), (13, 6, 3, 3), act, alpha, beta, pads=[1, 1, 1, 1])
+    fused_check((1, 3, 16, 70), (13, 3, 5, 5), act, alpha, beta, pads=[2, 2, 2, 2], strides=[2, 2])
+
+
+@pytest.mark.parametrize("cap", [1, 2 * 4 * 11 * 42 * 4 + 1])
+def test_implicit_pieces(monkeypatch, cap):
+    """Phase images made per image or per run of images within the scratch cap."""
+    monkeypatch.setattr(conv_mod, "_SCRATCH_CAP", cap)
+    conv_check((5, 4, 9, 40), (5, 4, 3, 3), pads=[1, 1, 1, 1])
+    fused_check((3, 4, 9, 40), (6, 4, 3, 3), "Relu", 0.0, 0.0, pads=[1, 1, 1, 1])
+
+
+@pytest.mark.parametrize("case", [0, 1, 3, 4, 5])
+def test_implicit_offsets(case):
+    """koff[k] addresses tap (ky, kx) of channel ci in the phase images exactly where a direct
+    reading of the padded input says it should be, for every valid output pixel."""
+    x_shape, w_shape, attrs = IMPLICIT[case]
+    geom = _geom(x_shape, w_shape, attrs.get("pads", (0,) * 4), attrs.get("strides", (1, 1)),
+                 attrs.get("dilations", (1, 1)))
+    h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw = geom
+    cin_g = w_shape[1]
+    nh, nw, hph, wph = conv_mod.phase_geometry(geom)
+    koff = conv_mod.implicit_offsets(cin_g, geom)
+    assert koff.shape == (cin_g * kh * kw,)
+    # the phase images of a random input, built directly from the definition
+    x = rand(cin_g, h, w)
+    xp = np.zeros((cin_g, (hph + 1) * sh + kh * dh, (wph + 1) * sw + kw * dw), np.float32)
+    xp[:, ph:ph + h, pw:pw + w] = x
+    phases = np.stack([xp[:, py::sh, px::sw][:, :hph, :wph] for py in range(sh) for px in range(sw)], axis=1)
+    flat = phases.ravel()
+    for k in range(cin_g * kh * kw):
+        ci, r = divmod(k, kh * kw)
+        ky, kx = divmod(r, kw)
+        y, xx = np.meshgrid(np.arange(oh), np.arange(ow), indexing="ij")
+        got = flat[koff[k] + y * wph + xx]
+        want = xp[ci, y * sh + ky * dh, xx * sw + kx * dw]
+        np.testing.assert_array_equal(got, want)
+
+
+def test_implicit_choice_resnet50():
+    """Where the implicit GEMM is taken on a CPU device: ResNet-50's stem and its 56x56 and 28x28
+    3x3 convs (little padding waste), not the 14x14 ones (the transposed GEMM comes first) or
+    strided 1x1s (one phase of four read)."""
+    cfg = conv_mod.GemmConfig(12, 16, 2, (1, 1, 1))
+    assert conv_mod.implicit_ok(cfg, (224, 224, 112, 112, 7, 7, 2, 2, 3, 3, 1, 1))
+    assert conv_mod.implicit_ok(cfg, (56, 56, 56, 56, 3, 3, 1, 1, 1, 1, 1, 1))
+    assert conv_mod.implicit_ok(cfg, (56, 56, 28, 28, 3, 3, 2, 2, 1, 1, 1, 1))
+    assert conv_mod.implicit_ok(cfg, (28, 28, 28, 28, 3, 3, 1, 1, 1, 1, 1, 1))
+    assert conv_mod.transposed_config(cfg, 256, 14 * 14) is not None  # taken before implicit_ok
+    assert not conv_mod.implicit_ok(cfg, (56, 56, 28, 28, 1, 1, 2, 2, 0, 0, 1, 1))
+    assert not conv_mod.implicit_ok(conv_mod.GemmConfig(4, 4, 1, (8, 8, 1)),
+                                    (56, 56, 56, 56, 3, 3, 1, 1, 1, 1, 1, 1))
