@@ -321,7 +321,7 @@ def implicit_ok(cfg: GemmConfig, geom: tuple) -> bool:
     im2col: every phase image is read by some tap (a 1x1 stride-2 conv would copy 4x what it
     reads), at least one column tile, and little waste on the padding columns."""
     h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw = geom
-    if cfg.lsize != (1, 1, 1):  # CPU tiles; GPUs keep im2col until measured there
+    if not cfg.cpu_tiles:  # GPUs keep im2col until measured there
         return False
     if len({ky * dh % sh for ky in range(kh)}) != sh or len({kx * dw % sw for kx in range(kw)}) != sw:
         return False

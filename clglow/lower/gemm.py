@@ -57,13 +57,23 @@ class GemmConfig:
     def nr(self) -> int:
         return self.vw * self.nv
 
+    @property
+    def cpu_tiles(self) -> bool:
+        """CPU-style tiles: work-groups along the row tiles only (pocl runs each group on one
+        thread, the work-items one after another). The shape choices tuned on pocl (8-row
+        tiles, the transposed and implicit GEMMs) are made only for these."""
+        return tuple(self.lsize[1:]) == (1, 1)
+
 
 def default_gemm_config(device: DeviceInfo) -> GemmConfig:
     """Device-dependent tile defaults (what the tuner measures first).
 
-    CPU (pocl): a work-group of one work-item each (pocl runs work-groups on threads; larger
-    groups only add loop overhead) and as many accumulators as the vector registers hold:
-    12 x 32 with float16 on AVX-512 (24 zmm accumulators), 6 x 16 with float8 on AVX2.
+    CPU (pocl): a work-group of one work-item each (pocl runs work-groups on threads) and as
+    many accumulators as the vector registers hold: 12 x 32 with float16 on AVX-512 (24 zmm
+    accumulators), 6 x 16 with float8 on AVX2. Larger groups measured on pocl (AVX-512):
+    within the noise on ResNet-50 as a whole, its 28x28 implicit 3x3 convs 25% slower with 4
+    row tiles per group (alone, back to back with waits, small-K GEMMs ran 2x faster with 4:
+    a benchmark artefact of waking pocl's threads per launch).
     GPU/other: small 4 x 4 tiles in 8 x 8 work-groups; correct anywhere, tuned by measurement.
     """
     if device.type == "cpu":
@@ -225,7 +235,7 @@ def fit_rows(cfg: GemmConfig, m: int) -> GemmConfig:
     layers with 12-row tiles compute 72 rows (11% wasted); 8-row tiles fit exactly and, on pocl
     with AVX-512, run the same shapes at the same rate (tuning: 256x576x784 0.505 vs 0.498 ms).
     CPU tiles only (one work-item per group), same NR, so the B panels are unchanged."""
-    if cfg.lsize != (1, 1, 1) or cfg.mr <= 8:
+    if not cfg.cpu_tiles or cfg.mr <= 8:
         return cfg
     waste = round_up(m, cfg.mr) / m
     if round_up(m, 8) / m < waste - 0.05:
@@ -242,7 +252,7 @@ def transposed_config(cfg: GemmConfig, m: int, n: int) -> Optional[GemmConfig]:
     once instead of once per column tile. Taken for N <= 8 * NR when it wastes clearly fewer
     FLOPs on padding (ResNet-50: layer4 N = 49 and layer3 N = 196 with MR = 7). CPU tiles only.
     """
-    if cfg.lsize != (1, 1, 1) or cfg.nv != 2 or n > 8 * cfg.nr or m < 2 * cfg.nr:
+    if not cfg.cpu_tiles or cfg.nv != 2 or n > 8 * cfg.nr or m < 2 * cfg.nr:
         return None
     pad_n = round_up(n, cfg.nr) / n
     best = None
