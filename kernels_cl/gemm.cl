@@ -16,7 +16,8 @@
  *   B_PACKED=1  B is packed in panels of NR columns: B[(panel*K + k)*NR + c], zero-padded
  *               (weights at plan time, im2col output, or pack_b at run time); vector loads are aligned
  *   B_PACKED=0  B is row-major with leading dimension ldb (1x1 convs, MatMul activations)
- *   B_IMPLICIT=1 (with B_PACKED=0) an implicit-GEMM convolution: row k of B starts at koff[k]
+ *   implicit    (flag 4, in the B_PACKED=0, C_TRANS=0 programs) an implicit-GEMM convolution:
+ *               row k of B starts at koff[k]
  *               (B[k][n] = B[koff[k] + n]) in the input's zero-padded phase images
  *               (im2col.cl conv_phases), and column n is the padded-linear output pixel
  *               n = y*wph + x; C (and Z) keep the plain [M, OH*OW] layout: columns with
@@ -51,12 +52,9 @@
 #ifndef C_TRANS
 #define C_TRANS 0
 #endif
-#ifndef B_IMPLICIT
-#define B_IMPLICIT 0
-#endif
-#if B_IMPLICIT && (B_PACKED || C_TRANS)
-#error "B_IMPLICIT needs B_PACKED=0 and C_TRANS=0"
-#endif
+/* The implicit GEMM is a run-time flag of the in-place-B programs, not a define: it shares their
+ * code generation at a cold start (two programs fewer for ResNet-50). */
+#define HAS_IMPLICIT (!B_PACKED && !C_TRANS)
 /* C_TRANS=1: the kernel computes C' = B'^T-shaped tiles of a transposed problem and stores
  * element (row i, column j) at C[j*ldc + i] (the residual Z likewise): a GEMM with a small
  * N (layer4 convs, N = 49 pixels) runs as C^T = B^T A^T with the pixels as the MR rows and the
@@ -69,6 +67,7 @@
 
 #define FLAG_BIAS 1
 #define FLAG_RES 2
+#define FLAG_IMPLICIT 4
 
 #if VW == 4
 typedef float4 floatv;
@@ -159,18 +158,20 @@ __kernel void gemm(
         pb += NR;
         FMA_STEP(b);
     }
-#elif B_IMPLICIT
-    const __global float* pb = B + offB + z1 * sB1 + z2 * sB2 + n0;
-    for (int k = 0; k < K; ++k) {
-        const __global float* row = pb + koff[k];
-        floatv b[NV];
-#pragma unroll
-        for (int v = 0; v < NV; ++v)
-            b[v] = *(const __global floatv_u*)(row + v * VW);
-        FMA_STEP(b);
-    }
 #else
     const __global float* pb = B + offB + z1 * sB1 + z2 * sB2 + n0;
+#if HAS_IMPLICIT
+    if (flags & FLAG_IMPLICIT) {
+        for (int k = 0; k < K; ++k) {
+            const __global float* row = pb + koff[k];
+            floatv b[NV];
+#pragma unroll
+            for (int v = 0; v < NV; ++v)
+                b[v] = *(const __global floatv_u*)(row + v * VW);
+            FMA_STEP(b);
+        }
+    } else
+#endif
     if (n0 + NR <= N) {
         for (int k = 0; k < K; ++k) {
             floatv b[NV];
@@ -197,12 +198,12 @@ __kernel void gemm(
     /* Epilogue: alpha, bias, residual, activation, store. */
     const bool has_bias = (flags & FLAG_BIAS) != 0;
     const bool has_res = (flags & FLAG_RES) != 0;
-#if B_IMPLICIT
-    /* Columns are padded-linear pixels: a vector of VW columns within one output row goes out
-     * as one vector store at y*ow + x; the others (across a row end or over the padding
-     * columns, and every column of a ragged row tile) go through a private tile, lane by lane.
-     * The bias is per row (a conv's per-channel bias). */
-    {
+#if HAS_IMPLICIT
+    /* Implicit GEMM: columns are padded-linear pixels. A vector of VW columns within one output
+     * row goes out as one vector store at y*ow + x; the others (across a row end or over the
+     * padding columns, and every column of a ragged row tile) go through a private tile, lane
+     * by lane. The bias is per row (a conv's per-channel bias). */
+    if (flags & FLAG_IMPLICIT) {
         const int mr = min(MR, M - m0);
         __global float* pc = C + offC + z1 * sC1 + z2 * sC2 + m0 * ldc;
         const __global float* pz = Z + offZ + z1 * sZ1 + z2 * sZ2 + m0 * ldc;

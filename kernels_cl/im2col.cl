@@ -156,10 +156,12 @@ inline void phase_row(__global float* restrict d, const __global float* restrict
         d[xx] = 0.0f;
 }
 
-/* The operand of an implicit-GEMM convolution (gemm.cl B_IMPLICIT): X zero-padded and split
- * into SH x SW phase images, so that every tap of a strided conv reads a plain shifted row:
+/* The operand of an implicit-GEMM convolution (gemm.cl implicit flag): X zero-padded and split
+ * into phase images (py, px) < (NPY, NPX) <= (SH, SW), the ones some tap reads, so that every
+ * tap of a strided conv reads a plain shifted row:
  *   dst[z*dst_s + (ci*NPH + p)*HPH*WPH + yy*WPH + xx] = X[ci][yy*SH + py - PH][xx*SW + px - PW]
- * (p = py*SW + px; 0 outside X). A stride-1 conv has one phase: X with a zero border.
+ * (p = py*NPX + px, NPH = NPY*NPX; 0 outside X). A stride-1 conv has one phase: X with a zero
+ * border; a strided 1x1 conv one too: X subsampled.
  * Rows are WPH apart with no gap: a GEMM row that runs past a row's end wraps into the next
  * row's left padding (conv.py phase_geometry makes that read zeros), and HPH includes one
  * extra bottom row for the last row's wrap.
@@ -169,18 +171,18 @@ inline void phase_row(__global float* restrict d, const __global float* restrict
 #define RB 8
 __kernel void conv_phases(__global const float* restrict X, int offX, int sX1, int Cin, int H, int W,
                           __global float* restrict dst, int dst_s, int HPH, int WPH,
-                          int SH, int SW, int PH, int PW)
+                          int SH, int SW, int PH, int PW, int NPY, int NPX)
 {
     const int y0 = get_global_id(0) * RB;
     const int cp = get_global_id(1);
     const int z = get_global_id(2);
-    const int nph = SH * SW;
+    const int nph = NPY * NPX;  /* the phases some tap reads: py < NPY, px < NPX */
     if (cp >= Cin * nph)
         return;
     const int ci = cp / nph;
     const int p = cp - ci * nph;
-    const int py = p / SW;
-    const int px = p - py * SW;
+    const int py = p / NPX;
+    const int px = p - py * NPX;
     const __global float* xc = X + offX + z * sX1 + ci * H * W;
     __global float* d = dst + z * dst_s + cp * HPH * WPH;
     const int y1 = min(HPH, y0 + RB);

@@ -71,9 +71,11 @@ def _pixel_panels(ctx: LowerCtx, width: int, *, n_img: int, g: int, kk: int, cin
             producer = pack_b_launch(width, src=ctx.buf(0), off=i0 * x_s1 + p0, s1=x_s1, s2=x_s2, s_k=hw,
                                      s_n=1, k=kk, n=pn, batch=ni * g, d2=g, dst=scratch, label=label)
         else:  # panels q0 .. q0+nq-1 of the table into panels 0 .. nq-1 of the scratch
-            producer = Launch("im2col", "im2col", (nq, round_up(cin_g, ly), ni * g), [
-                ctx.buf(0), i32(i0 * x_s1), i32(x_s1), i32(x_s2), i32(g), tab, scratch, i32(pstride), i32(hw),
-                i32(kh * kw), i32(np_), i32(cin_g), i32(q0)], (1, ly, 1), {"NR": width}, label)
+            head = [ctx.buf(0), i32(i0 * x_s1), i32(x_s1), i32(x_s2), i32(g), tab, scratch, i32(pstride), i32(hw),
+                    i32(kh * kw), i32(np_)]
+            producer = Launch("im2col", "im2col", (nq, round_up(cin_g, ly), ni * g),
+                              head + [i32(cin_g), i32(q0)], (1, ly, 1), {"NR": width}, label,
+                              noop_args=head + [i32(0), i32(q0)])  # Cg = 0: returns at once
         yield producer, Operand(scratch, packed=True, s1=g * pstride, s2=pstride), i0, ni, p0, pn
 _AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 _FLT_MAX = 3.4028234663852886e38
@@ -299,10 +301,18 @@ def _lower(ctx: LowerCtx) -> list:
 _IMPLICIT_WASTE = 0.10
 
 
+def _phases_read(k: int, d: int, s: int) -> Optional[int]:
+    """How many phases along one axis the taps read, when they are phases 0..n-1 (else None):
+    tap i reads phase (i*d) % s. All of them for the usual strided kxk conv, one for a 1x1."""
+    used = {i * d % s for i in range(k)}
+    return len(used) if used == set(range(len(used))) else None
+
+
 def phase_geometry(geom: tuple) -> tuple:
     """(phases along H, along W, HPH, WPH) of the implicit GEMM's phase images (see
     im2col.cl conv_phases): output pixel (y, x) reads tap (ky, kx) at row y + ky*dh // sh,
-    column x + kx*dw // sw of phase ((ky*dh) % sh, (kx*dw) % sw).
+    column x + kx*dw // sw of phase ((ky*dh) % sh, (kx*dw) % sw); only the phases some tap
+    reads are made (see implicit_ok).
 
     Row pitch WPH: the columns an output row touches, [0, OW + KW' - 1) with KW' the taps per
     phase, less the left padding columns every phase has: a read past a row's end lands in the
@@ -310,20 +320,22 @@ def phase_geometry(geom: tuple) -> tuple:
     of 57, not 58; 1.8% of the GEMM's columns are padding). HPH has one extra row for the last
     row's wrap (written by conv_phases like any other)."""
     h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw = geom
-    lo = min(max(0, -(-(pw - px) // sw)) for px in range(sw))  # leading padding columns
-    hi = max((w - 1 + pw - px) // sw + 1 for px in range(sw))   # end of the data columns
+    nh, nw = _phases_read(kh, dh, sh) or sh, _phases_read(kw, dw, sw) or sw
+    lo = min(max(0, -(-(pw - px) // sw)) for px in range(nw))  # leading padding columns
+    hi = max((w - 1 + pw - px) // sw + 1 for px in range(nw))   # end of the data columns
     wph = max(hi, ow + (kw - 1) * dw // sw - lo)
-    return sh, sw, oh + (kh - 1) * dh // sh + 1, wph
+    return nh, nw, oh + (kh - 1) * dh // sh + 1, wph
 
 
 def implicit_ok(cfg: GemmConfig, geom: tuple) -> bool:
     """Whether a (non-pointwise) conv runs as an implicit GEMM over phase images instead of
-    im2col: every phase image is read by some tap (a 1x1 stride-2 conv would copy 4x what it
-    reads), at least one column tile, and little waste on the padding columns."""
+    im2col: the taps read phases 0..n-1 along each axis (every phase of a kxk stride-k conv,
+    the first of a strided 1x1), at least one column tile, and little waste on the padding
+    columns."""
     h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw = geom
     if not cfg.cpu_tiles:  # GPUs keep im2col until measured there
         return False
-    if len({ky * dh % sh for ky in range(kh)}) != sh or len({kx * dw % sw for kx in range(kw)}) != sw:
+    if _phases_read(kh, dh, sh) is None or _phases_read(kw, dw, sw) is None:
         return False
     _, _, _, wph = phase_geometry(geom)
     ncols = oh * wph
@@ -348,7 +360,7 @@ def _lower_implicit(ctx: LowerCtx, cfg: GemmConfig, *, n_img: int, cin: int, cin
                     kk: int, geom: tuple, a: Operand, bias: Optional[Bias], has_res: bool, act: tuple) -> list:
     """Implicit GEMM: X copied once into zero-padded phase images (conv_phases, ~1.1x X where
     im2col writes KH*KW x X), then the GEMM reads B rows as shifted runs of them through a
-    K-entry offset table and stores only the real pixels (gemm.cl B_IMPLICIT)."""
+    K-entry offset table and stores only the real pixels (gemm.cl implicit flag)."""
     h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw = geom
     label = ctx.label()
     nh, nw, hph, wph = phase_geometry(geom)
@@ -363,9 +375,12 @@ def _lower_implicit(ctx: LowerCtx, cfg: GemmConfig, *, n_img: int, cin: int, cin
     act_name, act_a, act_b = act
     launches: list = []
     for i0, ni, _, _ in pieces:
-        launches.append(Launch("im2col", "conv_phases", (-(-hph // 8), round_up(cin * nh * nw, 16), ni), [
-            ctx.buf(0), i32(i0 * x_s1), i32(x_s1), i32(cin), i32(h), i32(w), scratch, i32(per_img), i32(hph),
-            i32(wph), i32(sh), i32(sw), i32(ph), i32(pw)], (1, 16, 1), {}, label))
+        tail = [i32(h), i32(w), scratch, i32(per_img), i32(hph), i32(wph), i32(sh), i32(sw), i32(ph), i32(pw),
+                i32(nh), i32(nw)]
+        head = [ctx.buf(0), i32(i0 * x_s1), i32(x_s1)]
+        launches.append(Launch("im2col", "conv_phases", (-(-hph // 8), round_up(cin * nh * nw, 16), ni),
+                               head + [i32(cin)] + tail, (1, 16, 1), {}, label,
+                               noop_args=head + [i32(0)] + tail))  # Cin = 0: returns at once
         off = i0 * c_s1
         res = Operand(ctx.buf(3), off=off, s1=c_s1, s2=c_s2) if has_res else None
         b = Operand(scratch, s1=per_img, s2=cin_g * nh * nw * hph * wph)

@@ -268,7 +268,7 @@ def test_small_n_uses_transposed_tiles():
     assert transposed_config(cfg, 8, 49) is None
 
 
-# --- implicit GEMM (phase images + row offsets, gemm.cl B_IMPLICIT) ---------------------------------
+# --- implicit GEMM (phase images + row offsets, gemm.cl implicit flag) ---------------------------------
 def _geom(x_shape, w_shape, pads=(0, 0, 0, 0), strides=(1, 1), dilations=(1, 1)):
     h, w = x_shape[2:]
     kh, kw = w_shape[2:]
@@ -285,6 +285,8 @@ IMPLICIT = [
     ((1, 3, 9, 60), (4, 3, 3, 3), dict(pads=[2, 2, 2, 2], dilations=[2, 2])),       # dilated
     ((2, 6, 8, 45), (8, 3, 3, 3), dict(pads=[1, 1, 1, 1], group=2)),                # grouped
     ((3, 2, 1, 70), (3, 2, 1, 5), dict(pads=[0, 2, 0, 2])),                         # a 1-D conv as 2-D
+    ((2, 6, 16, 70), (5, 6, 1, 1), dict(strides=[2, 2])),                           # strided 1x1: one phase
+    ((1, 3, 12, 99), (4, 3, 1, 2), dict(strides=[3, 2], pads=[0, 1, 0, 0])),        # 1 x 2 phases
 ]
 
 
@@ -320,7 +322,7 @@ def test_implicit_pieces(monkeypatch, cap):
     fused_check((3, 4, 9, 40), (6, 4, 3, 3), "Relu", 0.0, 0.0, pads=[1, 1, 1, 1])
 
 
-@pytest.mark.parametrize("case", [0, 1, 3, 4, 5])
+@pytest.mark.parametrize("case", [0, 1, 3, 4, 5, 7, 8])
 def test_implicit_offsets(case):
     """koff[k] addresses tap (ky, kx) of channel ci in the phase images exactly where a direct
     reading of the padded input says it should be, for every valid output pixel."""
@@ -336,7 +338,7 @@ def test_implicit_offsets(case):
     x = rand(cin_g, h, w)
     xp = np.zeros((cin_g, (hph + 1) * sh + kh * dh, (wph + 1) * sw + kw * dw), np.float32)
     xp[:, ph:ph + h, pw:pw + w] = x
-    phases = np.stack([xp[:, py::sh, px::sw][:, :hph, :wph] for py in range(sh) for px in range(sw)], axis=1)
+    phases = np.stack([xp[:, py::sh, px::sw][:, :hph, :wph] for py in range(nh) for px in range(nw)], axis=1)
     flat = phases.ravel()
     for k in range(cin_g * kh * kw):
         ci, r = divmod(k, kh * kw)
@@ -349,14 +351,17 @@ def test_implicit_offsets(case):
 
 def test_implicit_choice_resnet50():
     """Where the implicit GEMM is taken on a CPU device: ResNet-50's stem and its 56x56 and 28x28
-    3x3 convs (little padding waste), not the 14x14 ones (the transposed GEMM comes first) or
-    strided 1x1s (one phase of four read)."""
+    3x3 convs (little padding waste) and its strided 1x1 (one phase image: X subsampled), not
+    the 14x14 ones (the transposed GEMM comes first)."""
     cfg = conv_mod.GemmConfig(12, 16, 2, (1, 1, 1))
     assert conv_mod.implicit_ok(cfg, (224, 224, 112, 112, 7, 7, 2, 2, 3, 3, 1, 1))
     assert conv_mod.implicit_ok(cfg, (56, 56, 56, 56, 3, 3, 1, 1, 1, 1, 1, 1))
     assert conv_mod.implicit_ok(cfg, (56, 56, 28, 28, 3, 3, 2, 2, 1, 1, 1, 1))
     assert conv_mod.implicit_ok(cfg, (28, 28, 28, 28, 3, 3, 1, 1, 1, 1, 1, 1))
     assert conv_mod.transposed_config(cfg, 256, 14 * 14) is not None  # taken before implicit_ok
-    assert not conv_mod.implicit_ok(cfg, (56, 56, 28, 28, 1, 1, 2, 2, 0, 0, 1, 1))
+    assert conv_mod.implicit_ok(cfg, (56, 56, 28, 28, 1, 1, 2, 2, 0, 0, 1, 1))  # downsample: one phase
+    assert conv_mod.phase_geometry((56, 56, 28, 28, 1, 1, 2, 2, 0, 0, 1, 1)) == (1, 1, 29, 28)
+    # taps reading phases 0 and 2 of 4 (dilation 2, stride 4): im2col
+    assert not conv_mod.implicit_ok(cfg, (40, 200, 10, 50, 2, 2, 4, 4, 0, 0, 2, 2))
     assert not conv_mod.implicit_ok(conv_mod.GemmConfig(4, 4, 1, (8, 8, 1)),
                                     (56, 56, 56, 56, 3, 3, 1, 1, 1, 1, 1, 1))
