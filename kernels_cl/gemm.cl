@@ -22,6 +22,9 @@
  *               (im2col.cl conv_phases), and column n is the padded-linear output pixel
  *               n = y*wph + x; C (and Z) keep the plain [M, OH*OW] layout: columns with
  *               x >= ow are padding and not stored, the others go to y*ow + x.
+ *   implicit A  (flag 8, in the C_TRANS programs) the same for a transposed conv: row k of A^T
+ *               starts at koff[k] (X itself for a 1x1 conv), row m is the padded-linear pixel
+ *               and goes to y*ow + x of each channel (ow = wph: every row is a pixel).
  * C, Z (residual) are row-major with leading dimension ldc. BIAS is read at
  * bias[m*bias_sm + n*bias_sn] with bias_sn in {0, 1}.
  *
@@ -59,15 +62,11 @@
  * element (row i, column j) at C[j*ldc + i] (the residual Z likewise): a GEMM with a small
  * N (layer4 convs, N = 49 pixels) runs as C^T = B^T A^T with the pixels as the MR rows and the
  * output channels as the NR columns (no padding of 49 to 64). The bias is then per column. */
-#if C_TRANS
-#define CIDX(r, c) ((c) * ldc + (r))
-#else
-#define CIDX(r, c) ((r) * ldc + (c))
-#endif
 
 #define FLAG_BIAS 1
 #define FLAG_RES 2
 #define FLAG_IMPLICIT 4
+#define FLAG_IMPLICIT_A 8
 
 #if VW == 4
 typedef float4 floatv;
@@ -100,7 +99,13 @@ __kernel void gemm(
     const int tm = get_global_id(0);
     const int tn = get_global_id(1);
     const int z = get_global_id(2);
+#if C_TRANS
+    /* An implicit A (pixels as rows, flag 8): a ragged last row tile computes the last MR rows
+     * instead, overlapping its neighbour as an in-place B's last column tile does below. */
+    const int m0 = (flags & FLAG_IMPLICIT_A) && M >= MR && (tm + 1) * MR > M ? M - MR : tm * MR;
+#else
     const int m0 = tm * MR;
+#endif
 #if B_PACKED
     const int n0 = tn * NR;
 #else
@@ -110,7 +115,7 @@ __kernel void gemm(
      * element-wise path below is left for N < NR. */
     const int n0 = (tn + 1) * NR > N && N >= NR ? N - NR : tn * NR;
 #endif
-    if (m0 >= M || tn * NR >= N)
+    if (tm * MR >= M || tn * NR >= N)
         return;
     const int z1 = z / D2;
     const int z2 = z - z1 * D2;
@@ -150,6 +155,28 @@ __kernel void gemm(
 
 #if B_PACKED
     const __global float* pb = B + offB + z1 * sB1 + z2 * sB2 + tn * (K * NR);
+#if C_TRANS
+    if (flags & FLAG_IMPLICIT_A) {
+        /* Implicit A: row k of A^T starts at koff[k] (X in place for a 1x1 conv, the phase
+         * images otherwise); the tile's MR pixels are consecutive there. */
+        const __global float* pi = A + offA + z1 * sA1 + z2 * sA2 + m0;
+        for (int k = 0; k < K; ++k) {
+            floatv b[NV];
+#pragma unroll
+            for (int v = 0; v < NV; ++v)
+                b[v] = *(const __global floatv*)(pb + v * VW);
+            pb += NR;
+            const __global float* ar = pi + koff[k];
+#pragma unroll
+            for (int r = 0; r < MR; ++r) {
+                const float a_ = ar[r];
+#pragma unroll
+                for (int v = 0; v < NV; ++v)
+                    acc[r][v] += a_ * b[v];
+            }
+        }
+    } else
+#endif
     for (int k = 0; k < K; ++k) {
         floatv b[NV];
 #pragma unroll
@@ -258,35 +285,69 @@ __kernel void gemm(
         return;
     }
 #endif
-    __global float* pc = C + offC + z1 * sC1 + z2 * sC2 + CIDX(m0, n0);
-    const __global float* pbias = bias + offBias + z1 * sBias1 + z2 * sBias2 + m0 * bias_sm + n0 * bias_sn;
-    const __global float* pz = Z + offZ + z1 * sZ1 + z2 * sZ2 + CIDX(m0, n0);
 #if C_TRANS
-    if (m0 + MR <= M && n0 + NR <= N) {
-        /* A whole transposed tile: column c of the tile is MR consecutive floats of C. The
-         * accumulators go through a private tile (vector stores, then scalar loads from L1):
-         * cheaper than extracting each lane from the registers. */
+    {
+        /* Transposed: column c of the tile is MR consecutive floats of C (pixels), written from a
+         * private tile (vector stores, then scalar loads from L1: cheaper than extracting lanes
+         * from the registers). With an implicit A the rows are padded-linear pixels: row r goes
+         * to y*ow + x of its channel, or nowhere (rd = -1) for a padding column. */
+        const bool imp = (flags & FLAG_IMPLICIT_A) != 0;
+        int rd[MR];
+#pragma unroll
+        for (int r = 0; r < MR; ++r) {
+            const int j = m0 + r;
+            const int y = imp ? j / wph : 0;
+            const int x = j - y * wph;
+            rd[r] = !imp ? j : (x < ow ? y * ow + x : -1);
+        }
+        __global float* pcb = C + offC + z1 * sC1 + z2 * sC2 + n0 * ldc;
+        const __global float* pzb = Z + offZ + z1 * sZ1 + z2 * sZ2 + n0 * ldc;
+        const __global float* pbias = bias + offBias + z1 * sBias1 + z2 * sBias2 + m0 * bias_sm + n0 * bias_sn;
         float tile[MR * NR] __attribute__((aligned(64)));
 #pragma unroll
         for (int r = 0; r < MR; ++r)
 #pragma unroll
             for (int v = 0; v < NV; ++v)
                 *(floatv*)(tile + r * NR + v * VW) = acc[r][v];
+        const int mr = min(MR, M - m0);
+        const int nr = min(NR, N - n0);
+        if (mr == MR && nr == NR) {
 #pragma unroll 4
-        for (int c = 0; c < NR; ++c) {
-            const float bc = has_bias ? beta * pbias[c * bias_sn] : 0.0f;
-            __global float* pcc = pc + c * ldc;
-            const __global float* pzc = pz + c * ldc;
+            for (int c = 0; c < NR; ++c) {
+                const float bc = has_bias ? beta * pbias[c * bias_sn] : 0.0f;
+                __global float* pcc = pcb + c * ldc;
+                const __global float* pzc = pzb + c * ldc;
 #pragma unroll
-            for (int r = 0; r < MR; ++r) {
-                float e = tile[r * NR + c] * alpha + bc;
-                if (has_res)
-                    e += pzc[r];
-                pcc[r] = act_s(e, act_a, act_b, act_c);
+                for (int r = 0; r < MR; ++r) {
+                    if (rd[r] < 0)
+                        continue;
+                    float e = tile[r * NR + c] * alpha + bc;
+                    if (has_res)
+                        e += pzc[rd[r]];
+                    pcc[rd[r]] = act_s(e, act_a, act_b, act_c);
+                }
+            }
+        } else {
+#pragma unroll 1
+            for (int r = 0; r < mr; ++r) {
+                if (rd[r] < 0)
+                    continue;
+#pragma unroll 1
+                for (int c = 0; c < nr; ++c) {
+                    float e = tile[r * NR + c] * alpha;
+                    if (has_bias)
+                        e += beta * pbias[r * bias_sm + c * bias_sn];
+                    if (has_res)
+                        e += pzb[c * ldc + rd[r]];
+                    pcb[c * ldc + rd[r]] = act_s(e, act_a, act_b, act_c);
+                }
             }
         }
-    } else {
+    }
 #else
+    __global float* pc = C + offC + z1 * sC1 + z2 * sC2 + m0 * ldc + n0;
+    const __global float* pbias = bias + offBias + z1 * sBias1 + z2 * sBias2 + m0 * bias_sm + n0 * bias_sn;
+    const __global float* pz = Z + offZ + z1 * sZ1 + z2 * sZ2 + m0 * ldc + n0;
     if (m0 + MR <= M && n0 + NR <= N) {
         /* A whole tile: unrolled, vector loads and stores. */
 #pragma unroll
@@ -304,7 +365,6 @@ __kernel void gemm(
             }
         }
     } else {
-#endif
         /* An edge tile: the accumulators go to a private tile, then one rolled scalar loop
          * (unrolling this path for every element only multiplied the code to generate). */
         float tile[MR * NR] __attribute__((aligned(64)));
@@ -323,9 +383,10 @@ __kernel void gemm(
                 if (has_bias)
                     e += beta * pbias[r * bias_sm + c * bias_sn];
                 if (has_res)
-                    e += pz[CIDX(r, c)];
-                pc[CIDX(r, c)] = act_s(e, act_a, act_b, act_c);
+                    e += pz[r * ldc + c];
+                pc[r * ldc + c] = act_s(e, act_a, act_b, act_c);
             }
         }
     }
+#endif
 }

@@ -356,34 +356,49 @@ def implicit_offsets(cin_g: int, geom: tuple) -> np.ndarray:
     return (ci + tap[None]).astype(np.int32).ravel()
 
 
-def _lower_implicit(ctx: LowerCtx, cfg: GemmConfig, *, n_img: int, cin: int, cin_g: int, g: int, m: int,
-                    kk: int, geom: tuple, a: Operand, bias: Optional[Bias], has_res: bool, act: tuple) -> list:
-    """Implicit GEMM: X copied once into zero-padded phase images (conv_phases, ~1.1x X where
-    im2col writes KH*KW x X), then the GEMM reads B rows as shifted runs of them through a
-    K-entry offset table and stores only the real pixels (gemm.cl implicit flag)."""
+def _phase_pieces(ctx: LowerCtx, *, n_img: int, cin: int, cin_g: int, geom: tuple, slack: int):
+    """The input of an implicit GEMM: X copied into zero-padded phase images (conv_phases, about
+    1.1 x X where im2col writes KH*KW x X), images in pieces within the scratch cap. A stride-1
+    1x1 conv reads X itself (no copy, one piece). Yields (producer launch or None, pixel operand
+    (stride per image and per group), offset table, WPH, first image, images)."""
     h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw = geom
     label = ctx.label()
+    if (kh, kw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0) and (oh, ow) == (h, w):
+        koff = ctx.const_buffer((np.arange(cin_g) * (h * w)).astype(np.int32))
+        yield None, Operand(ctx.buf(0), s1=cin * h * w, s2=cin_g * h * w), koff, w, 0, n_img
+        return
     nh, nw, hph, wph = phase_geometry(geom)
     per_img = cin * nh * nw * hph * wph  # floats of one image's phase images
-    npix, cout = oh * ow, m * g
-    c_s1, c_s2 = cout * npix, m * npix
     x_s1 = cin * h * w
     koff = ctx.const_buffer(implicit_offsets(cin_g, geom))
     pieces, nbytes = _pieces(n_img, 1, 4 * per_img)
-    # slack: the last tile's padding columns read up to WPH floats past the last phase image
-    scratch = ctx.scratch(nbytes + 4 * (wph + cfg.nr))
-    act_name, act_a, act_b = act
-    launches: list = []
+    scratch = ctx.scratch(nbytes + 4 * slack)
     for i0, ni, _, _ in pieces:
         tail = [i32(h), i32(w), scratch, i32(per_img), i32(hph), i32(wph), i32(sh), i32(sw), i32(ph), i32(pw),
                 i32(nh), i32(nw)]
         head = [ctx.buf(0), i32(i0 * x_s1), i32(x_s1)]
-        launches.append(Launch("im2col", "conv_phases", (-(-hph // 8), round_up(cin * nh * nw, 16), ni),
-                               head + [i32(cin)] + tail, (1, 16, 1), {}, label,
-                               noop_args=head + [i32(0)] + tail))  # Cin = 0: returns at once
+        producer = Launch("im2col", "conv_phases", (-(-hph // 8), round_up(cin * nh * nw, 16), ni),
+                          head + [i32(cin)] + tail, (1, 16, 1), {}, label,
+                          noop_args=head + [i32(0)] + tail)  # Cin = 0: returns at once
+        yield producer, Operand(scratch, s1=per_img, s2=cin_g * nh * nw * hph * wph), koff, wph, i0, ni
+
+
+def _lower_implicit(ctx: LowerCtx, cfg: GemmConfig, *, n_img: int, cin: int, cin_g: int, g: int, m: int,
+                    kk: int, geom: tuple, a: Operand, bias: Optional[Bias], has_res: bool, act: tuple) -> list:
+    """Implicit GEMM: the GEMM reads B rows as shifted runs of the phase images through a K-entry
+    offset table and stores only the real pixels (gemm.cl implicit flag)."""
+    oh, ow = geom[2:4]
+    label = ctx.label()
+    npix, cout = oh * ow, m * g
+    c_s1, c_s2 = cout * npix, m * npix
+    act_name, act_a, act_b = act
+    launches: list = []
+    # slack: the last tile's padding columns read up to WPH floats past the last phase image
+    for producer, b, koff, wph, i0, ni in _phase_pieces(ctx, n_img=n_img, cin=cin, cin_g=cin_g, geom=geom,
+                                                        slack=phase_geometry(geom)[3] + cfg.nr):
+        launches.append(producer)
         off = i0 * c_s1
         res = Operand(ctx.buf(3), off=off, s1=c_s1, s2=c_s2) if has_res else None
-        b = Operand(scratch, s1=per_img, s2=cin_g * nh * nw * hph * wph)
         launches.append(gemm_launch(cfg, m=m, n=oh * wph, k=kk, batch=ni * g, d2=g, a=a, b=b,
                                     c=Operand(ctx.out(0), off=off, ld=npix, s1=c_s1, s2=c_s2), bias=bias,
                                     res=res, act=act_name, act_alpha=act_a, act_beta=act_b,
@@ -391,12 +406,36 @@ def _lower_implicit(ctx: LowerCtx, cfg: GemmConfig, *, n_img: int, cin: int, cin
     return launches
 
 
+def implicit_rows_ok(cfg: GemmConfig, geom: tuple, pointwise: bool, m: int) -> bool:
+    """Whether a transposed conv (pixels as the MR rows) reads its pixels in place: a 1x1 conv
+    X itself (no pack), others the phase images (as implicit_ok) when the padding rows waste
+    little (ResNet-50's 14x14 3x3: 210 rows for 196 pixels, 7%; its 7x7 ones 14%: im2col).
+
+    Only for at most 8 column tiles of output channels (`m`): read in place, a pixel tile
+    costs a cache line per k where its packed panel costs MR floats, paid again for every
+    column tile. Measured in ResNet-50 on pocl: 256-channel layers faster in place (1x1 conv1
+    0.280 -> 0.260 ms with its pack, 3x3 0.595 -> 0.570 with im2col), 1024- and 2048-channel
+    ones slower (conv3 0.31 -> 0.34 ms, layer4 1x1s +0.03..0.06 ms). Walking the column tiles
+    first was slower still (weight panels streamed once per pixel tile)."""
+    h, w, oh, ow = geom[:4]
+    if not cfg.cpu_tiles or oh * ow < cfg.mr or m > 8 * cfg.nr:
+        return False
+    if pointwise:
+        return True
+    h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw = geom
+    if _phases_read(kh, dh, sh) is None or _phases_read(kw, dw, sw) is None:
+        return False
+    rows = oh * phase_geometry(geom)[3]
+    return round_up(rows, cfg.mr) <= (1 + _IMPLICIT_WASTE) * round_up(oh * ow, cfg.mr)
+
+
 def _lower_transposed(ctx: LowerCtx, cfg: GemmConfig, *, n_img: int, cin: int, cin_g: int, g: int, m: int,
                       kk: int, geom: tuple, pointwise: bool, has_bias: bool, has_res: bool,
                       act: tuple) -> list:
-    """Small-N convs (few output pixels) as Y^T = cols^T @ W^T: the pixels are the GEMM's MR rows
-    (im2col panels of MR pixels; for 1x1, X's columns packed likewise), the weights packed once into NR
-    output-channel panels, and the tile stored transposed (gemm.cl C_TRANS)."""
+    """Small-N convs (few output pixels) as Y^T = cols^T @ W^T: the pixels are the GEMM's MR rows,
+    read in place (X for a 1x1, else phase images; gemm.cl flag 8) or from im2col panels of MR
+    pixels, the weights packed once into NR output-channel panels, and the tile stored
+    transposed (gemm.cl C_TRANS)."""
     oh, ow = geom[2:4]
     label = ctx.label()
     npix, cout = oh * ow, m * g
@@ -417,10 +456,23 @@ def _lower_transposed(ctx: LowerCtx, cfg: GemmConfig, *, n_img: int, cin: int, c
                            res=res, act=act_name, act_alpha=act_a, act_beta=act_b, c_trans=True,
                            label=label)
 
-    # The pixel panels of A: X's columns packed in MR-pixel panels (1x1: A[p][k] = X[k][p]) or
-    # im2col panels. Packing even a 1x1 pays: read in place, each k steps H*W floats away
-    # (a new cache line and often a new page per k) and the GEMM ran ~30% slower.
     launches: list = []
+    if implicit_rows_ok(cfg, geom, pointwise, m):
+        # A read in place: X itself for a 1x1 (one launch, no pack), else the phase images.
+        oh, ow = geom[2:4]
+        for producer, a, koff, wph, i0, ni in _phase_pieces(ctx, n_img=n_img, cin=cin, cin_g=cin_g, geom=geom,
+                                                            slack=phase_geometry(geom)[3] + cfg.mr):
+            if producer is not None:
+                launches.append(producer)
+            off = i0 * c_s1
+            res = Operand(ctx.buf(3), off=off, s1=c_s1, s2=c_s2) if has_res else None
+            launches.append(gemm_launch(cfg, m=oh * wph, n=m, k=kk, batch=ni * g, d2=g, a=a, b=b,
+                                        c=Operand(ctx.out(0), off=off, ld=npix, s1=c_s1, s2=c_s2), bias=bias,
+                                        res=res, act=act_name, act_alpha=act_a, act_beta=act_b, c_trans=True,
+                                        implicit=Implicit(koff, wph, ow), label=label))
+        return launches
+    # Else the pixel panels of A: im2col panels of MR pixels (the waste of the padding rows of
+    # phase images too high, or a GPU).
     for producer, a, i0, ni, p0, pn in _pixel_panels(ctx, cfg.mr, n_img=n_img, g=g, kk=kk, cin_g=cin_g,
                                                      geom=geom, pointwise=pointwise, label=label):
         launches.append(producer)

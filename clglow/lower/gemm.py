@@ -154,9 +154,10 @@ class Bias:
 
 @dataclass
 class Implicit:
-    """An implicit-GEMM convolution's B and C mapping (gemm.cl flag 4): row k of B starts
-    at offset koff[k] of the phase images, column n is the padded-linear pixel y*wph + x, and
-    only columns with x < ow are stored (at y*ow + x)."""
+    """An implicit-GEMM convolution's pixel operand and C mapping: row k of the pixel operand
+    starts at offset koff[k] of the phase images (or of X itself), pixel n is the padded-linear
+    y*wph + x, and only pixels with x < ow are stored (at y*ow + x). The pixels are B's columns
+    (gemm.cl flag 4), or in a transposed GEMM A's rows (flag 8)."""
 
     koff: Arg
     wph: int
@@ -183,21 +184,26 @@ def gemm_launch(cfg: GemmConfig, *, m: int, n: int, k: int, batch: int, d2: int,
     """The gemm.cl launch for C[z] = act(alpha * A[z] @ B[z] + bias + res) over `batch` z's.
 
     c_trans: C (and res) are stored transposed, element (i, j) at C[j * c.ld + i].
-    implicit: B is a convolution's phase images read through a row-offset table (see Implicit;
-    B unpacked, C not transposed, the bias per row)."""
+    implicit: the pixel operand (B; A when c_trans) is a convolution's input or phase images
+    read in place through a row-offset table (see Implicit; transposed, the weights packed); the
+    bias is per output channel."""
     if act not in ACTIVATIONS:
         raise InvalidModel(f"unsupported fused activation {act!r}", node=label or None)
     act_code, act_p = act_params(act, act_alpha, act_beta)
-    if implicit is not None and (b.packed or c_trans):
-        raise ValueError("an implicit GEMM reads B in place and stores C untransposed")
-    defines = gemm_defines(cfg, a_packed=a.packed, b_packed=b.packed, act_code=act_code, c_trans=c_trans)
+    if implicit is not None and (b.packed if not c_trans else a.packed or not b.packed):
+        raise ValueError("an implicit GEMM reads its pixels (B, or A when transposed) in place; "
+                         "transposed, the weights are packed")
+    # a transposed implicit GEMM is a flag of the packed-A program (no program of its own)
+    defines = gemm_defines(cfg, a_packed=a.packed or (implicit is not None and c_trans), b_packed=b.packed,
+                           act_code=act_code, c_trans=c_trans)
     args: list = [a.arg, i32(a.off), i32(a.s1), i32(a.s2), i32(a.ld), i32(a.ld2),
                   b.arg, i32(b.off), i32(b.s1), i32(b.s2), i32(b.ld),
                   c.arg, i32(c.off), i32(c.s1), i32(c.s2), i32(c.ld)]
     # Absent bias / residual: the flags say so and C stands in for the pointer (never read).
     bias_ = bias if bias is not None else Bias(c.arg, sm=0, sn=0, beta=0.0)
     res_ = res if res is not None else Operand(c.arg)
-    flags = (1 if bias is not None else 0) | (2 if res is not None else 0) | (4 if implicit is not None else 0)
+    flags = ((1 if bias is not None else 0) | (2 if res is not None else 0)
+             | (0 if implicit is None else 8 if c_trans else 4))
     args += [bias_.arg, i32(bias_.off), i32(bias_.s1), i32(bias_.s2), i32(bias_.sm), i32(bias_.sn),
              f32(bias_.beta)]
     args += [res_.arg, i32(res_.off), i32(res_.s1), i32(res_.s2)]

@@ -259,6 +259,37 @@ def test_small_n_transposed(x_shape, w_shape, attrs):
         fused_check(x_shape, w_shape, act, alpha, beta, **attrs)
 
 
+SMALL_N_IMPLICIT = [
+    # the transposed GEMM reading its pixels in place (gemm.cl flag 8): ResNet's 14x14 layers
+    ((2, 64, 14, 14), (96, 64, 1, 1), {}, False),                                  # 1x1: X itself
+    ((1, 32, 14, 14), (64, 32, 3, 3), dict(pads=[1, 1, 1, 1]), True),              # phase images
+    ((2, 24, 28, 28), (64, 24, 1, 1), dict(strides=[2, 2]), True),                 # strided 1x1
+    ((1, 24, 27, 27), (64, 24, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), True),  # 4 phases
+    ((2, 16, 13, 13), (128, 8, 1, 1), dict(group=2), False),                       # groups, 169 = 24*7 + 1
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs,phases", SMALL_N_IMPLICIT,
+                         ids=[str(i) for i in range(len(SMALL_N_IMPLICIT))])
+def test_small_n_implicit_rows(x_shape, w_shape, attrs, phases):
+    """Bias, residual and activations through the transposed store with padding rows skipped,
+    a ragged last row tile computed overlapping its neighbour; no im2col or pack launch."""
+    g = attrs.get("group", 1)
+    geom = _geom(x_shape, w_shape, attrs.get("pads", (0,) * 4), attrs.get("strides", (1, 1)))
+    cfg = conv_mod.transposed_config(conv_mod.gemm_config(device_info()), w_shape[0] // g, geom[2] * geom[3])
+    pointwise = w_shape[2:] == (1, 1) and attrs.get("strides", (1, 1)) == (1, 1)
+    if cfg is None or not conv_mod.implicit_rows_ok(cfg, geom, pointwise, w_shape[0] // g):
+        pytest.skip("this device's tiles take another path for this shape")  # GPU configs
+    x, w, b = rand(*x_shape), rand(*w_shape), rand(w_shape[0])
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
+    names = [l.kernel for l in lower(node, {"x": x}, {"w": w, "b": b},
+                                     {"y": ((x_shape[0], w_shape[0], geom[2], geom[3]), np.float32)})]
+    assert names.count("conv_phases") == (1 if phases else 0) and not {"im2col", "pack_b"} & set(names), names
+    check(node, {"x": x}, {"w": w, "b": b})
+    fused_check(x_shape, w_shape, "Relu", 0.0, 0.0, **attrs)
+    fused_check(x_shape, w_shape, "Clip", -0.5, 0.7, residual=False, **attrs)
+
+
 def test_small_n_uses_transposed_tiles():
     from clglow.lower.gemm import GemmConfig, transposed_config
     cfg = GemmConfig(12, 16, 2, (1, 1, 1))
@@ -359,6 +390,12 @@ def test_implicit_choice_resnet50():
     assert conv_mod.implicit_ok(cfg, (56, 56, 28, 28, 3, 3, 2, 2, 1, 1, 1, 1))
     assert conv_mod.implicit_ok(cfg, (28, 28, 28, 28, 3, 3, 1, 1, 1, 1, 1, 1))
     assert conv_mod.transposed_config(cfg, 256, 14 * 14) is not None  # taken before implicit_ok
+    tcfg = conv_mod.transposed_config(cfg, 256, 14 * 14)
+    assert conv_mod.implicit_rows_ok(tcfg, (14, 14, 14, 14, 3, 3, 1, 1, 1, 1, 1, 1), False, 256)  # 210 rows
+    assert conv_mod.implicit_rows_ok(tcfg, (14, 14, 14, 14, 1, 1, 1, 1, 0, 0, 1, 1), True, 256)   # X in place
+    assert not conv_mod.implicit_rows_ok(tcfg, (14, 14, 14, 14, 1, 1, 1, 1, 0, 0, 1, 1), True, 1024)  # conv3
+    tcfg = conv_mod.transposed_config(cfg, 512, 7 * 7)
+    assert not conv_mod.implicit_rows_ok(tcfg, (7, 7, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1), False, 512)  # 56 rows
     assert conv_mod.implicit_ok(cfg, (56, 56, 28, 28, 1, 1, 2, 2, 0, 0, 1, 1))  # downsample: one phase
     assert conv_mod.phase_geometry((56, 56, 28, 28, 1, 1, 2, 2, 0, 0, 1, 1)) == (1, 1, 29, 28)
     # taps reading phases 0 and 2 of 4 (dilation 2, stride 4): im2col
