@@ -58,6 +58,9 @@ def _pads(ctx: LowerCtx, in_sp: list, out_sp: list, ks: list, st: list, dil: lis
     return [int(v) for v in pads[:nd]], [int(v) for v in pads[nd:]]
 
 
+_MP_MAXW = 256  # pool.cl MP_MAXW: the widest input row of the maxpool2d fast path
+
+
 @device_op("MaxPool", "AveragePool", supports=_supports_pool)
 def lower_pool(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
@@ -85,13 +88,13 @@ def lower_pool(ctx: LowerCtx) -> list:
         defines["COUNT_INCLUDE_PAD"] = None
     od, oh, ow = pad3(out_sp, 1)
     nc = int(out.shape[0]) * int(out.shape[1])
+    h, w = pad3(in_sp, 1)[1:]
+    kh, kw = pad3(ks, 1)[1:]
+    sh, sw = pad3(st, 1)[1:]
+    ph, pw = pad3(pb, 0)[1:]
     if (is_max and "WITH_INDICES" not in defines and nd <= 2 and all(d == 1 for d in dil)
-            and 15 * st[-1] + ks[-1] <= 48):
-        # 2-D fast path: rows max-reduced with float16 loads, one work-item per output row.
-        h, w = pad3(in_sp, 1)[1:]
-        kh, kw = pad3(ks, 1)[1:]
-        sh, sw = pad3(st, 1)[1:]
-        ph, pw = pad3(pb, 0)[1:]
+            and 15 * sw + kw <= 48 and w <= _MP_MAXW and pw <= 16):
+        # 2-D fast path: input rows max-reduced into a private row, one work-item per output row.
         # 8 output rows per work-group (rows past OH return): pocl pays per group
         return [Launch("pool", "maxpool2d", (round_up(oh, 8), nc), args + [i32(v) for v in (h, w, oh, ow, kh, kw,
                                                                                             sh, sw, ph, pw)],
