@@ -35,6 +35,8 @@ CASES = [
     ((2, 2, 9, 50), dict(kernel_shape=[3, 2], strides=[1, 1], pads=[1, 0, 1, 1])),
     ((1, 2, 8, 67), dict(kernel_shape=[2, 3], strides=[3, 2], ceil_mode=1)),
     ((1, 2, 5, 33), dict(kernel_shape=[5, 5], strides=[2, 2], pads=[4, 4, 4, 4])),
+    ((1, 2, 6, 300), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),  # rows too wide: general kernel
+    ((1, 2, 7, 256), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1)),  # widest fast row
     ((1, 2, 40), dict(kernel_shape=[3], strides=[2], pads=[1, 1])),
 ]
 
