@@ -194,7 +194,7 @@ ACTS = [("", 0.0, 0.0), ("Relu", 0.0, 0.0), ("Clip", 0.0, 6.0), ("LeakyRelu", 0.
         ("Sigmoid", 0.0, 0.0), ("HardSigmoid", 0.2, 0.5), ("Tanh", 0.0, 0.0)]
 
 
-def fused_check(x_shape, w_shape, act, alpha, beta, residual=True, bias=True, **attrs):
+def fused_check(x_shape, w_shape, act, alpha, beta, residual=True, bias=True, device=None, **attrs):
     x, w, b = rand(*x_shape), rand(*w_shape), rand(w_shape[0])
     conv_inputs = ["x", "w"] + (["b"] if bias else [])
     consts = {"w": w, **({"b": b} if bias else {})}
@@ -206,7 +206,7 @@ def fused_check(x_shape, w_shape, act, alpha, beta, residual=True, bias=True, **
     expected = _act(y, act, alpha, beta).astype(np.float32)
     node = helper.make_node("FusedConv", ["x", "w", "b" if bias else "", "z" if residual else ""], ["y"],
                             domain="clglow", activation=act, alpha=alpha, beta=beta, **attrs)
-    check(node, feeds, consts, expected=[expected])
+    check(node, feeds, consts, expected=[expected], device=device)
 
 
 @pytest.mark.parametrize("act,alpha,beta", ACTS, ids=[a[0] or "none" for a in ACTS])
@@ -274,20 +274,20 @@ SMALL_N_IMPLICIT = [
 def test_small_n_implicit_rows(x_shape, w_shape, attrs, phases):
     """Bias, residual and activations through the transposed store with padding rows skipped,
     a ragged last row tile computed overlapping its neighbour; no im2col or pack launch."""
+    dev = _default_tiles()
     g = attrs.get("group", 1)
     geom = _geom(x_shape, w_shape, attrs.get("pads", (0,) * 4), attrs.get("strides", (1, 1)))
-    cfg = conv_mod.transposed_config(conv_mod.gemm_config(device_info()), w_shape[0] // g, geom[2] * geom[3])
+    cfg = conv_mod.transposed_config(conv_mod.gemm_config(dev), w_shape[0] // g, geom[2] * geom[3])
     pointwise = w_shape[2:] == (1, 1) and attrs.get("strides", (1, 1)) == (1, 1)
-    if cfg is None or not conv_mod.implicit_rows_ok(cfg, geom, pointwise, w_shape[0] // g):
-        pytest.skip("this device's tiles take another path for this shape")  # GPU configs
+    assert cfg is not None and conv_mod.implicit_rows_ok(cfg, geom, pointwise, w_shape[0] // g)
     x, w, b = rand(*x_shape), rand(*w_shape), rand(w_shape[0])
     node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
     names = [l.kernel for l in lower(node, {"x": x}, {"w": w, "b": b},
-                                     {"y": ((x_shape[0], w_shape[0], geom[2], geom[3]), np.float32)})]
+                                     {"y": ((x_shape[0], w_shape[0], geom[2], geom[3]), np.float32)}, device=dev)]
     assert names.count("conv_phases") == (1 if phases else 0) and not {"im2col", "pack_b"} & set(names), names
-    check(node, {"x": x}, {"w": w, "b": b})
-    fused_check(x_shape, w_shape, "Relu", 0.0, 0.0, **attrs)
-    fused_check(x_shape, w_shape, "Clip", -0.5, 0.7, residual=False, **attrs)
+    check(node, {"x": x}, {"w": w, "b": b}, device=dev)
+    fused_check(x_shape, w_shape, "Relu", 0.0, 0.0, device=dev, **attrs)
+    fused_check(x_shape, w_shape, "Clip", -0.5, 0.7, residual=False, device=dev, **attrs)
 
 
 def test_small_n_uses_transposed_tiles():
@@ -300,6 +300,15 @@ def test_small_n_uses_transposed_tiles():
 
 
 # --- implicit GEMM (phase images + row offsets, gemm.cl implicit flag) ---------------------------------
+def _default_tiles():
+    """The test device with its built-in tile defaults: the path choices below are asserted for
+    them (a session elsewhere in the run may have tuned the device to other tiles)."""
+    info = dataclasses.replace(device_info(), gemm_tiles=None)
+    if info.type != "cpu":
+        pytest.skip("the implicit GEMM paths are taken with CPU tiles only")
+    return info
+
+
 def _geom(x_shape, w_shape, pads=(0, 0, 0, 0), strides=(1, 1), dilations=(1, 1)):
     h, w = x_shape[2:]
     kh, kw = w_shape[2:]
@@ -323,26 +332,27 @@ IMPLICIT = [
 
 @pytest.mark.parametrize("x_shape,w_shape,attrs", IMPLICIT, ids=[str(i) for i in range(len(IMPLICIT))])
 def test_implicit_conv(x_shape, w_shape, attrs):
-    cfg = conv_mod.fit_rows(conv_mod.gemm_config(device_info()), w_shape[0] // attrs.get("group", 1))
+    dev = _default_tiles()
+    cfg = conv_mod.fit_rows(conv_mod.gemm_config(dev), w_shape[0] // attrs.get("group", 1))
     geom = _geom(x_shape, w_shape, attrs.get("pads", (0,) * 4), attrs.get("strides", (1, 1)),
                  attrs.get("dilations", (1, 1)))
-    if not conv_mod.implicit_ok(cfg, geom):
-        pytest.skip("this device's tiles take the im2col path for this shape")  # GPU configs
+    assert conv_mod.implicit_ok(cfg, geom)
     node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
     x, w, b = rand(*x_shape), rand(*w_shape), rand(w_shape[0])
     oh, ow = geom[2:4]
     names = [l.kernel for l in lower(node, {"x": x}, {"w": w, "b": b},
-                                     {"y": ((x_shape[0], w_shape[0], oh, ow), np.float32)})]
+                                     {"y": ((x_shape[0], w_shape[0], oh, ow), np.float32)}, device=dev)]
     assert "conv_phases" in names and "im2col" not in names, names
-    check(node, {"x": x}, {"w": w, "b": b})
+    check(node, {"x": x}, {"w": w, "b": b}, device=dev)
 
 
 @pytest.mark.parametrize("act,alpha,beta", [ACTS[1], ACTS[3], ACTS[6]], ids=["Relu", "LeakyRelu", "Tanh"])
 def test_implicit_fused_residual(act, alpha, beta):
     """Bias, residual and activation in the remapped epilogue (whole vectors and lane by lane),
     with a ragged row tile (M = 13)."""
-    fused_check((2, 6, 10, 50), (13, 6, 3, 3), act, alpha, beta, pads=[1, 1, 1, 1])
-    fused_check((1, 3, 16, 70), (13, 3, 5, 5), act, alpha, beta, pads=[2, 2, 2, 2], strides=[2, 2])
+    dev = _default_tiles()
+    fused_check((2, 6, 10, 50), (13, 6, 3, 3), act, alpha, beta, pads=[1, 1, 1, 1], device=dev)
+    fused_check((1, 3, 16, 70), (13, 3, 5, 5), act, alpha, beta, pads=[2, 2, 2, 2], strides=[2, 2], device=dev)
 
 
 @pytest.mark.parametrize("cap", [1, 2 * 4 * 11 * 42 * 4 + 1])
