@@ -1,16 +1,23 @@
-"""Conv and clglow FusedConv on OpenCL: im2col + GEMM, 1x1 as a plain GEMM, direct depthwise.
+"""Conv and clglow FusedConv on OpenCL: implicit GEMM or im2col + GEMM, 1x1 on X in place,
+direct depthwise.
 
 FusedConv (domain "clglow", made by the fusion pass) is Y = act(conv(X, W) + B + Z): its bias,
-residual and activation run in the GEMM's epilogue (gemm.cl defines), so a fused layer is one
-GEMM launch (plus im2col). Plain Conv takes the same path without residual or activation.
+residual and activation run in the GEMM's epilogue (gemm.cl), so a fused layer is one GEMM
+launch (plus the producer of its pixel operand, if any). Plain Conv takes the same path
+without residual or activation.
 
-Paths, by what the node needs:
+Paths, by what the node needs (the shape choices for CPU tiles, GemmConfig.cpu_tiles):
   depthwise (Cin/groups == 1, groups > 1)  -> dwconv.cl, one launch
-  1x1, stride 1, no padding                -> GEMM on X packed by pack_b (CPU), in place (GPU)
-  anything else                            -> im2col.cl writes B panels into scratch -> GEMM
-  few output pixels (N <= 256, gemm.transposed_config) -> the same, transposed: Y^T = cols^T W^T
-      with the pixels as MR-row panels (im2col with NR = MR, or X in place for 1x1) and the
-      tile stored transposed (gemm.cl C_TRANS)
+  1x1, stride 1, no padding                -> GEMM reading X in place as B (packed by pack_b
+                                              only when N is narrower than 4 column tiles)
+  other convs (implicit_ok)                -> conv_phases (im2col.cl) copies X once into
+      zero-padded phase images; the GEMM reads row k of B at a per-k offset in them and stores
+      only the real pixels (gemm.cl implicit flag 4)
+  else                                     -> im2col.cl writes B panels into scratch -> GEMM
+  few output pixels (N <= 256, gemm.transposed_config) -> transposed: Y^T = cols^T W^T with
+      the pixels as the MR tile rows, read in place (X for a 1x1, phase images otherwise; flag
+      8) when the output has at most 8 column tiles (implicit_rows_ok), else from im2col / pack
+      panels, and the tile stored transposed (gemm.cl C_TRANS)
 Weights are packed into A panels once per plan (ctx.derived). 1-D convs run as 2-D with H = 1;
 3-D convs are declined by supports() and go to the host fallback.
 """
