@@ -32,6 +32,8 @@ _FUSED_AS = {
                                                                if k not in ("activation", "alpha", "beta")})),
     # elementwise ops broadcast multidirectionally, as Sum does, and keep the dtype
     ("clglow", "FusedElementwise"): ("Sum", lambda n: (list(n.inputs), {})),
+    # bias and residual never change the MatMul's output shape (checked by the fusion)
+    ("clglow", "FusedMatMul"): ("MatMul", lambda n: (n.inputs[:2], {})),
 }
 
 

@@ -422,9 +422,56 @@ def _collapse(dims: list, strides: Sequence[list]) -> tuple:
     return out_d, out_s
 
 
+def supports_fused_matmul(node: Node, graph: Graph) -> Optional[str]:
+    """clglow.FusedMatMul (passes/fuse_matmul.py): float32, both operands at least 2-D, an
+    activation the epilogue has."""
+    why = supports_matmul(node, graph) or float32_only(node, graph)
+    if why:
+        return why
+    for i in (0, 1):
+        s = _shape(graph, node.input(i))
+        if s is not None and len(s) < 2:
+            return "a fused MatMul takes 2-D or batched operands"
+    act = node.attrs.get("activation", "")
+    act = act.decode() if isinstance(act, bytes) else act
+    if act not in ACTIVATIONS:
+        return f"fused activation {act!r} is not one of {sorted(a for a in ACTIVATIONS if a)}"
+    return None
+
+
 @device_op("MatMul", supports=supports_matmul)
 def lower_matmul(ctx: LowerCtx) -> list:
     """numpy matmul: 1-D operands promoted then squeezed, leading dims broadcast."""
+    return _lower_matmul(ctx)
+
+
+@device_op("FusedMatMul", domain="clglow", supports=supports_fused_matmul)
+def lower_fused_matmul(ctx: LowerCtx) -> list:
+    """Y = act(alpha * A @ B + bias + residual): inputs A, B, bias (per column: [N] or
+    [1, .., 1, N], may be absent) and residual (Y's shape, may be absent), all in the epilogue."""
+    out_shape = tuple(ctx.outputs[0].shape)
+    bias = None
+    if ctx.has_input(2) and ctx.node.input(2):
+        bs = tuple(ctx.inputs[2].shape)
+        n = out_shape[-1] if out_shape else 1
+        if bs and (bs[-1] not in (n, 1) or any(d != 1 for d in bs[:-1])):
+            raise InvalidModel(f"FusedMatMul bias of shape {bs} is not a per-column vector of {n}",
+                               node=ctx.label())
+        bias = Bias(ctx.buf(2), sm=0, sn=1 if bs and bs[-1] == n and n != 1 else 0)
+    res = None
+    if ctx.has_input(3) and ctx.node.input(3):
+        if tuple(ctx.inputs[3].shape) != out_shape:
+            raise InvalidModel(f"FusedMatMul residual {tuple(ctx.inputs[3].shape)} differs from the output "
+                               f"{out_shape}", node=ctx.label())
+        res = ctx.buf(3)
+    act = ctx.attr("activation", "")
+    act = act.decode() if isinstance(act, bytes) else str(act or "")
+    return _lower_matmul(ctx, bias=bias, res=res, alpha=float(ctx.attr("alpha", 1.0)),
+                         act=(act, float(ctx.attr("act_alpha", 0.0)), float(ctx.attr("act_beta", 0.0))))
+
+
+def _lower_matmul(ctx: LowerCtx, bias: Optional[Bias] = None, res: Optional[Arg] = None, alpha: float = 1.0,
+                  act: tuple = ("", 0.0, 0.0)) -> list:
     cfg = gemm_config(ctx.device)
     sa, sb = tuple(ctx.inputs[0].shape), tuple(ctx.inputs[1].shape)
     if len(sa) == 0 or len(sb) == 0:
@@ -502,6 +549,8 @@ def lower_matmul(ctx: LowerCtx) -> list:
         aa = Operand(a.arg, a.packed, offs[0], ins[0][0], ins[0][1], a.ld, a.ld2)
         bo = Operand(b.arg, b.packed, offs[1], ins[1][0], ins[1][1], b.ld)
         co = Operand(c.arg, False, offs[2], ins[2][0], ins[2][1], c.ld)
-        launches.append(gemm_launch(cfg, m=m, n=n, k=k, batch=batch, d2=d2, a=aa, b=bo, c=co,
+        zo = None if res is None else Operand(res, False, offs[2], ins[2][0], ins[2][1], c.ld)
+        launches.append(gemm_launch(cfg, m=m, n=n, k=k, batch=batch, d2=d2, a=aa, b=bo, c=co, bias=bias,
+                                    res=zo, alpha=alpha, act=act[0], act_alpha=act[1], act_beta=act[2],
                                     label=label))
     return launches

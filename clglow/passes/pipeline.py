@@ -10,6 +10,7 @@ from .dead_code import remove_dead_nodes
 from .fold_constants import fold_constants
 from .fuse_conv import fuse_conv
 from .fuse_elementwise import fuse_elementwise
+from .fuse_matmul import fuse_matmul
 from .identity import remove_identity
 
 log = logging.getLogger(__name__)
@@ -20,6 +21,7 @@ PIPELINE: list[Callable[[Graph], Graph]] = [
     remove_dead_nodes,
     fold_batchnorm,
     fuse_conv,
+    fuse_matmul,
     fuse_elementwise,
     remove_dead_nodes,
 ]

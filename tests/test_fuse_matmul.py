@@ -1,0 +1,114 @@
+"""Fusion of MatMul epilogues (passes/fuse_matmul.py): scale, per-column bias (constant or live,
+e.g. an attention mask), residual and activation become one clglow.FusedMatMul launch; what is
+not fused; results against onnxruntime; a forged FusedMatMul in a user's model is refused."""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+from onnx import TensorProto as T, helper, numpy_helper
+
+import clglow
+from clglow.errors import ClglowError
+
+sys.path.insert(0, os.path.dirname(__file__))
+import models  # noqa: E402  (tests/models.py: ort_run)
+
+RNG = np.random.default_rng(5)
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _vi(name, shape):
+    return helper.make_tensor_value_info(name, T.FLOAT, shape)
+
+
+def _c(name, *shape):
+    return numpy_helper.from_array(RNG.standard_normal(shape).astype(np.float32), name)
+
+
+def _check(model, feeds, n_fused, n_nodes=None):
+    sess = clglow.InferenceSession(model.SerializeToString())
+    fused = [n for n in sess.graph.nodes if n.op_type == "FusedMatMul"]
+    assert len(fused) == n_fused, [n.op_type for n in sess.graph.nodes]
+    if n_nodes is not None:
+        assert len(sess.graph.nodes) == n_nodes, [n.op_type for n in sess.graph.nodes]
+    got = sess.run(None, feeds)
+    want = models.ort_run(model, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(w).max())))
+    return fused
+
+
+@pytest.mark.parametrize("m", [7, 64, 130])  # few rows (A read strided) and many (A packed at run time)
+def test_linear_bias_residual_relu_is_one_node(m):
+    """x @ W + b + r -> Relu, a transformer's output projection with an activation."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"]), helper.make_node("Add", ["mm", "b"], ["a"]),
+             helper.make_node("Add", ["r", "a"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    feeds = {"x": RNG.standard_normal((2, m, 40)).astype(np.float32),
+             "r": RNG.standard_normal((2, m, 72)).astype(np.float32)}
+    (f,) = _check(_model(nodes, [_vi("x", [2, m, 40]), _vi("r", [2, m, 72])], [_vi("y", [2, m, 72])],
+                         [_c("w", 40, 72), _c("b", 72)]), feeds, 1, 1)
+    assert f.inputs[2] == "b" and f.inputs[3] == "r" and f.attrs["activation"] == "Relu"
+
+
+def test_attention_scores_scale_and_live_mask():
+    """q @ k^T * scale + mask[1, 1, 1, S] (computed from an input at run time): alpha and a live
+    per-column bias, over a batch of heads."""
+    nodes = [helper.make_node("MatMul", ["q", "k"], ["s"]), helper.make_node("Mul", ["s", "scale"], ["t"]),
+             helper.make_node("Mul", ["mask", "neg"], ["madd"]), helper.make_node("Add", ["t", "madd"], ["y"])]
+    scale = numpy_helper.from_array(np.array(0.125, np.float32), "scale")
+    neg = numpy_helper.from_array(np.array(-1e4, np.float32), "neg")
+    feeds = {"q": RNG.standard_normal((1, 4, 48, 64)).astype(np.float32),
+             "k": RNG.standard_normal((1, 4, 64, 48)).astype(np.float32),
+             "mask": (RNG.random((1, 1, 1, 48)) > 0.7).astype(np.float32)}
+    (f,) = _check(_model(nodes, [_vi("q", [1, 4, 48, 64]), _vi("k", [1, 4, 64, 48]), _vi("mask", [1, 1, 1, 48])],
+                         [_vi("y", [1, 4, 48, 48])], [scale, neg]), feeds, 1)
+    assert f.attrs["alpha"] == pytest.approx(0.125) and f.inputs[2] == "madd"
+
+
+def test_what_is_not_fused():
+    """A MatMul whose result is also used elsewhere or is a graph output, a per-row vector, an
+    Add that broadcasts the output larger, a Mul by a tensor, a Mul after the Add: left alone."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m1"]), helper.make_node("Add", ["m1", "b"], ["y1"]),
+             helper.make_node("Neg", ["m1"], ["y2"]),                       # m1 used twice
+             helper.make_node("MatMul", ["x", "w"], ["m2"]), helper.make_node("Add", ["m2", "rowv"], ["y3"]),  # per row
+             helper.make_node("MatMul", ["x", "w"], ["m3"]), helper.make_node("Add", ["m3", "big"], ["y4"]),   # grows
+             helper.make_node("MatMul", ["x", "w"], ["m4"]), helper.make_node("Mul", ["m4", "x2"], ["y5"]),    # tensor Mul
+             helper.make_node("MatMul", ["x", "w"], ["y6"])]                # graph output
+    inits = [_c("w", 24, 40), _c("b", 40), _c("rowv", 16, 1), _c("big", 3, 16, 40)]
+    feeds = {"x": RNG.standard_normal((16, 24)).astype(np.float32),
+             "x2": RNG.standard_normal((16, 40)).astype(np.float32)}
+    outs = [_vi("y1", [16, 40]), _vi("y2", [16, 40]), _vi("y3", [16, 40]), _vi("y4", [3, 16, 40]),
+            _vi("y5", [16, 40]), _vi("y6", [16, 40])]
+    _check(_model(nodes, [_vi("x", [16, 24]), _vi("x2", [16, 40])], outs, inits), feeds, 0)
+
+
+def test_mul_after_add_is_not_alpha():
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"]), helper.make_node("Add", ["mm", "b"], ["a"]),
+             helper.make_node("Mul", ["a", "two"], ["y"])]
+    two = numpy_helper.from_array(np.array(2.0, np.float32), "two")
+    feeds = {"x": RNG.standard_normal((20, 12)).astype(np.float32)}
+    (f,) = _check(_model(nodes, [_vi("x", [20, 12])], [_vi("y", [20, 40])], [_c("w", 12, 40), _c("b", 40), two]),
+                  feeds, 1, 2)
+    assert f.attrs["alpha"] == 1.0
+
+
+def test_forged_fused_matmul_is_refused():
+    """A model may name clglow's internal op: a bias that is not a per-column vector is an error
+    naming the node, and the session stays usable."""
+    node = helper.make_node("FusedMatMul", ["x", "w", "b", ""], ["y"], domain="clglow", name="forged")
+    g = helper.make_graph([node], "g", [_vi("x", [4, 8]), _vi("w", [8, 6]), _vi("b", [4, 6])], [_vi("y", [4, 6])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("clglow", 1)])
+    feeds = {"x": np.ones((4, 8), np.float32), "w": np.ones((8, 6), np.float32), "b": np.ones((4, 6), np.float32)}
+    with pytest.raises(ClglowError, match="forged"):
+        clglow.InferenceSession(m.SerializeToString()).run(None, feeds)
+    ok = _model([helper.make_node("MatMul", ["x", "w"], ["y"])], [_vi("x", [4, 8]), _vi("w", [8, 6])],
+                [_vi("y", [4, 6])])
+    out = clglow.InferenceSession(ok.SerializeToString()).run(None, {"x": feeds["x"], "w": feeds["w"]})[0]
+    np.testing.assert_allclose(out, np.full((4, 6), 8.0))
