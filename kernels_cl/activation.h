@@ -6,7 +6,7 @@
  *     v = v < 0 ? v * a : v;   v = v < b ? b : v;   v = v > c ? c : v
  *   identity (1, -inf, inf), Relu (1, 0, inf), LeakyRelu(alpha) (alpha, -inf, inf),
  *   Clip(lo, hi) (1, lo, hi). Every comparison is false for NaN, so NaN passes through.
- * ACT = 4 Sigmoid, 5 HardSigmoid(alpha = a, beta = b), 6 Tanh.
+ * ACT = 4 Sigmoid, 5 HardSigmoid(alpha = a, beta = b), 6 Tanh, 7 Gelu (exact: erf, see erf.h).
  *
  * DEFINE_ACT(name, T) defines `T name(T v, float a, float b, float c)` for a scalar or vector T.
  */
@@ -38,6 +38,13 @@
     inline T NAME(T v, float a, float b, float c) {              \
         return tanh(v);                                           \
     }
+#elif ACT == 7
+#include "erf.h"
+#define DEFINE_ACT(NAME, T)                                                      \
+    DEFINE_ERF(NAME##_erf, T)                                                    \
+    inline T NAME(T v, float a, float b, float c) {                              \
+        return (T)0.5f * v * ((T)1.0f + NAME##_erf(v * (T)0.70710678118654752f)); \
+    }
 #else
-#error "ACT must be 0 (piecewise linear), 4 (Sigmoid), 5 (HardSigmoid) or 6 (Tanh)"
+#error "ACT must be 0 (piecewise linear), 4 (Sigmoid), 5 (HardSigmoid), 6 (Tanh) or 7 (Gelu)"
 #endif

@@ -6,24 +6,28 @@
  *               t = 1 / (1 + 0.3275911 |x|) (absolute error below 1.5e-7, so relative
  *               below 3e-7 where erf >= 0.52)
  * NaN stays NaN, +-inf gives +-1. */
-inline float clg_erf(float x) {
-    const float ax = x < 0.0f ? -x : x;
-    const float x2 = x * x;
-    /* 2/sqrt(pi) * (x - x^3/3 + x^5/10 - x^7/42 + x^9/216 - x^11/1320) */
-    float s = -1.0f / 1320.0f;
-    s = s * x2 + 1.0f / 216.0f;
-    s = s * x2 - 1.0f / 42.0f;
-    s = s * x2 + 1.0f / 10.0f;
-    s = s * x2 - 1.0f / 3.0f;
-    s = s * x2 + 1.0f;
-    const float series = 1.1283791670955126f * x * s;
-    const float t = 1.0f / (1.0f + 0.3275911f * ax);
-    float p = 1.061405429f;
-    p = p * t - 1.453152027f;
-    p = p * t + 1.421413741f;
-    p = p * t - 0.284496736f;
-    p = p * t + 0.254829592f;
-    float tail = 1.0f - t * p * exp(-x2);
-    tail = x < 0.0f ? -tail : tail;
-    return ax < 0.5f ? series : tail;
-}
+/* DEFINE_ERF(name, T) defines `T name(T x)` for float or a float vector type. */
+#define DEFINE_ERF(NAME, T)                                                      \
+    inline T NAME(T x) {                                                         \
+        const T ax = x < (T)0.0f ? -x : x;                                       \
+        const T x2 = x * x;                                                      \
+        /* 2/sqrt(pi) * (x - x^3/3 + x^5/10 - x^7/42 + x^9/216 - x^11/1320) */  \
+        T s = (T)(-1.0f / 1320.0f);                                              \
+        s = s * x2 + (T)(1.0f / 216.0f);                                         \
+        s = s * x2 - (T)(1.0f / 42.0f);                                          \
+        s = s * x2 + (T)(1.0f / 10.0f);                                          \
+        s = s * x2 - (T)(1.0f / 3.0f);                                           \
+        s = s * x2 + (T)1.0f;                                                    \
+        const T series = (T)1.1283791670955126f * x * s;                         \
+        const T t = (T)1.0f / ((T)1.0f + (T)0.3275911f * ax);                    \
+        T p = (T)1.061405429f;                                                   \
+        p = p * t - (T)1.453152027f;                                             \
+        p = p * t + (T)1.421413741f;                                             \
+        p = p * t - (T)0.284496736f;                                             \
+        p = p * t + (T)0.254829592f;                                             \
+        T tail = (T)1.0f - t * p * exp(-x2);                                     \
+        tail = x < (T)0.0f ? -tail : tail;                                       \
+        return ax < (T)0.5f ? series : tail;                                     \
+    }
+
+DEFINE_ERF(clg_erf, float)

@@ -112,3 +112,48 @@ def test_forged_fused_matmul_is_refused():
                 [_vi("y", [4, 6])])
     out = clglow.InferenceSession(ok.SerializeToString()).run(None, {"x": feeds["x"], "w": feeds["w"]})[0]
     np.testing.assert_allclose(out, np.full((4, 6), 8.0))
+
+
+def _gelu_nodes(x, y, form):
+    """GELU as exporters write it (erf form), three ways, or the opset-20 op."""
+    if form == "op":
+        return [helper.make_node("Gelu", [x], [y])]
+    if form == "div":
+        return [helper.make_node("Div", [x, "sqrt2"], ["g_d"]), helper.make_node("Erf", ["g_d"], ["g_e"]),
+                helper.make_node("Add", ["g_e", "one"], ["g_a"]), helper.make_node("Mul", [x, "g_a"], ["g_m"]),
+                helper.make_node("Mul", ["g_m", "half"], [y])]
+    if form == "mul":
+        return [helper.make_node("Mul", ["rsqrt2", x], ["g_d"]), helper.make_node("Erf", ["g_d"], ["g_e"]),
+                helper.make_node("Add", ["one", "g_e"], ["g_a"]), helper.make_node("Mul", ["g_a", x], ["g_m"]),
+                helper.make_node("Mul", ["half", "g_m"], [y])]
+    return [helper.make_node("Div", [x, "sqrt2"], ["g_d"]), helper.make_node("Erf", ["g_d"], ["g_e"]),
+            helper.make_node("Add", ["g_e", "one"], ["g_a"]), helper.make_node("Mul", [x, "half"], ["g_h"]),
+            helper.make_node("Mul", ["g_h", "g_a"], [y])]
+
+
+@pytest.mark.parametrize("form", ["div", "mul", "half_first", "op"])
+def test_gelu_after_bias_is_the_epilogue_activation(form):
+    """A transformer's first FFN layer, x @ W + b -> GELU: one launch, GELU from erf.h in the
+    epilogue (vectorised), against onnxruntime's exact GELU."""
+    consts = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in
+              (("sqrt2", 2 ** 0.5), ("rsqrt2", 2 ** -0.5), ("one", 1.0), ("half", 0.5))]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"]), helper.make_node("Add", ["mm", "b"], ["h"])]
+    nodes += _gelu_nodes("h", "y", form)
+    x = RNG.standard_normal((3, 37, 48)).astype(np.float32)
+    model = _model(nodes, [_vi("x", [3, 37, 48])], [_vi("y", [3, 37, 80])],
+                   [_c("w", 48, 80), _c("b", 80)] + consts, opset=20)
+    (f,) = _check(model, {"x": x}, 1, 1)
+    assert f.attrs["activation"] == "Gelu"
+
+
+def test_gelu_lookalikes_are_not_fused():
+    """Wrong constants (a tanh-approximation scale, 0.6 instead of 0.5) or a GELU input used
+    elsewhere: the MatMul keeps its bias, the rest stays elementwise."""
+    consts = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in
+              (("sqrt2", 1.5), ("one", 1.0), ("half", 0.5))]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"]), helper.make_node("Add", ["mm", "b"], ["h"])]
+    nodes += _gelu_nodes("h", "y", "div")
+    x = RNG.standard_normal((5, 16)).astype(np.float32)
+    (f,) = _check(_model(nodes, [_vi("x", [5, 16])], [_vi("y", [5, 8])], [_c("w", 16, 8), _c("b", 8)] + consts),
+                  {"x": x}, 1)
+    assert f.attrs["activation"] == ""

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 # Activations the GEMM / depthwise epilogues fuse, and their ACT define (kernels_cl/activation.h):
 # 0 is piecewise linear with run-time parameters, so the common ones share one program.
-ACTIVATIONS = {"": 0, "Relu": 0, "Clip": 0, "LeakyRelu": 0, "Sigmoid": 4, "HardSigmoid": 5, "Tanh": 6}
+ACTIVATIONS = {"": 0, "Relu": 0, "Clip": 0, "LeakyRelu": 0, "Sigmoid": 4, "HardSigmoid": 5, "Tanh": 6, "Gelu": 7}
 _INF = float("inf")
 
 

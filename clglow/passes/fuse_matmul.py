@@ -12,7 +12,8 @@ and not a graph output, all float32):
   Add of a per-column vector -> bias  (shape [N] or [1, ..., 1, N], N = the last output dim;
                                        a live tensor too, e.g. an attention mask)
   Add of a same-shape tensor -> residual
-  Relu / LeakyRelu / Clip / Sigmoid / HardSigmoid / Tanh -> activation
+  Relu / LeakyRelu / Clip / Sigmoid / HardSigmoid / Tanh, Gelu (the opset-20 op, or the
+  erf form 0.5 * x * (1 + erf(x / sqrt(2))) as exporters write it) -> activation
 """
 from __future__ import annotations
 
@@ -39,6 +40,63 @@ def _known(graph: Graph, name: str) -> Optional[tuple]:
     if v is None or v.shape is None or v.dtype != np.float32 or any(not isinstance(d, int) for d in v.shape):
         return None
     return tuple(v.shape)
+
+
+def _near(graph: Graph, name: str, value: float) -> bool:
+    c = _scalar_const(graph, name)
+    return c is not None and abs(c - value) <= 1e-6 * abs(value)
+
+
+def _other(node: Node, name: str) -> Optional[str]:
+    """The input of a binary `node` that is not `name` (None when both are `name`)."""
+    if len(node.inputs) != 2 or node.inputs[0] == node.inputs[1]:
+        return None
+    return node.inputs[1] if node.inputs[0] == name else node.inputs[0]
+
+
+def _gelu(g: Graph, consumers: dict, x: str, outputs: set) -> Optional[tuple]:
+    """(nodes, output) of a Gelu applied to `x`: the opset-20 op (exact form), or the erf chain
+    Div(x, sqrt 2) | Mul(x, 1/sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5 (the 0.5 may also
+    scale x first). Every intermediate used once and not a graph output."""
+    def only(name: str) -> Optional[Node]:
+        users = consumers.get(name, [])
+        if len(users) != 1 or name in outputs or users[0].domain not in ("", "ai.onnx"):
+            return None
+        return users[0]
+
+    users = consumers.get(x, [])
+    if x in outputs:
+        return None
+    if len(users) == 1 and users[0].op_type == "Gelu" and users[0].domain in ("", "ai.onnx"):
+        approx = users[0].attr("approximate", "none")
+        approx = approx.decode() if isinstance(approx, bytes) else approx
+        return ([users[0]], users[0].outputs[0]) if approx == "none" else None
+    if len(users) != 2:
+        return None
+    for scale, rest in ((users[0], users[1]), (users[1], users[0])):
+        if scale.op_type == "Div":
+            if len(scale.inputs) != 2 or scale.inputs[0] != x or not _near(g, scale.inputs[1], 2 ** 0.5):
+                continue
+        elif scale.op_type != "Mul" or not _near(g, _other(scale, x) or "", 2 ** -0.5):
+            continue
+        erf = only(scale.outputs[0])
+        add = only(erf.outputs[0]) if erf is not None and erf.op_type == "Erf" else None
+        if add is None or add.op_type != "Add" or not _near(g, _other(add, erf.outputs[0]) or "", 1.0):
+            continue
+        if rest.op_type != "Mul" or _other(rest, x) is None:
+            continue
+        if _other(rest, x) == add.outputs[0]:                  # x * (1 + erf) then * 0.5
+            half = only(rest.outputs[0])
+            if half is None or half.op_type != "Mul" or not _near(g, _other(half, rest.outputs[0]) or "", 0.5):
+                continue
+            return [scale, erf, add, rest, half], half.outputs[0]
+        if _near(g, _other(rest, x), 0.5):                      # (x * 0.5) * (1 + erf)
+            last = only(rest.outputs[0])
+            if (last is None or last.op_type != "Mul" or only(add.outputs[0]) is not last
+                    or _other(last, rest.outputs[0]) != add.outputs[0]):
+                continue
+            return [scale, erf, add, rest, last], last.outputs[0]
+    return None
 
 
 def fuse_matmul(graph: Graph) -> Graph:
@@ -92,12 +150,16 @@ def fuse_matmul(graph: Graph) -> Graph:
                 chain.append(user)
                 cur = user.outputs[0]
             user = single_user()
-            if user is not None:
-                a = _activation(user, g)
-                if a is not None:
-                    act = a
-                    chain.append(user)
-                    cur = user.outputs[0]
+            a = _activation(user, g) if user is not None else None
+            gelu = _gelu(g, consumers, cur, outputs) if a is None else None
+            if a is not None:
+                act = a
+                chain.append(user)
+                cur = user.outputs[0]
+            elif gelu is not None:
+                act = ("Gelu", 0.0, 0.0)
+                chain.extend(gelu[0])
+                cur = gelu[1]
             if not chain:
                 continue
             attrs = {"alpha": alpha, "activation": act[0], "act_alpha": act[1], "act_beta": act[2]}
@@ -106,7 +168,9 @@ def fuse_matmul(graph: Graph) -> Graph:
             op = lookup(fused)
             if op is None or op.supports(fused, g) is not None:
                 continue
-            last = g.nodes.index(chain[-1])
+            last = max(g.nodes.index(x) for x in chain)  # the Gelu chain's end is its last node
+            final = g.nodes[last]
+            chain = [x for x in chain if x is not final] + [final]
             g.nodes[last] = fused
             drop = {id(mm)} | {id(x) for x in chain[:-1]}
             g.nodes = [x for x in g.nodes if id(x) not in drop]
