@@ -6,7 +6,8 @@
  *     v = v < 0 ? v * a : v;   v = v < b ? b : v;   v = v > c ? c : v
  *   identity (1, -inf, inf), Relu (1, 0, inf), LeakyRelu(alpha) (alpha, -inf, inf),
  *   Clip(lo, hi) (1, lo, hi). Every comparison is false for NaN, so NaN passes through.
- * ACT = 4 Sigmoid, 5 HardSigmoid(alpha = a, beta = b), 6 Tanh, 7 Gelu (exact: erf, see erf.h).
+ * ACT = 4 Sigmoid, 5 HardSigmoid(alpha = a, beta = b), 6 Tanh, 7 Gelu (exact: erf, see erf.h),
+ * 8 Swish / SiLU (v * sigmoid(v)), 9 HardSwish (v * HardSigmoid(v) with a = 1/6, b = 1/2).
  *
  * DEFINE_ACT(name, T) defines `T name(T v, float a, float b, float c)` for a scalar or vector T.
  */
@@ -45,6 +46,18 @@
     inline T NAME(T v, float a, float b, float c) {                              \
         return (T)0.5f * v * ((T)1.0f + NAME##_erf(v * (T)0.70710678118654752f)); \
     }
+#elif ACT == 8
+#define DEFINE_ACT(NAME, T)                                       \
+    inline T NAME(T v, float a, float b, float c) {              \
+        return v / ((T)1.0f + exp(-v));                           \
+    }
+#elif ACT == 9
+#define DEFINE_ACT(NAME, T)                                       \
+    inline T NAME(T v, float a, float b, float c) {              \
+        T h = v * a + b;                                          \
+        h = h < (T)0.0f ? (T)0.0f : h;                            \
+        return v * (h > (T)1.0f ? (T)1.0f : h);                   \
+    }
 #else
-#error "ACT must be 0 (piecewise linear), 4 (Sigmoid), 5 (HardSigmoid), 6 (Tanh) or 7 (Gelu)"
+#error "ACT must be 0 (piecewise linear) or 4 to 9"
 #endif

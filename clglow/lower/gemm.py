@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 
 # Activations the GEMM / depthwise epilogues fuse, and their ACT define (kernels_cl/activation.h):
 # 0 is piecewise linear with run-time parameters, so the common ones share one program.
-ACTIVATIONS = {"": 0, "Relu": 0, "Clip": 0, "LeakyRelu": 0, "Sigmoid": 4, "HardSigmoid": 5, "Tanh": 6, "Gelu": 7}
+ACTIVATIONS = {"": 0, "Relu": 0, "Clip": 0, "LeakyRelu": 0, "Sigmoid": 4, "HardSigmoid": 5, "Tanh": 6, "Gelu": 7,
+               "Swish": 8, "HardSwish": 9}  # Swish: x * Sigmoid(x) (SiLU), fused from its two-node form
 _INF = float("inf")
 
 
@@ -41,6 +42,8 @@ def act_params(act: str, alpha: float = 0.0, beta: float = 0.0) -> tuple:
         return 0, (1.0, alpha, beta)
     if act == "HardSigmoid":
         return 5, (alpha, beta, 0.0)
+    if act == "HardSwish":
+        return 9, (1.0 / 6.0, 0.5, 0.0)
     return ACTIVATIONS[act], (1.0, -_INF, _INF)
 
 

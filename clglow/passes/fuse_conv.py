@@ -11,7 +11,7 @@ import numpy as np
 
 from ..ir import Graph, Node
 
-_ACTIVATIONS = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "HardSigmoid", "Tanh"}
+_ACTIVATIONS = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "HardSigmoid", "Tanh", "HardSwish"}
 
 
 def _activation(node: Node, graph: Graph) -> Optional[tuple]:
@@ -24,7 +24,7 @@ def _activation(node: Node, graph: Graph) -> Optional[tuple]:
         return ("LeakyRelu", float(node.attr("alpha", 0.01)), 0.0)
     if node.op_type == "HardSigmoid":
         return ("HardSigmoid", float(node.attr("alpha", 0.2)), float(node.attr("beta", 0.5)))
-    if node.op_type in ("Sigmoid", "Tanh"):
+    if node.op_type in ("Sigmoid", "Tanh", "HardSwish"):
         return (node.op_type, 0.0, 0.0)
     # Clip: attributes before opset 11, optional constant inputs after
     if graph.opset() < 11:
@@ -41,6 +41,21 @@ def _activation(node: Node, graph: Graph) -> Optional[tuple]:
             return None
         hi = float(np.asarray(c).reshape(-1)[0])
     return ("Clip", lo, hi)
+
+
+def swish(g: Graph, consumers: dict, x: str, outputs: set) -> Optional[tuple]:
+    """([Sigmoid, Mul], output) when `x` is used exactly by Sigmoid(x) and Mul(x, Sigmoid(x)):
+    Swish / SiLU as exporters write it (the sigmoid used once, neither a graph output)."""
+    users = consumers.get(x, [])
+    if x in outputs or len(users) != 2 or any(u.domain not in ("", "ai.onnx") for u in users):
+        return None
+    sig = next((u for u in users if u.op_type == "Sigmoid"), None)
+    mul = next((u for u in users if u.op_type == "Mul"), None)
+    if sig is None or mul is None or sorted(mul.inputs) != sorted([x, sig.outputs[0]]):
+        return None
+    if consumers.get(sig.outputs[0], []) != [mul] or sig.outputs[0] in outputs:
+        return None
+    return [sig, mul], mul.outputs[0]
 
 
 def fuse_conv(graph: Graph) -> Graph:
@@ -72,12 +87,16 @@ def fuse_conv(graph: Graph) -> Graph:
                     chain.append(add)
                     cur = add.outputs[0]
             users = consumers.get(cur, [])
-            if len(users) == 1 and cur not in outputs:
-                a = _activation(users[0], g)
-                if a is not None:
-                    act = a
-                    chain.append(users[0])
-                    cur = users[0].outputs[0]
+            a = _activation(users[0], g) if len(users) == 1 and cur not in outputs else None
+            sw = swish(g, consumers, cur, outputs) if a is None else None
+            if a is not None:
+                act = a
+                chain.append(users[0])
+                cur = users[0].outputs[0]
+            elif sw is not None:
+                act = ("Swish", 0.0, 0.0)
+                chain.extend(sw[0])
+                cur = sw[1]
             if not chain:
                 continue
             attrs = dict(conv.attrs)
@@ -87,7 +106,9 @@ def fuse_conv(graph: Graph) -> Graph:
             op = lookup(fused)
             if op is None or op.supports(fused, g) is not None:
                 continue
-            last = g.nodes.index(chain[-1])
+            last = max(g.nodes.index(n) for n in chain)  # a Swish's Mul may come after its Sigmoid
+            final = g.nodes[last]
+            chain = [n for n in chain if n is not final] + [final]
             g.nodes[last] = fused
             drop = {id(conv)} | {id(n) for n in chain[:-1]}
             g.nodes = [n for n in g.nodes if id(n) not in drop]

@@ -12,8 +12,9 @@ and not a graph output, all float32):
   Add of a per-column vector -> bias  (shape [N] or [1, ..., 1, N], N = the last output dim;
                                        a live tensor too, e.g. an attention mask)
   Add of a same-shape tensor -> residual
-  Relu / LeakyRelu / Clip / Sigmoid / HardSigmoid / Tanh, Gelu (the opset-20 op, or the
-  erf form 0.5 * x * (1 + erf(x / sqrt(2))) as exporters write it) -> activation
+  Relu / LeakyRelu / Clip / Sigmoid / HardSigmoid / Tanh / HardSwish, Swish (x * Sigmoid(x)),
+  Gelu (the opset-20 op, or the erf form 0.5 * x * (1 + erf(x / sqrt(2))) as exporters write
+  it) -> activation
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from typing import Optional
 import numpy as np
 
 from ..ir import Graph, Node
-from .fuse_conv import _activation
+from .fuse_conv import _activation, swish
 
 
 def _scalar_const(graph: Graph, name: str) -> Optional[float]:
@@ -152,14 +153,15 @@ def fuse_matmul(graph: Graph) -> Graph:
             user = single_user()
             a = _activation(user, g) if user is not None else None
             gelu = _gelu(g, consumers, cur, outputs) if a is None else None
+            sw = swish(g, consumers, cur, outputs) if a is None and gelu is None else None
             if a is not None:
                 act = a
                 chain.append(user)
                 cur = user.outputs[0]
-            elif gelu is not None:
-                act = ("Gelu", 0.0, 0.0)
-                chain.extend(gelu[0])
-                cur = gelu[1]
+            elif gelu is not None or sw is not None:
+                act = ("Gelu" if gelu is not None else "Swish", 0.0, 0.0)
+                chain.extend((gelu or sw)[0])
+                cur = (gelu or sw)[1]
             if not chain:
                 continue
             attrs = {"alpha": alpha, "activation": act[0], "act_alpha": act[1], "act_beta": act[2]}

@@ -187,6 +187,10 @@ def _act(y, act, alpha, beta):
         return np.clip(y * alpha + beta, 0, 1)
     if act == "Tanh":
         return np.tanh(y)
+    if act == "Swish":
+        return y / (1 + np.exp(-y))
+    if act == "HardSwish":
+        return y * np.clip(y / 6 + 0.5, 0, 1)
     if act == "Gelu":
         import math
         return 0.5 * y * (1 + np.vectorize(math.erf)(y / math.sqrt(2)))
@@ -194,7 +198,8 @@ def _act(y, act, alpha, beta):
 
 
 ACTS = [("", 0.0, 0.0), ("Relu", 0.0, 0.0), ("Clip", 0.0, 6.0), ("LeakyRelu", 0.1, 0.0),
-        ("Sigmoid", 0.0, 0.0), ("HardSigmoid", 0.2, 0.5), ("Tanh", 0.0, 0.0), ("Gelu", 0.0, 0.0)]
+        ("Sigmoid", 0.0, 0.0), ("HardSigmoid", 0.2, 0.5), ("Tanh", 0.0, 0.0), ("Gelu", 0.0, 0.0),
+        ("Swish", 0.0, 0.0), ("HardSwish", 0.0, 0.0)]
 
 
 def fused_check(x_shape, w_shape, act, alpha, beta, residual=True, bias=True, device=None, **attrs):
