@@ -144,13 +144,19 @@ __kernel void gemm(
 #define A_NEXT() do { _Pragma("unroll") for (int r_ = 0; r_ < MR; ++r_) pa[r_] += lda_k; } while (0)
 #endif
 
-#define FMA_STEP(bv) do {                                   \
+/* One k step of the tile: row r's A value AT(r) times the NV vectors of B. */
+#define FMA_TILE(bv, AT) do {                               \
         _Pragma("unroll") for (int r = 0; r < MR; ++r) {    \
-            const float a_ = A_AT(r);                       \
+            const float a_ = AT(r);                         \
             _Pragma("unroll") for (int v = 0; v < NV; ++v)  \
                 acc[r][v] += a_ * bv[v];                    \
         }                                                   \
-        A_NEXT();                                           \
+    } while (0)
+#define FMA_STEP(bv) do { FMA_TILE(bv, A_AT); A_NEXT(); } while (0)
+/* The NV vectors of B at p (VECT: floatv for an aligned panel, floatv_u for a row in place). */
+#define LOAD_B(bv, p, VECT) do {                            \
+        _Pragma("unroll") for (int v = 0; v < NV; ++v)      \
+            bv[v] = *(const __global VECT*)((p) + v * VW);  \
     } while (0)
 
 #if B_PACKED
@@ -162,26 +168,17 @@ __kernel void gemm(
         const __global float* pi = A + offA + z1 * sA1 + z2 * sA2 + m0;
         for (int k = 0; k < K; ++k) {
             floatv b[NV];
-#pragma unroll
-            for (int v = 0; v < NV; ++v)
-                b[v] = *(const __global floatv*)(pb + v * VW);
+            LOAD_B(b, pb, floatv);
             pb += NR;
             const __global float* ar = pi + koff[k];
-#pragma unroll
-            for (int r = 0; r < MR; ++r) {
-                const float a_ = ar[r];
-#pragma unroll
-                for (int v = 0; v < NV; ++v)
-                    acc[r][v] += a_ * b[v];
-            }
+#define AR_AT(r) ar[r]
+            FMA_TILE(b, AR_AT);
         }
     } else
 #endif
     for (int k = 0; k < K; ++k) {
         floatv b[NV];
-#pragma unroll
-        for (int v = 0; v < NV; ++v)
-            b[v] = *(const __global floatv*)(pb + v * VW);
+        LOAD_B(b, pb, floatv);
         pb += NR;
         FMA_STEP(b);
     }
@@ -190,11 +187,8 @@ __kernel void gemm(
 #if HAS_IMPLICIT
     if (flags & FLAG_IMPLICIT) {
         for (int k = 0; k < K; ++k) {
-            const __global float* row = pb + koff[k];
             floatv b[NV];
-#pragma unroll
-            for (int v = 0; v < NV; ++v)
-                b[v] = *(const __global floatv_u*)(row + v * VW);
+            LOAD_B(b, pb + koff[k], floatv_u);
             FMA_STEP(b);
         }
     } else
@@ -202,9 +196,7 @@ __kernel void gemm(
     if (n0 + NR <= N) {
         for (int k = 0; k < K; ++k) {
             floatv b[NV];
-#pragma unroll
-            for (int v = 0; v < NV; ++v)
-                b[v] = *(const __global floatv_u*)(pb + v * VW);
+            LOAD_B(b, pb, floatv_u);
             pb += ldb;
             FMA_STEP(b);
         }

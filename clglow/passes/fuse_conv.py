@@ -58,9 +58,27 @@ def swish(g: Graph, consumers: dict, x: str, outputs: set) -> Optional[tuple]:
     return [sig, mul], mul.outputs[0]
 
 
-def fuse_conv(graph: Graph) -> Graph:
+def splice_fused(g: Graph, head: Node, chain: list, fused: Node) -> bool:
+    """Replace `head` and its fused `chain` by `fused` where the chain's last node was (the
+    node at the largest index: a Swish's Mul or a Gelu's final Mul may follow other chain
+    nodes), when a device kernel supports it. False, and `g` unchanged, otherwise."""
     from ..lower.base import lookup
 
+    op = lookup(fused)
+    if op is None or op.supports(fused, g) is not None:
+        return False
+    last = max(g.nodes.index(n) for n in chain)
+    final = g.nodes[last]
+    g.nodes[last] = fused
+    drop = [head] + [n for n in chain if n is not final]
+    ids = {id(n) for n in drop}
+    g.nodes = [n for n in g.nodes if id(n) not in ids]
+    for n in drop:
+        g.values.pop(n.outputs[0], None)
+    return True
+
+
+def fuse_conv(graph: Graph) -> Graph:
     g = graph.copy()
     outputs = set(g.outputs)
     changed = True
@@ -103,17 +121,7 @@ def fuse_conv(graph: Graph) -> Graph:
             attrs.update(activation=act[0], alpha=act[1], beta=act[2])
             inputs = [conv.input(0), conv.input(1), conv.input(2), residual]
             fused = Node("FusedConv", conv.name, inputs, [cur], attrs, "clglow", None)
-            op = lookup(fused)
-            if op is None or op.supports(fused, g) is not None:
-                continue
-            last = max(g.nodes.index(n) for n in chain)  # a Swish's Mul may come after its Sigmoid
-            final = g.nodes[last]
-            chain = [n for n in chain if n is not final] + [final]
-            g.nodes[last] = fused
-            drop = {id(conv)} | {id(n) for n in chain[:-1]}
-            g.nodes = [n for n in g.nodes if id(n) not in drop]
-            for n in [conv] + chain[:-1]:
-                g.values.pop(n.outputs[0], None)
-            changed = True
-            break
+            if splice_fused(g, conv, chain, fused):
+                changed = True
+                break
     return g

@@ -23,7 +23,7 @@ from typing import Optional
 import numpy as np
 
 from ..ir import Graph, Node
-from .fuse_conv import _activation, swish
+from .fuse_conv import _activation, splice_fused, swish
 
 
 def _scalar_const(graph: Graph, name: str) -> Optional[float]:
@@ -101,8 +101,6 @@ def _gelu(g: Graph, consumers: dict, x: str, outputs: set) -> Optional[tuple]:
 
 
 def fuse_matmul(graph: Graph) -> Graph:
-    from ..lower.base import lookup
-
     g = graph.copy()
     outputs = set(g.outputs)
     changed = True
@@ -167,17 +165,7 @@ def fuse_matmul(graph: Graph) -> Graph:
             attrs = {"alpha": alpha, "activation": act[0], "act_alpha": act[1], "act_beta": act[2]}
             fused = Node("FusedMatMul", mm.name, [mm.input(0), mm.input(1), bias, residual], [cur], attrs,
                          "clglow", None)
-            op = lookup(fused)
-            if op is None or op.supports(fused, g) is not None:
-                continue
-            last = max(g.nodes.index(x) for x in chain)  # the Gelu chain's end is its last node
-            final = g.nodes[last]
-            chain = [x for x in chain if x is not final] + [final]
-            g.nodes[last] = fused
-            drop = {id(mm)} | {id(x) for x in chain[:-1]}
-            g.nodes = [x for x in g.nodes if id(x) not in drop]
-            for x in [mm] + chain[:-1]:
-                g.values.pop(x.outputs[0], None)
-            changed = True
-            break
+            if splice_fused(g, mm, chain, fused):
+                changed = True
+                break
     return g

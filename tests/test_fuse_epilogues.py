@@ -1,6 +1,8 @@
-"""Fusion of MatMul epilogues (passes/fuse_matmul.py): scale, per-column bias (constant or live,
-e.g. an attention mask), residual and activation become one clglow.FusedMatMul launch; what is
-not fused; results against onnxruntime; a forged FusedMatMul in a user's model is refused."""
+"""Epilogue fusion (passes/fuse_matmul.py, passes/fuse_conv.py): a MatMul's scale, per-column
+bias (constant or live, e.g. an attention mask), residual and activation become one
+clglow.FusedMatMul launch; Swish (x * Sigmoid(x)), HardSwish and Gelu become the epilogue
+activation of convolutions (GEMM and depthwise paths) and MatMuls; what is not fused; results
+against onnxruntime; a forged FusedMatMul in a user's model is refused."""
 from __future__ import annotations
 
 import os
@@ -43,6 +45,14 @@ def _check(model, feeds, n_fused, n_nodes=None):
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(w).max())))
     return fused
+
+
+def _run(model, feeds):
+    """Run against onnxruntime; the optimised graph's (op, activation) list."""
+    sess = clglow.InferenceSession(model.SerializeToString())
+    for g, w in zip(sess.run(None, feeds), models.ort_run(model, feeds)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(w).max())))
+    return [(n.op_type, n.attrs.get("activation")) for n in sess.graph.nodes]
 
 
 @pytest.mark.parametrize("m", [7, 64, 130])  # few rows (A read strided) and many (A packed at run time)
@@ -157,3 +167,41 @@ def test_gelu_lookalikes_are_not_fused():
     (f,) = _check(_model(nodes, [_vi("x", [5, 16])], [_vi("y", [5, 8])], [_c("w", 16, 8), _c("b", 8)] + consts),
                   {"x": x}, 1)
     assert f.attrs["activation"] == ""
+
+
+def _swish(x, y):
+    return [helper.make_node("Sigmoid", [x], [x + "_s"]), helper.make_node("Mul", [x, x + "_s"], [y])]
+
+
+@pytest.mark.parametrize("group", [1, 8], ids=["gemm", "depthwise"])
+def test_conv_swish_is_one_node(group):
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], group=group)] + _swish("c", "y")
+    x = RNG.standard_normal((1, 8, 20, 36)).astype(np.float32)
+    ops = _run(_model(nodes, [_vi("x", [1, 8, 20, 36])], [_vi("y", [1, 8, 20, 36])],
+                      [_c("w", 8, 8 // group, 3, 3), _c("b", 8)]), {"x": x})
+    assert ops == [("FusedConv", "Swish")]
+
+
+def test_conv_hardswish_op():
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("HardSwish", ["c"], ["y"])]
+    x = (RNG.standard_normal((2, 6, 9, 40)) * 4).astype(np.float32)
+    ops = _run(_model(nodes, [_vi("x", [2, 6, 9, 40])], [_vi("y", [2, 12, 9, 40])], [_c("w", 12, 6, 1, 1)],
+                      opset=14), {"x": x})
+    assert ops == [("FusedConv", "HardSwish")]
+
+
+def test_matmul_bias_swish():
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["h"])]
+    nodes += _swish("h", "y")
+    x = RNG.standard_normal((33, 20)).astype(np.float32)
+    ops = _run(_model(nodes, [_vi("x", [33, 20])], [_vi("y", [33, 48])], [_c("w", 20, 48), _c("b", 48)]), {"x": x})
+    assert ops == [("FusedMatMul", "Swish")]
+
+
+def test_sigmoid_used_elsewhere_is_not_swish():
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Sigmoid", ["c"], ["s"]),
+             helper.make_node("Mul", ["c", "s"], ["y"]), helper.make_node("Neg", ["s"], ["z"])]
+    x = RNG.standard_normal((1, 4, 10, 10)).astype(np.float32)
+    ops = _run(_model(nodes, [_vi("x", [1, 4, 10, 10])], [_vi("y", [1, 4, 10, 10]), _vi("z", [1, 4, 10, 10])],
+                      [_c("w", 4, 4, 1, 1)]), {"x": x})
+    assert ("FusedConv", "Swish") not in ops
