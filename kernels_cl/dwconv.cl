@@ -44,7 +44,7 @@ __kernel void dwconv(__global const float* restrict X, __global const float* res
     const int ci = oc / mult;
     const __global float* x = X + (img * Cin + ci) * H * W;
     const __global float* w = Wt + oc * KH * KW;
-    float acc[DW_T];
+    float acc[DW_T] __attribute__((aligned(64)));
 #pragma unroll
     for (int j = 0; j < DW_T; ++j)
         acc[j] = 0.0f;
@@ -114,6 +114,22 @@ __kernel void dwconv(__global const float* restrict X, __global const float* res
     }
     const int nj = min(DW_T, OW - ow0);
     const int o = (z * OH + oh) * OW + ow0;
+#if DW_T == 16
+    /* The epilogue on all 16 lanes as one vector (a Swish or Sigmoid then costs one vector exp,
+     * not 16 scalar calls: rows narrower than 16, e.g. 14x14 layers, always come this way),
+     * then the valid lanes stored. */
+#if HAS_RES
+    for (int j = 0; j < nj; ++j)
+        acc[j] += Z[o + j];
+#endif
+    float16 accv = *(const float16*)acc;
+#if HAS_BIAS
+    accv += bias[oc];
+#endif
+    *(float16*)acc = act_v16(accv, act_a, act_b, act_c);
+    for (int j = 0; j < nj; ++j)
+        Y[o + j] = acc[j];
+#else
     for (int j = 0; j < nj; ++j) {
         float v = acc[j];
 #if HAS_BIAS
@@ -124,4 +140,5 @@ __kernel void dwconv(__global const float* restrict X, __global const float* res
 #endif
         Y[o + j] = act_s(v, act_a, act_b, act_c);
     }
+#endif
 }
