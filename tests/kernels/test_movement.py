@@ -8,8 +8,10 @@ from onnx import helper
 pytest.importorskip("pyopencl")
 try:  # tests/kernels may or may not be a package
     from .run_launches import check  # noqa: E402
+    from .harness import lower  # noqa: E402
 except ImportError:
     from run_launches import check  # type: ignore  # noqa: E402
+    from harness import lower  # type: ignore  # noqa: E402
 
 RNG = np.random.default_rng(1)
 
@@ -27,6 +29,18 @@ def rand(*shape, dtype=np.float32):
 def test_transpose(shape, perm):
     attrs = {} if perm is None else {"perm": list(perm)}
     check(helper.make_node("Transpose", ["x"], ["y"], **attrs), {"x": rand(*shape)})
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8])
+def test_transpose_head_split_rows(dtype):
+    """A transformer's head split/merge keeps the last axis: rows copied contiguously (the
+    UNIT_ROWS kernel), in both directions and for 1-byte elements."""
+    x = rand(2, 9, 4, 40, dtype=dtype)
+    node = helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 1, 3])
+    launches = lower(node, {"x": x}, {}, {"y": ((2, 4, 9, 40), x.dtype)})
+    assert [l.defines.get("UNIT_ROWS") for l in launches] == [1]
+    check(node, {"x": x})
+    check(helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 1, 3]), {"x": rand(2, 4, 9, 40, dtype=dtype)})
 
 
 @pytest.mark.parametrize("dtype", [np.int64, np.int32, np.bool_, np.uint8, np.float32])
