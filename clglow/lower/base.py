@@ -218,7 +218,12 @@ def lookup(node: Node) -> Optional[DeviceOp]:
 
 # --- helpers shared by lowering modules ---------------------------------------------------------
 def i32(x: int) -> np.int32:
-    return np.int32(int(x))
+    """A kernel's int argument (sizes, strides, offsets in elements): beyond int32 the OpenCL
+    kernels cannot index, said plainly instead of numpy's overflow message."""
+    v = int(x)
+    if not -2 ** 31 <= v < 2 ** 31:
+        raise ValueError(f"a size or offset of {v} elements exceeds the int32 indexing of the OpenCL kernels")
+    return np.int32(v)
 
 
 def i64(x: int) -> np.int64:
