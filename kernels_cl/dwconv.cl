@@ -89,6 +89,42 @@ __kernel void dwconv(__global const float* restrict X, __global const float* res
         *(__global float16_u*)(Y + o) = act_v16(accv, act_a, act_b, act_c);
         return;
     }
+    if (sw == 2 && ow0 + DW_T <= OW && iw0 >= -1 && iw0 + (KW - 1) * dw + 2 * DW_T <= W) {
+        /* Stride 2, a whole tile: each tap reads 32 consecutive inputs and keeps the even
+         * ones (two 16-float loads); a left pad of 1 makes the first tap's inputs the odd ones
+         * shifted by a zero lane. */
+        float16 accv = (float16)0.0f;
+        for (int kh = 0; kh < KH; ++kh) {
+            const int ih = ih0 + kh * dh;
+            if (ih < 0 || ih >= H)
+                continue;
+            const __global float* xr = x + ih * W;
+            for (int kw = 0; kw < KW; ++kw) {
+                const int b = iw0 + kw * dw;
+                float16 v;
+                if (b < 0) {  /* b == -1 */
+                    const float16 u0 = *(const __global float16_u*)xr;
+                    const float16 u1 = *(const __global float16_u*)(xr + 16);
+                    const float16 od = (float16)(u0.odd, u1.odd);
+                    v = (float16)(0.0f, od.s0123, od.s4567, od.s89ab, od.scde);
+                } else {
+                    const float16 lo = *(const __global float16_u*)(xr + b);
+                    const float16 hi = *(const __global float16_u*)(xr + b + 16);
+                    v = (float16)(lo.even, hi.even);
+                }
+                accv += v * w[kh * KW + kw];
+            }
+        }
+        const int o = (z * OH + oh) * OW + ow0;
+#if HAS_BIAS
+        accv += bias[oc];
+#endif
+#if HAS_RES
+        accv += *(const __global float16_u*)(Z + o);
+#endif
+        *(__global float16_u*)(Y + o) = act_v16(accv, act_a, act_b, act_c);
+        return;
+    }
 #endif
     for (int kh = 0; kh < KH; ++kh) {
         const int ih = ih0 + kh * dh;

@@ -52,6 +52,9 @@ CASES = [
     ((1, 4, 10, 9), (8, 1, 5, 5), dict(group=4, pads=[2, 2, 2, 2], dilations=[2, 1])),  # multiplier 2
     ((2, 3, 5, 41), (3, 1, 3, 3), dict(group=3, pads=[1, 1, 1, 1])),          # wide rows: interior path
     ((1, 4, 9, 75), (4, 1, 3, 3), dict(group=4, pads=[1, 1, 1, 1], strides=[2, 2])),  # stride-2 vector path
+    ((1, 3, 7, 80), (3, 1, 3, 3), dict(group=3, strides=[2, 2])),                     # stride 2, no pad
+    ((2, 4, 6, 90), (4, 1, 3, 3), dict(group=4, pads=[2, 2, 2, 2], strides=[2, 2], dilations=[2, 2])),
+    ((1, 8, 5, 70), (16, 1, 3, 3), dict(group=8, pads=[1, 1, 1, 1], strides=[2, 2])),  # multiplier 2
     ((2, 3, 7, 48), (3, 1, 3, 3), dict(group=3, pads=[1, 1, 1, 1])),          # stride 1, pad 1: edge lanes
     ((1, 2, 5, 33), (4, 1, 3, 3), dict(group=2, pads=[1, 1, 1, 1])),          # multiplier 2, ragged tail
     ((1, 2, 6, 80), (2, 1, 5, 5), dict(group=2, pads=[2, 2, 2, 2], strides=[3, 3])),  # stride 3: gathers
@@ -225,6 +228,9 @@ def test_fused_activations(act, alpha, beta):
 @pytest.mark.parametrize("act,alpha,beta", [ACTS[1], ACTS[2], ACTS[4]], ids=["Relu", "Clip", "Sigmoid"])
 def test_fused_depthwise(act, alpha, beta):
     fused_check((1, 6, 10, 9), (6, 1, 3, 3), act, alpha, beta, group=6, pads=[1, 1, 1, 1])
+    # whole 16-output tiles of the stride-1 and stride-2 vector paths, with the residual
+    fused_check((1, 4, 6, 40), (4, 1, 3, 3), act, alpha, beta, group=4, pads=[1, 1, 1, 1])
+    fused_check((1, 4, 6, 75), (4, 1, 3, 3), act, alpha, beta, group=4, pads=[1, 1, 1, 1], strides=[2, 2])
 
 
 def test_fused_pointwise_residual():
