@@ -146,9 +146,13 @@ def binary_launch(ctx: LowerCtx, op: str, a, b, c, shape_a, shape_b, out_shape,
     rl = row_layout(dims, strides)
     if rl is not None:
         gsize, inner, rows, rowoff, last = rl
+        defines = _defines(op, [dt_a, dt_b], dt_out)
+        for name, st in zip(("LAST_A", "LAST_B"), last):
+            if int(st) in (0, 1):  # broadcast / contiguous rows: compile-time strides
+                defines[name] = int(st)
         return Launch("elementwise", "binary_bcast_rows", gsize,
                       [a, b, c, i32(inner), i32(rows), ctx.const_buffer(rowoff), ctx.const_buffer(last)], ROW_GROUP,
-                      _defines(op, [dt_a, dt_b], dt_out), ctx.label())
+                      defines, ctx.label())
     return Launch("elementwise", "binary_bcast", g, [a, b, c, i32(n), meta_table(ctx, dims, strides)], l,
                   _defines(op, [dt_a, dt_b], dt_out, RANK=len(dims)), ctx.label())
 
