@@ -45,10 +45,34 @@ def _type_proto(v: Value) -> Optional[onnx.TypeProto]:
     return helper.make_tensor_type_proto(numpy_to_onnx(v.dtype), shape)
 
 
+def _permuted_matmul(node: Node, graph: Graph) -> dict:
+    """Output shape of a FusedMatMul whose operands or result are transposed views
+    (passes/fuse_matmul.fold_transposes): Y = transpose(transpose(A, perm_a) @ transpose(B,
+    perm_b), perm_c), static shapes only ({} otherwise)."""
+    shapes = []
+    for i in (0, 1):
+        v = graph.values.get(node.input(i))
+        if v is None or v.shape is None or not all(isinstance(d, int) for d in v.shape):
+            return {}
+        perm = node.attrs.get(("perm_a", "perm_b")[i])
+        shapes.append([v.shape[p] for p in perm] if perm else list(v.shape))
+    a, b = shapes
+    try:
+        batch = list(np.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2])))
+    except ValueError:
+        raise InvalidModel(f"MatMul batch dimensions do not broadcast: {a} x {b}", node=node.name) from None
+    c = batch + [a[-2], b[-1]]
+    perm = node.attrs.get("perm_c")
+    return {node.outputs[0]: (np.dtype(np.float32), tuple(c[p] for p in perm) if perm else tuple(c))}
+
+
 def infer_node(node: Node, graph: Graph) -> dict:
     """{output name: (dtype, shape)} from onnx's shape inference; {} when it cannot tell."""
     domain = node.domain if node.domain != "ai.onnx" else ""
     op_type = node.op_type
+    if (domain, op_type) == ("clglow", "FusedMatMul") and any(
+            node.attrs.get(k) for k in ("perm_a", "perm_b", "perm_c")):
+        return _permuted_matmul(node, graph)
     proto_node = node
     if (domain, op_type) in _FUSED_AS:
         op_type, present = _FUSED_AS[(domain, op_type)]

@@ -205,3 +205,61 @@ def test_sigmoid_used_elsewhere_is_not_swish():
     ops = _run(_model(nodes, [_vi("x", [1, 4, 10, 10])], [_vi("y", [1, 4, 10, 10]), _vi("z", [1, 4, 10, 10])],
                       [_c("w", 4, 4, 1, 1)]), {"x": x})
     assert ("FusedConv", "Swish") not in ops
+
+
+# --- Transposes folded into MatMul strides (passes/fuse_matmul.fold_transposes) ------------------------
+def _attention(b, s, h, d, mask=True):
+    """A BERT attention core: head split of q, k (to k^T) and v, scores, softmax, context,
+    head merge."""
+    hs = numpy_helper.from_array(np.array([b, s, h, d], np.int64), "heads")
+    ms = numpy_helper.from_array(np.array([b, s, h * d], np.int64), "merged")
+    scale = numpy_helper.from_array(np.array(d ** -0.5, np.float32), "scale")
+    nodes = [helper.make_node("Reshape", ["q", "heads"], ["qh"]), helper.make_node("Transpose", ["qh"], ["qt"], perm=[0, 2, 1, 3]),
+             helper.make_node("Reshape", ["k", "heads"], ["kh"]), helper.make_node("Transpose", ["kh"], ["kt"], perm=[0, 2, 3, 1]),
+             helper.make_node("Reshape", ["v", "heads"], ["vh"]), helper.make_node("Transpose", ["vh"], ["vt"], perm=[0, 2, 1, 3]),
+             helper.make_node("MatMul", ["qt", "kt"], ["sc"]), helper.make_node("Mul", ["sc", "scale"], ["ss"])]
+    if mask:
+        nodes.append(helper.make_node("Add", ["ss", "m"], ["sm"]))
+    nodes += [helper.make_node("Softmax", ["sm" if mask else "ss"], ["p"], axis=-1),
+              helper.make_node("MatMul", ["p", "vt"], ["ctx"]), helper.make_node("Transpose", ["ctx"], ["ct"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["ct", "merged"], ["y"])]
+    ins = [_vi("q", [b, s, h * d]), _vi("k", [b, s, h * d]), _vi("v", [b, s, h * d])] + ([_vi("m", [b, 1, 1, s])] if mask else [])
+    model = _model(nodes, ins, [_vi("y", [b, s, h * d])], [hs, ms, scale])
+    feeds = {n: RNG.standard_normal((b, s, h * d)).astype(np.float32) for n in "qkv"}
+    if mask:
+        feeds["m"] = np.where(RNG.random((b, 1, 1, s)) > 0.8, -1e4, 0).astype(np.float32)
+    return model, feeds
+
+
+@pytest.mark.parametrize("b,s,h,d", [(1, 128, 4, 64), (2, 37, 3, 16)])
+def test_attention_transposes_become_strides(b, s, h, d):
+    """Every head split and merge Transpose disappears into the MatMuls' strides (q and v read
+    or packed through them, k^T packed, the context stored head-merged); results match."""
+    model, feeds = _attention(b, s, h, d)
+    sess = clglow.InferenceSession(model.SerializeToString())
+    ops = [n.op_type for n in sess.graph.nodes]
+    assert "Transpose" not in ops and ops.count("FusedMatMul") == 2, ops
+    for g, w in zip(sess.run(None, feeds), models.ort_run(model, feeds)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_transposes_that_stay():
+    """Kept: a Transpose whose result is used twice, one moving the last axis of the result, a
+    result with a residual."""
+    x = RNG.standard_normal((2, 3, 8, 5)).astype(np.float32)
+    w = RNG.standard_normal((2, 3, 8, 6)).astype(np.float32)
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 1, 3, 2]),        # [2, 3, 5, 8]
+             helper.make_node("MatMul", ["xt", "w"], ["mm"]),                          # [2, 3, 5, 6]
+             helper.make_node("Transpose", ["mm"], ["y1"], perm=[0, 1, 3, 2]),         # last axis moves
+             helper.make_node("Neg", ["xt"], ["y2"])]                                  # xt used twice
+    model = _model(nodes, [_vi("x", [2, 3, 8, 5]), _vi("w", [2, 3, 8, 6])],
+                   [_vi("y1", [2, 3, 6, 5]), _vi("y2", [2, 3, 5, 8])])
+    ops = _run(model, {"x": x, "w": w})
+    assert [o for o, _ in ops].count("Transpose") == 2, ops
+    r = RNG.standard_normal((2, 3, 5, 6)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["a", "w"], ["mm"]), helper.make_node("Add", ["mm", "r"], ["s"]),
+             helper.make_node("Transpose", ["s"], ["y"], perm=[0, 2, 1, 3])]
+    model = _model(nodes, [_vi("a", [2, 3, 5, 8]), _vi("w", [2, 3, 8, 6]), _vi("r", [2, 3, 5, 6])],
+                   [_vi("y", [2, 5, 3, 6])])
+    ops = _run(model, {"a": RNG.standard_normal((2, 3, 5, 8)).astype(np.float32), "w": w, "r": r})
+    assert ("Transpose", None) in ops and ("FusedMatMul", "") in ops, ops

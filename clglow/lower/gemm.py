@@ -472,8 +472,111 @@ def lower_fused_matmul(ctx: LowerCtx) -> list:
         res = ctx.buf(3)
     act = ctx.attr("activation", "")
     act = act.decode() if isinstance(act, bytes) else str(act or "")
-    return _lower_matmul(ctx, bias=bias, res=res, alpha=float(ctx.attr("alpha", 1.0)),
-                         act=(act, float(ctx.attr("act_alpha", 0.0)), float(ctx.attr("act_beta", 0.0))))
+    act_t = (act, float(ctx.attr("act_alpha", 0.0)), float(ctx.attr("act_beta", 0.0)))
+    perms = [ctx.attr(k) for k in ("perm_a", "perm_b", "perm_c")]
+    if any(perms):
+        return _lower_matmul_views(ctx, perms, bias=bias, res=res, alpha=float(ctx.attr("alpha", 1.0)), act=act_t)
+    return _lower_matmul(ctx, bias=bias, res=res, alpha=float(ctx.attr("alpha", 1.0)), act=act_t)
+
+
+def _view(shape: Sequence[int], perm: Optional[Sequence[int]]) -> tuple:
+    """(shape, element strides) of transpose(X, perm) for a contiguous X of `shape`."""
+    st = [0] * len(shape)
+    acc = 1
+    for d in range(len(shape) - 1, -1, -1):
+        st[d] = acc
+        acc *= int(shape[d])
+    if not perm:
+        return tuple(int(d) for d in shape), st
+    return tuple(int(shape[p]) for p in perm), [st[p] for p in perm]
+
+
+def _lower_matmul_views(ctx: LowerCtx, perms: list, bias: Optional[Bias] = None, res: Optional[Arg] = None,
+                        alpha: float = 1.0, act: tuple = ("", 0.0, 0.0)) -> list:
+    """A FusedMatMul whose operands and/or result are transposed views of contiguous tensors
+    (passes/fuse_matmul.fold_transposes: a transformer's head split and merge): the operands
+    are read, or packed, through their view strides and C is stored through its own, so the
+    Transpose copies never run. Batched (rank 3-4) views; C's last axis stays its last."""
+    cfg = gemm_config(ctx.device)
+    label = ctx.label()
+    perm_a, perm_b, perm_c = (None if not p else [int(v) for v in p] for p in perms)
+    sa, sta = _view(ctx.inputs[0].shape, perm_a)
+    sb, stb = _view(ctx.inputs[1].shape, perm_b)
+    y_shape = tuple(int(d) for d in ctx.outputs[0].shape)
+    r = len(y_shape)
+    if len(sa) != r or len(sb) != r or r < 3 or r > 4:
+        raise InvalidModel(f"FusedMatMul views of ranks {len(sa)}, {len(sb)} -> {r}: batched views of equal "
+                           f"rank 3 or 4 only", node=label)
+    # C as the view of Y: C dim perm_c[j] is Y dim j
+    y_st = _view(y_shape, None)[1]
+    if perm_c:
+        if sorted(perm_c) != list(range(r)) or perm_c[-1] != r - 1:
+            raise InvalidModel(f"FusedMatMul perm_c {perm_c} must keep the last axis", node=label)
+        sc, stc = [0] * r, [0] * r
+        for j, p in enumerate(perm_c):
+            sc[p], stc[p] = y_shape[j], y_st[j]
+        if res is not None:
+            raise InvalidModel("FusedMatMul with a transposed result takes no residual", node=label)
+    else:
+        sc, stc = list(y_shape), y_st
+    m, k = sa[-2:]
+    kb, n = sb[-2:]
+    if k != kb or tuple(sc[-2:]) != (m, n):
+        raise InvalidModel(f"FusedMatMul views {sa} x {sb} -> {tuple(sc)} do not multiply", node=label)
+    out_batch = tuple(sc[:-2])
+    try:
+        if tuple(np.broadcast_shapes(tuple(sa[:-2]), tuple(sb[:-2]))) != out_batch:
+            raise ValueError
+    except ValueError:
+        raise InvalidModel(f"FusedMatMul batch dims {sa[:-2]} x {sb[:-2]} -> {out_batch}", node=label) from None
+    if m == 0 or n == 0 or int(np.prod(out_batch, dtype=np.int64)) == 0:
+        return []
+    launches: list = []
+
+    def bstrides(shape: tuple, st: list) -> list:  # batch strides over out_batch, 0 where broadcast
+        return [0 if shape[d] == 1 else st[d] for d in range(len(out_batch))]
+
+    def pack(i: int, width: int, rows: int, cols: int, s_rows: int, s_cols: int, shape: tuple, st: list):
+        """Pack operand i's batch of views into `width` panels (pack_b over cols, rows = K)."""
+        dims, (bs,) = _collapse(list(shape[:-2]), [bstrides(shape, st)])
+        if len(dims) > 2:
+            raise InvalidModel("FusedMatMul views with more than two batch levels", node=label)
+        d1, d2 = ([1, 1] + dims)[-2:]
+        s1, s2 = ([0, 0] + bs)[-2:]
+        nmat = d1 * d2
+        dst = ctx.scratch(packed_b_bytes(width, rows, cols, nmat))
+        launches.append(pack_b_launch(width, src=ctx.buf(i), off=0, s1=s1, s2=s2, s_k=s_rows, s_n=s_cols, k=rows,
+                                      n=cols, batch=nmat, d2=d2, dst=dst, label=label))
+        return Operand(dst, packed=True), max(round_up(cols, width), width) * rows
+
+    # A: MR-row panels packed at run time, or read strided
+    if pack_a_at_run_time(cfg, m, k):
+        a, a_mat = pack(0, cfg.mr, k, m, sta[-1], sta[-2], sa, sta)
+        a_st = _batch_strides(tuple(d for d in sa[:-2]), out_batch, a_mat)
+    else:
+        a = Operand(ctx.buf(0), ld=sta[-2], ld2=sta[-1])
+        a_st = bstrides(sa, sta)
+    # B: rows in place when they are contiguous, else packed
+    if stb[-1] == 1 and b_unpacked_ok(cfg, n):
+        b = Operand(ctx.buf(1), ld=stb[-2])
+        b_st = bstrides(sb, stb)
+    else:
+        b, b_mat = pack(1, cfg.nr, k, n, stb[-2], stb[-1], sb, stb)
+        b_st = _batch_strides(tuple(d for d in sb[:-2]), out_batch, b_mat)
+    c_st = list(stc[:-2])
+    dims, st = _collapse(list(out_batch), [a_st, b_st, c_st])
+    if len(dims) > 2:
+        raise InvalidModel("FusedMatMul views with more than two batch levels", node=label)
+    dims = ([1, 1] + dims)[-2:]
+    st = [([0, 0] + s)[-2:] for s in st]
+    batch, d2 = dims[0] * dims[1], dims[1]
+    aa = Operand(a.arg, a.packed, 0, st[0][0], st[0][1], a.ld, a.ld2)
+    bo = Operand(b.arg, b.packed, 0, st[1][0], st[1][1], b.ld)
+    co = Operand(ctx.out(0), False, 0, st[2][0], st[2][1], stc[-2])
+    zo = None if res is None else Operand(res, False, 0, st[2][0], st[2][1], stc[-2])
+    launches.append(gemm_launch(cfg, m=m, n=n, k=k, batch=batch, d2=d2, a=aa, b=bo, c=co, bias=bias, res=zo,
+                                alpha=alpha, act=act[0], act_alpha=act[1], act_beta=act[2], label=label))
+    return launches
 
 
 def _lower_matmul(ctx: LowerCtx, bias: Optional[Bias] = None, res: Optional[Arg] = None, alpha: float = 1.0,

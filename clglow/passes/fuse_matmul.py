@@ -169,3 +169,74 @@ def fuse_matmul(graph: Graph) -> Graph:
                 changed = True
                 break
     return g
+
+
+def fold_transposes(graph: Graph) -> Graph:
+    """Transposes around a batched MatMul become strides of the GEMM: a transformer's head
+    split (q, k, v: [B, S, H, D] -> [B, H, S, D]) and merge (the attention context back to
+    [B, S, H, D]). An operand produced by a Transpose used only there is read (or packed)
+    through the transposed strides (attribute perm_a / perm_b of a clglow.FusedMatMul, input
+    the Transpose's input); a result consumed only by a Transpose that keeps the last axis is
+    stored through its strides (perm_c, output the Transpose's output). Static shapes of rank 3
+    or 4, float32; a result with a residual is not transposed."""
+    g = graph.copy()
+    outputs = set(g.outputs)
+    changed = True
+    while changed:
+        changed = False
+        consumers = g.consumers()
+        producer = {o: n for n in g.nodes for o in n.outputs if o}
+        for f in g.nodes:
+            plain = f.op_type == "MatMul" and f.domain in ("", "ai.onnx")
+            if not (plain or (f.op_type == "FusedMatMul" and f.domain == "clglow")):
+                continue
+            out = _known(g, f.outputs[0])
+            if out is None or not 3 <= len(out) <= 4:
+                continue
+            r = len(out)
+            attrs = ({"alpha": 1.0, "activation": "", "act_alpha": 0.0, "act_beta": 0.0} if plain
+                     else dict(f.attrs))
+            inputs = (list(f.inputs) + ["", "", "", ""])[:4]
+            drop: list = []
+            for slot, key in ((0, "perm_a"), (1, "perm_b")):
+                t = producer.get(inputs[slot])
+                if (attrs.get(key) or t is None or t.op_type != "Transpose" or t.domain not in ("", "ai.onnx")
+                        or consumers.get(t.outputs[0], []) != [f] or t.outputs[0] in outputs
+                        or g.const(t.input(0)) is not None):
+                    continue
+                src = _known(g, t.input(0))
+                if src is None or len(src) != r or _known(g, t.outputs[0]) is None:
+                    continue
+                perm = [int(p) for p in (t.attr("perm") or list(range(r))[::-1])]
+                attrs[key] = perm
+                inputs[slot] = t.input(0)
+                drop.append(t)
+            result = f.outputs[0]
+            users = consumers.get(f.outputs[0], [])
+            if (not attrs.get("perm_c") and not inputs[3] and len(users) == 1 and f.outputs[0] not in outputs
+                    and users[0].op_type == "Transpose" and users[0].domain in ("", "ai.onnx")
+                    and _known(g, users[0].outputs[0]) is not None):
+                perm = [int(p) for p in (users[0].attr("perm") or list(range(r))[::-1])]
+                if perm[-1] == r - 1:
+                    attrs["perm_c"] = perm
+                    result = users[0].outputs[0]
+                    drop.append(users[0])
+            if not drop:
+                continue
+            fused = Node("FusedMatMul", f.name, inputs, [result], attrs, "clglow", None)
+            from ..lower.base import lookup
+            op = lookup(fused)
+            if op is None or op.supports(fused, g) is not None:
+                continue
+            i = g.nodes.index(f)
+            g.nodes[i] = fused
+            ids = {id(n) for n in drop}
+            g.nodes = [n for n in g.nodes if id(n) not in ids]
+            for n in drop:
+                if n.outputs[0] != result:
+                    g.values.pop(n.outputs[0], None)
+            if result != f.outputs[0]:
+                g.values.pop(f.outputs[0], None)
+            changed = True
+            break
+    return g

@@ -10,7 +10,7 @@ from .dead_code import remove_dead_nodes
 from .fold_constants import fold_constants
 from .fuse_conv import fuse_conv
 from .fuse_elementwise import fuse_elementwise
-from .fuse_matmul import fuse_matmul
+from .fuse_matmul import fold_transposes, fuse_matmul
 from .identity import remove_identity
 
 log = logging.getLogger(__name__)
@@ -22,6 +22,7 @@ PIPELINE: list[Callable[[Graph], Graph]] = [
     fold_batchnorm,
     fuse_conv,
     fuse_matmul,
+    fold_transposes,
     fuse_elementwise,
     remove_dead_nodes,
 ]
