@@ -55,14 +55,22 @@ def _permuted_matmul(node: Node, graph: Graph) -> dict:
         if v is None or v.shape is None or not all(isinstance(d, int) for d in v.shape):
             return {}
         perm = node.attrs.get(("perm_a", "perm_b")[i])
+        if perm and sorted(int(p) for p in perm) != list(range(len(v.shape))):
+            raise InvalidModel(f"FusedMatMul {('perm_a', 'perm_b')[i]} {list(perm)} is not a permutation of "
+                               f"{len(v.shape)} axes", node=node.name)
         shapes.append([v.shape[p] for p in perm] if perm else list(v.shape))
     a, b = shapes
     try:
         batch = list(np.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2])))
     except ValueError:
         raise InvalidModel(f"MatMul batch dimensions do not broadcast: {a} x {b}", node=node.name) from None
+    if len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:
+        raise InvalidModel(f"MatMul inner dimensions differ: {a} x {b}", node=node.name)
     c = batch + [a[-2], b[-1]]
     perm = node.attrs.get("perm_c")
+    if perm and sorted(int(p) for p in perm) != list(range(len(c))):
+        raise InvalidModel(f"FusedMatMul perm_c {list(perm)} is not a permutation of {len(c)} axes",
+                           node=node.name)
     return {node.outputs[0]: (np.dtype(np.float32), tuple(c[p] for p in perm) if perm else tuple(c))}
 
 

@@ -263,3 +263,17 @@ def test_transposes_that_stay():
                    [_vi("y", [2, 5, 3, 6])])
     ops = _run(model, {"a": RNG.standard_normal((2, 3, 5, 8)).astype(np.float32), "w": w, "r": r})
     assert ("Transpose", None) in ops and ("FusedMatMul", "") in ops, ops
+
+
+@pytest.mark.parametrize("attrs", [dict(perm_a=[0, 1, 5]), dict(perm_c=[0, 2, 1]), dict(perm_b=[0, 2, 1, 3])],
+                         ids=["bad_perm", "moves_last_axis", "wrong_rank"])
+def test_forged_permuted_matmul_is_refused(attrs):
+    """A user's model naming clglow.FusedMatMul with bad view permutations: a clear error naming
+    the node, never a crash."""
+    node = helper.make_node("FusedMatMul", ["x", "w"], ["y"], domain="clglow", name="forged", **attrs)
+    g = helper.make_graph([node], "g", [_vi("x", [2, 4, 8]), _vi("w", [2, 8, 6])], [_vi("y", [2, 4, 6])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("clglow", 1)])
+    feeds = {"x": np.ones((2, 4, 8), np.float32), "w": np.ones((2, 8, 6), np.float32)}
+    with pytest.raises(ClglowError, match="forged"):
+        clglow.InferenceSession(m.SerializeToString()).run(None, feeds)
+
