@@ -18,6 +18,32 @@ DEFINE_ACT(act_s, float)
 DEFINE_ACT(act_v16, float16)
 typedef float16 float16_u __attribute__((aligned(4)));
 
+/* Inputs b, b+1, .., b+15 of a row of W (b == -1 or b == W - 15: the padding lane is 0). */
+inline float16 taps_s1(const __global float* xr, int b, int W) {
+    if (b < 0) {
+        const float16 u = *(const __global float16_u*)xr;
+        return (float16)(0.0f, u.s0123, u.s4567, u.s89ab, u.scde);
+    }
+    if (b + 16 > W) {
+        const float16 u = *(const __global float16_u*)(xr + W - 16);
+        return (float16)(u.s123, u.s4567, u.s89ab, u.scdef, 0.0f);
+    }
+    return *(const __global float16_u*)(xr + b);
+}
+
+/* Inputs b, b+2, .., b+30 (b == -1: the padding lane is 0). */
+inline float16 taps_s2(const __global float* xr, int b) {
+    if (b < 0) {
+        const float16 u0 = *(const __global float16_u*)xr;
+        const float16 u1 = *(const __global float16_u*)(xr + 16);
+        const float16 od = (float16)(u0.odd, u1.odd);
+        return (float16)(0.0f, od.s0123, od.s4567, od.s89ab, od.scde);
+    }
+    const float16 lo = *(const __global float16_u*)(xr + b);
+    const float16 hi = *(const __global float16_u*)(xr + b + 16);
+    return (float16)(lo.even, hi.even);
+}
+
 #ifndef DW_T
 #define DW_T 16
 #endif
@@ -53,11 +79,14 @@ __kernel void dwconv(__global const float* restrict X, __global const float* res
     /* Interior segments (every tap in bounds) take the branch-free path. */
     const bool inner = iw0 >= 0 && iw0 + (DW_T - 1) * sw + (KW - 1) * dw < W && ow0 + DW_T <= OW;
 #if DW_T == 16
-    if (sw == 1 && ow0 + DW_T <= OW && W > DW_T && iw0 >= -1 && iw0 + (KW - 1) * dw + DW_T <= W + 1) {
-        /* Stride 1, a whole tile of 16 outputs whose taps reach at most one column past either
-         * side of the row (pad 1): each tap is one 16-float load, the padding column shifted in
-         * as a zero lane (the scalar path below loads element by element: the stride is a
-         * run-time value). */
+    /* A whole tile of 16 outputs as vector loads, when its taps reach at most one column past
+     * the left of the row (pad 1) and, with stride 1, one past the right: stride 1, one 16-float
+     * load per tap, a padding column shifted in as a zero lane; stride 2, 32 consecutive inputs
+     * per tap keeping the even ones (a left pad: the odd ones after a zero lane). The scalar
+     * path below loads element by element (the stride is a run-time value). */
+    const int span = (KW - 1) * dw;
+    if (ow0 + DW_T <= OW && iw0 >= -1
+            && ((sw == 1 && W > DW_T && iw0 + span + DW_T <= W + 1) || (sw == 2 && iw0 + span + 2 * DW_T <= W))) {
         float16 accv = (float16)0.0f;
         for (int kh = 0; kh < KH; ++kh) {
             const int ih = ih0 + kh * dh;
@@ -66,53 +95,7 @@ __kernel void dwconv(__global const float* restrict X, __global const float* res
             const __global float* xr = x + ih * W;
             for (int kw = 0; kw < KW; ++kw) {
                 const int b = iw0 + kw * dw;
-                float16 v;
-                if (b < 0) {  /* b == -1 */
-                    const float16 u = *(const __global float16_u*)xr;
-                    v = (float16)(0.0f, u.s0123, u.s4567, u.s89ab, u.scde);
-                } else if (b + DW_T > W) {  /* b == W - 15 */
-                    const float16 u = *(const __global float16_u*)(xr + W - DW_T);
-                    v = (float16)(u.s123, u.s4567, u.s89ab, u.scdef, 0.0f);
-                } else {
-                    v = *(const __global float16_u*)(xr + b);
-                }
-                accv += v * w[kh * KW + kw];
-            }
-        }
-        const int o = (z * OH + oh) * OW + ow0;
-#if HAS_BIAS
-        accv += bias[oc];
-#endif
-#if HAS_RES
-        accv += *(const __global float16_u*)(Z + o);
-#endif
-        *(__global float16_u*)(Y + o) = act_v16(accv, act_a, act_b, act_c);
-        return;
-    }
-    if (sw == 2 && ow0 + DW_T <= OW && iw0 >= -1 && iw0 + (KW - 1) * dw + 2 * DW_T <= W) {
-        /* Stride 2, a whole tile: each tap reads 32 consecutive inputs and keeps the even
-         * ones (two 16-float loads); a left pad of 1 makes the first tap's inputs the odd ones
-         * shifted by a zero lane. */
-        float16 accv = (float16)0.0f;
-        for (int kh = 0; kh < KH; ++kh) {
-            const int ih = ih0 + kh * dh;
-            if (ih < 0 || ih >= H)
-                continue;
-            const __global float* xr = x + ih * W;
-            for (int kw = 0; kw < KW; ++kw) {
-                const int b = iw0 + kw * dw;
-                float16 v;
-                if (b < 0) {  /* b == -1 */
-                    const float16 u0 = *(const __global float16_u*)xr;
-                    const float16 u1 = *(const __global float16_u*)(xr + 16);
-                    const float16 od = (float16)(u0.odd, u1.odd);
-                    v = (float16)(0.0f, od.s0123, od.s4567, od.s89ab, od.scde);
-                } else {
-                    const float16 lo = *(const __global float16_u*)(xr + b);
-                    const float16 hi = *(const __global float16_u*)(xr + b + 16);
-                    v = (float16)(lo.even, hi.even);
-                }
-                accv += v * w[kh * KW + kw];
+                accv += (sw == 1 ? taps_s1(xr, b, W) : taps_s2(xr, b)) * w[kh * KW + kw];
             }
         }
         const int o = (z * OH + oh) * OW + ow0;
