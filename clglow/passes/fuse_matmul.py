@@ -179,6 +179,8 @@ def fold_transposes(graph: Graph) -> Graph:
     the Transpose's input); a result consumed only by a Transpose that keeps the last axis is
     stored through its strides (perm_c, output the Transpose's output). Static shapes of rank 3
     or 4, float32; a result with a residual is not transposed."""
+    from ..lower.base import lookup
+
     g = graph.copy()
     outputs = set(g.outputs)
     changed = True
@@ -224,7 +226,6 @@ def fold_transposes(graph: Graph) -> Graph:
             if not drop:
                 continue
             fused = Node("FusedMatMul", f.name, inputs, [result], attrs, "clglow", None)
-            from ..lower.base import lookup
             op = lookup(fused)
             if op is None or op.supports(fused, g) is not None:
                 continue
