@@ -7,6 +7,7 @@
 #ifndef SD
 #define SD 2
 #endif
+#include "window_index.h"
 
 __kernel void conv_transpose(__global const float* x, __global const float* w,
 #ifdef HAS_BIAS
@@ -16,14 +17,8 @@ __kernel void conv_transpose(__global const float* x, __global const float* w,
                              __global const int* restrict geo) {
     const int i = get_global_id(0);
     if (i >= n) return;
-    int o[SD];
-    int rem = i, isz = 1, ksz = 1;
-    for (int k = SD - 1; k >= 0; --k) {
-        o[k] = rem % geo[SD + k];
-        rem /= geo[SD + k];
-        isz *= geo[k];
-        ksz *= geo[2 * SD + k];
-    }
+    int o[SD], isz, ksz;
+    const int rem = window_position(i, geo, o, &isz, &ksz);
     const int oc = rem % M;
     const int b = rem / M;
     const int mg = M / group, cg = C / group;

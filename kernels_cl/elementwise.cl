@@ -257,28 +257,15 @@ __kernel void binary_bcast(__global const T0* a, __global const T1* b, __global 
     c[i] = (TO)(BIN(va, vb));
 }
 
-/* Broadcast by rows of the last dim (the row layout of bcast_index.h): no division per element.
- * LAST_A / LAST_B, when defined, are the operands' strides along the row known at compile time
- * (0: broadcast, 1: contiguous), so the driver can turn a row into vector operations (an SE
- * block's per-channel scale: a contiguous row times one value). */
-#ifdef LAST_A
-#define STEP_A(j) ((j) * LAST_A)
-#else
-#define STEP_A(j) ((j) * last[0])
-#endif
-#ifdef LAST_B
-#define STEP_B(j) ((j) * LAST_B)
-#else
-#define STEP_B(j) ((j) * last[1])
-#endif
+/* Broadcast by rows of the last dim (the row layout of bcast_index.h): no division per element. */
 __kernel void binary_bcast_rows(__global const T0* a, __global const T1* b, __global TO* c, const int inner,
                                 const int rows, __global const int* restrict rowoff,
                                 __global const int* restrict last) {
     const int j = get_global_id(0);
     const int row = get_global_id(1);
     if (j >= inner || row >= rows) return;
-    const T0 va = a[rowoff[2 * row] + STEP_A(j)];
-    const T1 vb = b[rowoff[2 * row + 1] + STEP_B(j)];
+    const T0 va = a[rowoff[2 * row] + ROW_STEP(0, j)];
+    const T1 vb = b[rowoff[2 * row + 1] + ROW_STEP(1, j)];
     c[(long)row * inner + j] = (TO)(BIN(va, vb));
 }
 

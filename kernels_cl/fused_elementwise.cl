@@ -72,15 +72,15 @@ __kernel void fused_rows(__global const float* x0, __global const float* x1, __g
     const int row = get_global_id(1);
     if (j >= inner || row >= rows) return;
     const __global int* ro = rowoff + row * NIN;
-    const float X0 = x0[ro[0] + j * last[0]];
+    const float X0 = x0[ro[0] + ROW_STEP(0, j)];
 #if NIN > 1
-    const float X1 = x1[ro[1] + j * last[1]];
+    const float X1 = x1[ro[1] + ROW_STEP(1, j)];
 #endif
 #if NIN > 2
-    const float X2 = x2[ro[2] + j * last[2]];
+    const float X2 = x2[ro[2] + ROW_STEP(2, j)];
 #endif
 #if NIN > 3
-    const float X3 = x3[ro[3] + j * last[3]];
+    const float X3 = x3[ro[3] + ROW_STEP(3, j)];
 #endif
     y[(long)row * inner + j] = EXPR;
 }

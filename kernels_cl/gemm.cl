@@ -153,6 +153,13 @@ __kernel void gemm(
         }                                                   \
     } while (0)
 #define FMA_STEP(bv) do { FMA_TILE(bv, A_AT); A_NEXT(); } while (0)
+/* The accumulators into a private MR x NR tile (vector stores; the scalar epilogues then read
+ * it from L1: cheaper than extracting each lane from the registers). */
+#define SPILL_TILE(t) do {                                  \
+        _Pragma("unroll") for (int r = 0; r < MR; ++r)      \
+            _Pragma("unroll") for (int v = 0; v < NV; ++v)  \
+                *(floatv*)((t) + r * NR + v * VW) = acc[r][v]; \
+    } while (0)
 /* The NV vectors of B at p (VECT: floatv for an aligned panel, floatv_u for a row in place). */
 #define LOAD_B(bv, p, VECT) do {                            \
         _Pragma("unroll") for (int v = 0; v < NV; ++v)      \
@@ -280,8 +287,7 @@ __kernel void gemm(
 #if C_TRANS
     {
         /* Transposed: column c of the tile is MR consecutive floats of C (pixels), written from a
-         * private tile (vector stores, then scalar loads from L1: cheaper than extracting lanes
-         * from the registers). With an implicit A the rows are padded-linear pixels: row r goes
+         * private tile. With an implicit A the rows are padded-linear pixels: row r goes
          * to y*ow + x of its channel, or nowhere (rd = -1) for a padding column. */
         const bool imp = (flags & FLAG_IMPLICIT_A) != 0;
         int rd[MR];
@@ -296,11 +302,7 @@ __kernel void gemm(
         const __global float* pzb = Z + offZ + z1 * sZ1 + z2 * sZ2 + n0 * ldc;
         const __global float* pbias = bias + offBias + z1 * sBias1 + z2 * sBias2 + m0 * bias_sm + n0 * bias_sn;
         float tile[MR * NR] __attribute__((aligned(64)));
-#pragma unroll
-        for (int r = 0; r < MR; ++r)
-#pragma unroll
-            for (int v = 0; v < NV; ++v)
-                *(floatv*)(tile + r * NR + v * VW) = acc[r][v];
+        SPILL_TILE(tile);
         const int mr = min(MR, M - m0);
         const int nr = min(NR, N - n0);
         if (mr == MR && nr == NR) {
@@ -360,11 +362,7 @@ __kernel void gemm(
         /* An edge tile: the accumulators go to a private tile, then one rolled scalar loop
          * (unrolling this path for every element only multiplied the code to generate). */
         float tile[MR * NR] __attribute__((aligned(64)));
-#pragma unroll
-        for (int r = 0; r < MR; ++r)
-#pragma unroll
-            for (int v = 0; v < NV; ++v)
-                *(floatv*)(tile + r * NR + v * VW) = acc[r][v];
+        SPILL_TILE(tile);
         const int mr = min(MR, M - m0);
         const int nr = min(NR, N - n0);
 #pragma unroll 1

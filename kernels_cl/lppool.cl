@@ -5,19 +5,14 @@
 #ifndef SD
 #define SD 2
 #endif
+#include "window_index.h"
 
 __kernel void lppool(__global const float* x, __global float* y, const int n, __global const int* restrict geo,
                      const float p) {
     const int i = get_global_id(0);
     if (i >= n) return;
-    int o[SD];
-    int rem = i, isz = 1, ksz = 1;
-    for (int k = SD - 1; k >= 0; --k) {
-        o[k] = rem % geo[SD + k];
-        rem /= geo[SD + k];
-        isz *= geo[k];
-        ksz *= geo[2 * SD + k];
-    }
+    int o[SD], isz, ksz;
+    const int rem = window_position(i, geo, o, &isz, &ksz);
     __global const float* xp = x + (long)rem * isz;
     float acc = 0.0f;
     for (int t = 0; t < ksz; ++t) {

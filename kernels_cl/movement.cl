@@ -34,13 +34,7 @@ __kernel void strided_copy_rows(__global const T* src, __global T* dst, const in
     const int j = get_global_id(0);
     const int row = get_global_id(1);
     if (j >= inner || row >= rows) return;
-#if UNIT_ROWS
-    /* rows contiguous on both sides (a head split/merge): consecutive work-items move
-     * consecutive elements, which the driver turns into vector copies */
-    dst[rowoff[2 * row + 1] + j] = src[rowoff[2 * row] + j];
-#else
-    dst[rowoff[2 * row + 1] + j * last[1]] = src[rowoff[2 * row] + j * last[0]];
-#endif
+    dst[rowoff[2 * row + 1] + ROW_STEP(1, j)] = src[rowoff[2 * row] + ROW_STEP(0, j)];
 }
 
 /* Contiguous to contiguous, no index math. */

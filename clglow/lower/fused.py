@@ -75,10 +75,10 @@ def lower_fused(ctx: LowerCtx) -> list:
     dims, strides = collapse(out.shape, shapes)
     rl = row_layout(dims, strides)
     if rl is not None:
-        gsize, inner, rows, rowoff, last = rl
+        gsize, inner, rows, rowoff, last, row_defines = rl
         return [Launch("fused_elementwise", "fused_rows", gsize,
                        bufs + [ctx.out(0), i32(inner), i32(rows), ctx.const_buffer(rowoff), ctx.const_buffer(last)],
-                       ROW_GROUP, defines, ctx.label())]
+                       ROW_GROUP, {**defines, **row_defines}, ctx.label())]
     defines["RANK"] = len(dims)
     g, l = work_size(ctx, n)
     return [Launch("fused_elementwise", "fused_bcast", g, bufs + [ctx.out(0), i32(n), meta_table(ctx, dims, strides)],

@@ -33,12 +33,12 @@ def test_transpose(shape, perm):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.uint8])
 def test_transpose_head_split_rows(dtype):
-    """A transformer's head split/merge keeps the last axis: rows copied contiguously (the
-    UNIT_ROWS kernel), in both directions and for 1-byte elements."""
+    """A transformer's head split/merge keeps the last axis: rows copied with compile-time unit
+    strides (bcast_index.h ROW_STEP), in both directions and for 1-byte elements."""
     x = rand(2, 9, 4, 40, dtype=dtype)
     node = helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 1, 3])
     launches = lower(node, {"x": x}, {}, {"y": ((2, 4, 9, 40), x.dtype)})
-    assert [l.defines.get("UNIT_ROWS") for l in launches] == [1]
+    assert [(l.defines.get("ROW_S0"), l.defines.get("ROW_S1")) for l in launches] == [(1, 1)]
     check(node, {"x": x})
     check(helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 1, 3]), {"x": rand(2, 4, 9, 40, dtype=dtype)})
 
