@@ -267,7 +267,7 @@ def _lower(ctx: LowerCtx) -> list:
         # convs (224 columns computed for 196 pixels), A/B on pocl: 0.1-0.3 ms faster per image
         # than packed and stored transposed, 6 launches fewer.
         tcfg = None
-    cfg = fit_rows(cfg, m)
+    cfg = _fit_tiles(cfg, m, geom, pointwise)
     if tcfg is not None:
         return _lower_transposed(ctx, tcfg, n_img=n_img, cin=cin, cin_g=cin_g, g=g, m=m, kk=kk,
                                  geom=geom, pointwise=pointwise,
@@ -307,6 +307,20 @@ def _lower(ctx: LowerCtx) -> list:
                                     bias=bias, res=res, act=act, act_alpha=act_a, act_beta=act_b,
                                     label=label))
     return launches
+
+
+def _fit_tiles(cfg: GemmConfig, m: int, geom: tuple, pointwise: bool) -> GemmConfig:
+    """The tiles of a non-transposed conv GEMM: fit_rows over the columns its path computes
+    (the padded-linear pixels of an implicit GEMM), keeping the config's path (X in place,
+    implicit) where the narrower tiles would lose it."""
+    npix = geom[2] * geom[3]
+    if pointwise:
+        fit = fit_rows(cfg, m, npix)
+        return fit if b_unpacked_ok(fit, npix) == b_unpacked_ok(cfg, npix) else cfg
+    if implicit_ok(cfg, geom):
+        fit = fit_rows(cfg, m, geom[2] * phase_geometry(geom)[3])
+        return fit if implicit_ok(fit, geom) else cfg
+    return fit_rows(cfg, m, npix)
 
 
 # An implicit GEMM computes OH x WPH padded-linear columns for OH x OW pixels: taken while that

@@ -237,19 +237,25 @@ def packed_b_bytes(nr: int, k: int, n: int, batch: int) -> int:
     return 4 * max(round_up(n, nr), nr) * max(k, 1) * max(batch, 1)
 
 
-def fit_rows(cfg: GemmConfig, m: int) -> GemmConfig:
-    """The config with fewer rows per tile when it pads M clearly less: ResNet's 64-channel
-    layers with 12-row tiles compute 72 rows (11% wasted); 8-row tiles fit exactly. With
-    16-float vectors the 8-row tiles are 3 vectors wide (8 x 48: 24 accumulators, as many as
-    12 x 32, for 11 loads per 24 FMAs instead of 10 per 16): ResNet-50 in alternation on pocl
-    (AVX-512), 0.2 ms per image faster than 8 x 32. CPU tiles only (one work-item per group);
-    the conv's B panels (im2col) take the config's NR."""
+def fit_rows(cfg: GemmConfig, m: int, n: Optional[int] = None) -> GemmConfig:
+    """The config with 8-row tiles when they compute clearly fewer padded rows, or, given the
+    GEMM's N, fewer padded outputs (rows x columns) than the config's tiles. With 16-float
+    vectors the 8-row tiles are 3 vectors wide (8 x 48: 24 accumulators, as many as 12 x 32, for
+    11 loads per 24 FMAs instead of 14), so they are as fast per FMA (measured on pocl, AVX-512,
+    a 128-channel 3x3 conv at 28x28: 473 GFLOP/s for 8 x 48 against 447 for 12 x 32, the 5% of
+    padding 12-row tiles and 32-column tiles compute there) and the choice is the one that
+    pads less: ResNet's 64-channel layers (72 rows with 12-row tiles), its 128-channel 3x3s and
+    56x56 1x1s; 12 x 32 stays for 14x14 outputs (196 columns: 224 with 32-column tiles, 240
+    with 48). CPU tiles only (one work-item per group); the conv's B panels (im2col) take the
+    chosen config's NR."""
     if not cfg.cpu_tiles or cfg.mr <= 8:
         return cfg
-    waste = round_up(m, cfg.mr) / m
-    if round_up(m, 8) / m < waste - 0.05:
-        return GemmConfig(8, cfg.vw, 3 if cfg.vw >= 16 and cfg.nv == 2 else cfg.nv, cfg.lsize)
-    return cfg
+    narrow = GemmConfig(8, cfg.vw, 3 if cfg.vw >= 16 and cfg.nv == 2 else cfg.nv, cfg.lsize)
+    if n is None:
+        waste = round_up(m, cfg.mr) / m
+        return narrow if round_up(m, 8) / m < waste - 0.05 else cfg
+    work = round_up(m, cfg.mr) * round_up(n, cfg.nr)
+    return narrow if round_up(m, narrow.mr) * round_up(n, narrow.nr) < work else cfg
 
 
 def transposed_config(cfg: GemmConfig, m: int, n: int) -> Optional[GemmConfig]:

@@ -426,3 +426,16 @@ def test_implicit_choice_resnet50():
     assert not conv_mod.implicit_ok(cfg, (40, 200, 10, 50, 2, 2, 4, 4, 0, 0, 2, 2))
     assert not conv_mod.implicit_ok(conv_mod.GemmConfig(4, 4, 1, (8, 8, 1)),
                                     (56, 56, 56, 56, 3, 3, 1, 1, 1, 1, 1, 1))
+
+
+def test_conv_tiles_fit_the_computed_columns():
+    """24 output channels, 3x3 at 15x15: the implicit GEMM computes 15 x 16 padded-linear
+    columns, 256 with 32-column tiles and 240 with 48-column ones, so the 12 x 32 config runs
+    8 x 48 tiles (by its rows alone, 24 = 2 x 12, it would keep 12 x 32)."""
+    dev = dataclasses.replace(_default_tiles(), gemm_tiles=(12, 16, 2, (1, 1, 1)))
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])
+    x, w, b = rand(2, 5, 15, 15), rand(24, 5, 3, 3), rand(24)
+    gemms = [l for l in lower(node, {"x": x}, {"w": w, "b": b}, {"y": ((2, 24, 15, 15), np.float32)}, device=dev)
+             if l.kernel == "gemm"]
+    assert gemms and all((l.defines["MR"], l.defines["NV"]) == (8, 3) for l in gemms), [l.defines for l in gemms]
+    check(node, {"x": x}, {"w": w, "b": b}, device=dev)

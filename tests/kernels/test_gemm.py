@@ -134,5 +134,10 @@ def test_fit_rows_picks_tiles_that_pad_less():
     assert fit_rows(cpu, 64).mr == 8      # 72 rows with 12-row tiles, 64 with 8
     assert fit_rows(cpu, 256).mr == 12    # 264 vs 256: within 5%, keep the larger tile
     assert fit_rows(cpu, 48).mr == 12     # exact either way
+    # given N, the tiles that compute fewer padded outputs (8 x 48 against 12 x 32)
+    assert fit_rows(cpu, 128, 28 * 29).mr == 8    # 128 x 816 < 132 x 832 (ResNet's 28x28 3x3)
+    assert fit_rows(cpu, 256, 3136).nr == 48      # 256 x 3168 < 264 x 3136
+    assert fit_rows(cpu, 1024, 196).mr == 12      # 1032 x 224 < 1024 x 240 (14x14 outputs)
+    assert fit_rows(cpu, 48, 96) is cpu           # equal work: the config's tiles
     gpu = GemmConfig(4, 4, 1, (8, 8, 1))
     assert fit_rows(gpu, 64) is gpu       # GPU tiles are left to the tuner
