@@ -2,8 +2,10 @@
  * with the same fused epilogue as gemm.cl: Y = ACT(conv + bias + Z).
  *
  * Output channel oc reads input channel oc / MULT (MULT = Cout / Cin, the depth multiplier).
- * Each work-item computes DW_T consecutive outputs of one row (taps in registers, a
- * branch-free path for interior segments). gsize = (ceil(OW / DW_T), OH, images*Cout).
+ * dwconv: any kernel size, stride, dilation and padding; each work-item computes DW_T
+ * consecutive outputs of one row (taps in registers, a branch-free path for interior segments).
+ * gsize = (ceil(OW / DW_T), OH, images*Cout).
+ * dwconv3 (below, built with DW_S defined): the 3x3 stride-1/2 case, DW_RT rows per work-item.
  */
 #pragma OPENCL FP_CONTRACT ON
 
@@ -161,3 +163,118 @@ __kernel void dwconv(__global const float* restrict X, __global const float* res
     }
 #endif
 }
+
+/* A 3x3 depthwise convolution (dilation 1, stride DW_S = 1 or 2 both ways, any padding), DW_RT
+ * output rows x 16 columns per work-item: each input row is loaded once as its three tap
+ * vectors and serves every output row whose window covers it ((DW_RT - 1) * DW_S + 3 input rows
+ * for DW_RT outputs, 9 loads per output vector in dwconv), the 9 weights stay in registers,
+ * and a tile at a row edge or in a row narrower than 16 (MobileNet's 14x14 and 28x28 layers)
+ * reads its inputs through a zero-filled private segment instead of element by element.
+ * gsize = (ceil(OW / 16), ceil(OH / DW_RT), images * Cout). Same arguments as dwconv. */
+#ifdef DW_S
+/* Input columns a 16-output tile reads: 18 at stride 1; 33 at stride 2 (34 loaded, the last
+ * tap vector as two aligned halves). */
+#define DW_SEG (DW_S == 1 ? 18 : 34)
+
+/* The three tap vectors of input row r (columns r[0 .. DW_SEG) in address space AS) for 16 outputs. */
+#define DW_TAPS(r, AS, t0, t1, t2) do {                                                   \
+        if (DW_S == 1) {                                                              \
+            t0 = *(const AS float16_u*)(r);                                              \
+            t1 = *(const AS float16_u*)((r) + 1);                                        \
+            t2 = *(const AS float16_u*)((r) + 2);                                        \
+        } else {                                                                      \
+            const float16 lo_ = *(const AS float16_u*)(r), hi_ = *(const AS float16_u*)((r) + 16); \
+            const float16 lo2_ = *(const AS float16_u*)((r) + 2), hi2_ = *(const AS float16_u*)((r) + 18); \
+            t0 = (float16)(lo_.even, hi_.even);                                       \
+            t1 = (float16)(lo_.odd, hi_.odd);                                         \
+            t2 = (float16)(lo2_.even, hi2_.even);                                     \
+        }                                                                             \
+    } while (0)
+
+__kernel void dwconv3(__global const float* restrict X, __global const float* restrict Wt,
+#if HAS_BIAS
+                      __global const float* restrict bias,
+#endif
+#if HAS_RES
+                      __global const float* restrict Z,
+#endif
+                      __global float* restrict Y,
+                      int Cin, int H, int W, int Cout, int OH, int OW, int KH, int KW,
+                      int sh, int sw, int ph, int pw, int dh, int dw, int mult,
+                      float act_a, float act_b, float act_c)
+{
+    const int ow0 = get_global_id(0) * 16;
+    const int oh0 = get_global_id(1) * DW_RT;
+    const int z = get_global_id(2);
+    if (ow0 >= OW || oh0 >= OH)
+        return;
+    const int img = z / Cout;
+    const int oc = z - img * Cout;
+    const __global float* x = X + (img * Cin + oc / mult) * H * W;
+    float wk[9];
+#pragma unroll
+    for (int i = 0; i < 9; ++i)
+        wk[i] = Wt[oc * 9 + i];
+    const int iw0 = ow0 * DW_S - pw;
+    /* Vector loads straight from the row when the tile's DW_SEG input columns are in it. */
+    const bool inner = iw0 >= 0 && iw0 + DW_SEG <= W;
+    float16 acc[DW_RT];
+#pragma unroll
+    for (int r = 0; r < DW_RT; ++r)
+        acc[r] = (float16)0.0f;
+    float seg[48] __attribute__((aligned(64)));
+#pragma unroll
+    for (int i = 0; i < (DW_RT - 1) * DW_S + 3; ++i) {
+        const int ih = oh0 * DW_S - ph + i;
+        if (ih < 0 || ih >= H)
+            continue;
+        const __global float* xr = x + ih * W;
+        float16 t0, t1, t2;
+        if (inner) {
+            DW_TAPS(xr + iw0, __global, t0, t1, t2);
+        } else {
+#pragma unroll 1
+            for (int c = 0; c < DW_SEG; ++c) {
+                const int iw = iw0 + c;
+                seg[c] = iw >= 0 && iw < W ? xr[iw] : 0.0f;
+            }
+            DW_TAPS(seg, __private, t0, t1, t2);
+        }
+        /* Input row i is kernel row i - r * DW_S of output row r. */
+#pragma unroll
+        for (int r = 0; r < DW_RT; ++r) {
+            const int kh = i - r * DW_S;
+            if (kh >= 0 && kh < 3)
+                acc[r] += t0 * wk[kh * 3] + t1 * wk[kh * 3 + 1] + t2 * wk[kh * 3 + 2];
+        }
+    }
+    const int nj = min(16, OW - ow0);
+#pragma unroll
+    for (int r = 0; r < DW_RT; ++r) {
+        if (oh0 + r >= OH)
+            continue;
+        const int o = (z * OH + oh0 + r) * OW + ow0;
+        float16 v = acc[r];
+#if HAS_BIAS
+        v += bias[oc];
+#endif
+        if (nj == 16) {
+#if HAS_RES
+            v += *(const __global float16_u*)(Z + o);
+#endif
+            *(__global float16_u*)(Y + o) = act_v16(v, act_a, act_b, act_c);
+        } else {
+#if HAS_RES
+#pragma unroll 1
+            for (int j = 0; j < nj; ++j)
+                seg[j] = Z[o + j];
+            v += *(const float16*)seg;
+#endif
+            *(float16*)seg = act_v16(v, act_a, act_b, act_c);
+#pragma unroll 1
+            for (int j = 0; j < nj; ++j)
+                Y[o + j] = seg[j];
+        }
+    }
+}
+#endif

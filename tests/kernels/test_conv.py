@@ -439,3 +439,33 @@ def test_conv_tiles_fit_the_computed_columns():
              if l.kernel == "gemm"]
     assert gemms and all((l.defines["MR"], l.defines["NV"]) == (8, 3) for l in gemms), [l.defines for l in gemms]
     check(node, {"x": x}, {"w": w, "b": b}, device=dev)
+
+
+DW3 = [
+    ((2, 3, 37, 14), (3, 1, 3, 3), dict(pads=[1, 1, 1, 1])),                 # rows < 16, OH = 37 = 2 x 16 + 5
+    ((1, 2, 20, 35), (2, 1, 3, 3), dict()),                                   # no padding, ragged 3-column tile
+    ((1, 3, 33, 70), (3, 1, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),  # stride 2: in-row and edge tiles
+    ((1, 2, 9, 15), (4, 1, 3, 3), dict(pads=[0, 1, 1, 0], strides=[2, 2])),   # asymmetric pads, multiplier 2
+    ((1, 2, 18, 16), (2, 1, 3, 3), dict(pads=[1, 1, 1, 1])),                  # W = 16: one edge tile per row
+    ((1, 2, 6, 40), (2, 1, 3, 3), dict(pads=[2, 2, 2, 2])),                   # pad 2: two zero columns and rows
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", DW3, ids=[str(i) for i in range(len(DW3))])
+def test_depthwise_3x3_rows(x_shape, w_shape, attrs):
+    """The 3x3 stride-1/2 depthwise kernel (16 output rows x 16 columns per work-item) against
+    the reference, on the geometries its paths split on."""
+    g = x_shape[1]
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=g, **attrs)
+    x, w, b = rand(*x_shape), rand(*w_shape), rand(w_shape[0])
+    y_shape = reference(node, {"x": x}, {"w": w, "b": b}, 17)[0].shape
+    names = [l.kernel for l in lower(node, {"x": x}, {"w": w, "b": b}, {"y": (y_shape, np.float32)})]
+    assert names == ["dwconv3"], names
+    check(node, {"x": x}, {"w": w, "b": b})
+
+
+@pytest.mark.parametrize("act,alpha,beta", [ACTS[8], ACTS[2]], ids=["Swish", "Clip"])
+def test_fused_depthwise_narrow_rows(act, alpha, beta):
+    """Residual and activation on tiles narrower than 16 (the 14x14 and 28x28 layers)."""
+    fused_check((2, 5, 14, 14), (5, 1, 3, 3), act, alpha, beta, group=5, pads=[1, 1, 1, 1])
+    fused_check((1, 4, 28, 28), (4, 1, 3, 3), act, alpha, beta, group=4, pads=[1, 1, 1, 1], strides=[2, 2])
