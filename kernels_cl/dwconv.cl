@@ -222,7 +222,17 @@ __kernel void dwconv3(__global const float* restrict X, __global const float* re
 #pragma unroll
     for (int r = 0; r < DW_RT; ++r)
         acc[r] = (float16)0.0f;
+    /* Edge tiles: the in-row columns [lo, hi) of the segment are copied per input row, the
+     * rest stays zero: 16-float chunks (the last one ending at hi); fewer than 16 columns as one
+     * vector with the lanes past hi zeroed, when those 16 floats are inside X (its last row
+     * element by element). */
     float seg[48] __attribute__((aligned(64)));
+    *(float16*)seg = (float16)0.0f;
+    *(float16*)(seg + 16) = (float16)0.0f;
+    *(float16*)(seg + 32) = (float16)0.0f;
+    const int lo = max(0, -iw0), hi = min(DW_SEG, W - iw0);
+    const int x_end = (get_global_size(2) / Cout) * Cin * H * W - (int)(x - X);  /* floats of X from x on */
+    const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 #pragma unroll
     for (int i = 0; i < (DW_RT - 1) * DW_S + 3; ++i) {
         const int ih = oh0 * DW_S - ph + i;
@@ -233,10 +243,20 @@ __kernel void dwconv3(__global const float* restrict X, __global const float* re
         if (inner) {
             DW_TAPS(xr + iw0, __global, t0, t1, t2);
         } else {
+            const __global float* src = xr + iw0;
+            if (hi - lo >= 16) {
 #pragma unroll 1
-            for (int c = 0; c < DW_SEG; ++c) {
-                const int iw = iw0 + c;
-                seg[c] = iw >= 0 && iw < W ? xr[iw] : 0.0f;
+                for (int c = lo; c < hi; c += 16) {
+                    const int c0 = min(c, hi - 16);
+                    *(float16_u*)(seg + c0) = *(const __global float16_u*)(src + c0);
+                }
+            } else if (ih * W + iw0 + lo + 16 <= x_end) {
+                const float16 v = *(const __global float16_u*)(src + lo);
+                *(float16_u*)(seg + lo) = lane < (int16)(hi - lo) ? v : (float16)0.0f;
+            } else {
+#pragma unroll 1
+                for (int c = lo; c < hi; ++c)
+                    seg[c] = src[c];
             }
             DW_TAPS(seg, __private, t0, t1, t2);
         }

@@ -257,16 +257,18 @@ __kernel void binary_bcast(__global const T0* a, __global const T1* b, __global 
     c[i] = (TO)(BIN(va, vb));
 }
 
-/* Broadcast by rows of the last dim (the row layout of bcast_index.h): no division per element. */
-__kernel void binary_bcast_rows(__global const T0* a, __global const T1* b, __global TO* c, const int inner,
-                                const int rows, __global const int* restrict rowoff,
-                                __global const int* restrict last) {
-    const int j = get_global_id(0);
+/* Broadcast by rows of the last dim (the row layout of bcast_index.h): no division per element,
+ * ROW_VEC elements of one row per work-item. */
+__kernel void binary_bcast_rows(__global const T0* restrict a, __global const T1* restrict b,
+                                __global TO* restrict c, const int inner, const int rows,
+                                __global const int* restrict rowoff, __global const int* restrict last) {
+    const int j0 = get_global_id(0) * ROW_VEC;
     const int row = get_global_id(1);
-    if (j >= inner || row >= rows) return;
-    const T0 va = a[rowoff[2 * row] + ROW_STEP(0, j)];
-    const T1 vb = b[rowoff[2 * row + 1] + ROW_STEP(1, j)];
-    c[(long)row * inner + j] = (TO)(BIN(va, vb));
+    if (j0 >= inner || row >= rows) return;
+    const __global T0* restrict pa = a + rowoff[2 * row];
+    const __global T1* restrict pb = b + rowoff[2 * row + 1];
+    __global TO* restrict pc = c + (long)row * inner;
+    ROW_LOOP(j0, inner, pc[j] = (TO)(BIN(pa[ROW_STEP(0, j)], pb[ROW_STEP(1, j)])));
 }
 
 __kernel void ternary_bcast(__global const T0* a, __global const T1* b, __global const T2* c,

@@ -65,24 +65,42 @@ __kernel void fused_flat(__global const float* x0, __global const float* x1, __g
     y[i] = EXPR;
 }
 
-__kernel void fused_rows(__global const float* x0, __global const float* x1, __global const float* x2,
-                         __global const float* x3, __global float* y, const int inner, const int rows,
+/* EXPR of one element (inlined; the inputs past NIN are unused). */
+inline float fused_at(const float X0, const float X1, const float X2, const float X3) {
+    return EXPR;
+}
+
+/* EXPR at element j of the rows (X<k> read through p<k>). */
+#if NIN == 1
+#define FUSED_ROW_EXPR(j) fused_at(p0[ROW_STEP(0, j)], 0.0f, 0.0f, 0.0f)
+#elif NIN == 2
+#define FUSED_ROW_EXPR(j) fused_at(p0[ROW_STEP(0, j)], p1[ROW_STEP(1, j)], 0.0f, 0.0f)
+#elif NIN == 3
+#define FUSED_ROW_EXPR(j) fused_at(p0[ROW_STEP(0, j)], p1[ROW_STEP(1, j)], p2[ROW_STEP(2, j)], 0.0f)
+#else
+#define FUSED_ROW_EXPR(j) fused_at(p0[ROW_STEP(0, j)], p1[ROW_STEP(1, j)], p2[ROW_STEP(2, j)], p3[ROW_STEP(3, j)])
+#endif
+
+__kernel void fused_rows(__global const float* restrict x0, __global const float* restrict x1,
+                         __global const float* restrict x2, __global const float* restrict x3,
+                         __global float* restrict y, const int inner, const int rows,
                          __global const int* restrict rowoff, __global const int* restrict last) {
-    const int j = get_global_id(0);
+    const int j0 = get_global_id(0) * ROW_VEC;
     const int row = get_global_id(1);
-    if (j >= inner || row >= rows) return;
+    if (j0 >= inner || row >= rows) return;
     const __global int* ro = rowoff + row * NIN;
-    const float X0 = x0[ro[0] + ROW_STEP(0, j)];
+    const __global float* restrict p0 = x0 + ro[0];
 #if NIN > 1
-    const float X1 = x1[ro[1] + ROW_STEP(1, j)];
+    const __global float* restrict p1 = x1 + ro[1];
 #endif
 #if NIN > 2
-    const float X2 = x2[ro[2] + ROW_STEP(2, j)];
+    const __global float* restrict p2 = x2 + ro[2];
 #endif
 #if NIN > 3
-    const float X3 = x3[ro[3] + ROW_STEP(3, j)];
+    const __global float* restrict p3 = x3 + ro[3];
 #endif
-    y[(long)row * inner + j] = EXPR;
+    __global float* restrict py = y + (long)row * inner;
+    ROW_LOOP(j0, inner, py[j] = FUSED_ROW_EXPR(j));
 }
 
 __kernel void fused_bcast(__global const float* x0, __global const float* x1, __global const float* x2,

@@ -27,14 +27,18 @@ __kernel void strided_copy(__global const T* src, __global T* dst, const int n, 
     dst[dst_off + o[1]] = src[src_off + o[0]];
 }
 
-/* The same by rows of the innermost dim (the row layout of bcast_index.h): rowoff holds each
- * row's source and destination start offsets, last the strides along the row. */
-__kernel void strided_copy_rows(__global const T* src, __global T* dst, const int inner, const int rows,
-                                __global const int* restrict rowoff, __global const int* restrict last) {
-    const int j = get_global_id(0);
+/* The same by rows of the innermost dim (the row layout of bcast_index.h, ROW_VEC elements of
+ * one row per work-item): rowoff holds each row's source and destination start offsets, last
+ * the strides along the row. */
+__kernel void strided_copy_rows(__global const T* restrict src, __global T* restrict dst, const int inner,
+                                const int rows, __global const int* restrict rowoff,
+                                __global const int* restrict last) {
+    const int j0 = get_global_id(0) * ROW_VEC;
     const int row = get_global_id(1);
-    if (j >= inner || row >= rows) return;
-    dst[rowoff[2 * row + 1] + ROW_STEP(1, j)] = src[rowoff[2 * row] + ROW_STEP(0, j)];
+    if (j0 >= inner || row >= rows) return;
+    const __global T* restrict ps = src + rowoff[2 * row];
+    __global T* restrict pd = dst + rowoff[2 * row + 1];
+    ROW_LOOP(j0, inner, pd[ROW_STEP(1, j)] = ps[ROW_STEP(0, j)]);
 }
 
 /* Contiguous to contiguous, no index math. */

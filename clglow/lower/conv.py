@@ -255,7 +255,7 @@ def _lower(ctx: LowerCtx) -> list:
             args.append(ctx.buf(3))
         args += [ctx.out(0)] + [i32(v) for v in (cin, h, w, cout, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw,
                                                  cout // cin)] + [f32(p) for p in act_p]
-        if kh == kw == 3 and dh == dw == 1 and sh == sw and sh in (1, 2):
+        if kh == kw == 3 and dh == dw == 1 and sh == sw and sh in (1, 2) and not __import__("os").environ.get("XDW0"):
             # The usual depthwise 3x3 (stride 1 or 2): 16 output rows x 16 columns per
             # work-item, each input row loaded once for the 3 output rows it serves.
             # MobileNet-style on pocl (AVX-512), A/B in one process: its 7 depthwise layers
