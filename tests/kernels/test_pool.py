@@ -74,7 +74,7 @@ def test_maxpool_indices():
 
 
 @pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
-@pytest.mark.parametrize("shape", [(2, 3, 5, 7), (1, 5, 9), (3, 2, 2, 3, 4), (1, 1, 1, 1)])
+@pytest.mark.parametrize("shape", [(2, 3, 5, 7), (1, 5, 9), (3, 2, 2, 3, 4), (1, 1, 1, 1), (2, 4, 28, 28)])
 def test_global_pool(op, shape):
     # onnx.reference gets the output rank wrong for non-4-D GlobalMaxPool
     check(helper.make_node(op, ["x"], ["y"]), {"x": RNG.standard_normal(shape).astype(np.float32)},
