@@ -189,3 +189,50 @@ __kernel void conv_phases(__global const float* restrict X, int offX, int sX1, i
     for (int yy = y0; yy < y1; ++yy)
         phase_row(d + yy * WPH, xc, yy * SH + py - PH, H, W, WPH, SW, px, PW);
 }
+
+/* Pack the rows of row-major matrices (a live GEMM A: rows s_m apart, k contiguous) into panels
+ * of NR rows, the layout pack_b writes for A'^T:
+ *   dst[z*dst_s + (q*K + k)*NR + c] = src[off + z1*s1 + z2*s2 + (q*NR + c)*s_m + k], 0 past row M.
+ * 16 k per work-item: one vector load per row, transposed through a private tile that is then
+ * 16 consecutive panel rows (16 * NR contiguous floats, NR vector stores). pack_b would read
+ * each panel row as NR floats s_m apart. gsize = (ceil(M / NR), ceil(K / 16) rounded up to the
+ * local size, batches). */
+__kernel void pack_rows(__global const float* restrict src, int off, int s1, int s2, int s_m,
+                        __global float* restrict dst, int dst_s, int M, int K, int D2)
+{
+    const int q = get_global_id(0);
+    const int k0 = get_global_id(1) * 16;
+    const int z = get_global_id(2);
+    if (k0 >= K)
+        return;
+    const int z1 = z / D2;
+    const int z2 = z - z1 * D2;
+    const int kn = min(16, K - k0);
+    const __global float* s = src + off + z1 * s1 + z2 * s2 + k0;
+    float t[16 * NR] __attribute__((aligned(64)));
+    float lanes[16] __attribute__((aligned(64)));
+#pragma unroll
+    for (int c = 0; c < NR; ++c) {
+        const int m = q * NR + c;
+        if (m < M && kn == 16) {
+            *(float16*)lanes = *(const __global float16_u*)(s + m * s_m);
+        } else {
+#pragma unroll 1
+            for (int kk = 0; kk < 16; ++kk)
+                lanes[kk] = m < M && kk < kn ? s[m * s_m + kk] : 0.0f;
+        }
+#pragma unroll
+        for (int kk = 0; kk < 16; ++kk)
+            t[kk * NR + c] = lanes[kk];
+    }
+    __global float* d = dst + z * dst_s + (q * K + k0) * NR;
+    if (kn == 16) {
+#pragma unroll
+        for (int i = 0; i < NR; ++i)
+            *(__global float16_u*)(d + 16 * i) = *(const float16*)(t + 16 * i);
+    } else {
+#pragma unroll 1
+        for (int i = 0; i < kn * NR; ++i)
+            d[i] = t[i];
+    }
+}

@@ -232,6 +232,17 @@ def pack_b_launch(nr: int, *, src: Arg, off: int, s1: int, s2: int, s_k: int, s_
                   (1, 64, 1), {"NR": nr}, label, noop_args=head + [i32(0), i32(max(d2, 1))])  # K = 0
 
 
+def pack_rows_launch(nr: int, *, src: Arg, s2: int, s_m: int, m: int, k: int, batch: int, dst: Scratch,
+                     label: str = "") -> Launch:
+    """Pack `batch` row-major [M, K] matrices (rows s_m apart, s2 apart per batch) into
+    `nr`-row panels (im2col.cl pack_rows: 16 k per work-item, read as one vector per row)."""
+    ls = 16  # 256 k per group (pocl pays per group)
+    head = [src, i32(0), i32(0), i32(s2), i32(s_m), dst, i32(round_up(m, nr) * k), i32(m)]
+    return Launch("im2col", "pack_rows", (-(-m // nr), round_up(-(-k // 16), ls), batch),
+                  head + [i32(k), i32(max(batch, 1))], (1, ls, 1), {"NR": nr}, label,
+                  noop_args=head + [i32(0), i32(max(batch, 1))])  # K = 0
+
+
 def packed_b_bytes(nr: int, k: int, n: int, batch: int) -> int:
     """Bytes of `batch` [K, N] matrices packed into `nr`-column panels."""
     return 4 * max(round_up(n, nr), nr) * max(k, 1) * max(batch, 1)
@@ -329,13 +340,19 @@ def pack_a_at_run_time(cfg: GemmConfig, m: int, k: int) -> bool:
 
 def _pack_a_launch(ctx: LowerCtx, cfg: GemmConfig, i: int, m: int, k: int, trans: bool, batch: int,
                    launches: list) -> Operand:
-    """Pack a live A (or A^T when `trans`) of `batch` matrices into MR-row panels: pack_b's
-    column panels of A'^T (A' rows become panel columns). The batch strides are the caller's:
-    ceil(M / MR) * MR * K elements per matrix."""
+    """Pack a live A (or A^T when `trans`) of `batch` matrices into MR-row panels (pack_b's
+    column panels of A'^T: A' rows become panel columns). A row-major A goes through pack_rows,
+    which reads 16 k of a row as one vector (BERT-style on pocl, A/B in one process: its 24
+    live-A packs 0.33-0.44 ms faster per run than pack_b reading MR floats K apart per panel
+    row). The batch strides are the caller's: ceil(M / MR) * MR * K elements per matrix."""
     dst = ctx.scratch(packed_b_bytes(cfg.mr, k, m, batch))
-    launches.append(pack_b_launch(cfg.mr, src=ctx.buf(i), off=0, s1=0, s2=m * k, s_k=m if trans else 1,
-                                  s_n=1 if trans else k, k=k, n=m, batch=batch, d2=batch, dst=dst,
-                                  label=ctx.label()))
+    if trans:
+        launches.append(pack_b_launch(cfg.mr, src=ctx.buf(i), off=0, s1=0, s2=m * k, s_k=m if trans else 1,
+                                      s_n=1 if trans else k, k=k, n=m, batch=batch, d2=batch, dst=dst,
+                                      label=ctx.label()))
+    else:
+        launches.append(pack_rows_launch(cfg.mr, src=ctx.buf(i), s2=m * k, s_m=k, m=m, k=k, batch=batch,
+                                         dst=dst, label=ctx.label()))
     return Operand(dst, packed=True)
 
 

@@ -124,6 +124,16 @@ def test_pack_layouts():
     assert pb[1, 2, 2] == b[2, 6] and pb[1, 2, 3] == 0.0
 
 
+def test_matmul_live_a_packed_by_rows():
+    """A live batched A packed at run time (pack_rows): a ragged last panel (50 = 4 x 12 + 2
+    rows) and a ragged k block (37 = 2 x 16 + 5)."""
+    a, b = rand(2, 3, 50, 37), rand(2, 3, 37, 33)
+    node = helper.make_node("MatMul", ["a", "b"], ["y"])
+    kernels = [l.kernel for l in lower(node, {"a": a, "b": b}, {}, {"y": ((2, 3, 50, 33), np.float32)})]
+    assert "pack_rows" in kernels, kernels
+    check(node, {"a": a, "b": b})
+
+
 def test_matmul_large():
     check(helper.make_node("MatMul", ["a", "b"], ["y"]), {"a": rand(300, 700), "b": rand(700, 333)})
 
