@@ -1,7 +1,8 @@
 /* Normalisations (float32). Shapes are run-time arguments; row/channel reductions use one
- * work-item per row (fast on CPU devices, correct everywhere).
+ * work-item per row (fast on CPU devices, correct everywhere), summing in 16 lanes (lanes.h).
  *   HAS_BIAS   LayerNormalization/InstanceNormalization add a bias
  */
+#include "lanes.h"
 
 /* BatchNormalization parameters -> per-channel (a, b) with y = x * a + b; ab = [a[C], b[C]]. */
 __kernel void bn_prepare(__global const float* scale, __global const float* bias, __global const float* mean,
@@ -41,30 +42,25 @@ __kernel void lrn(__global const float* x, __global float* y, const int n, const
 
 /* LayerNormalization: rows of `len` contiguous elements; scale/bias have `len` elements.
  * RMS: RMSNormalization (no mean subtracted).  HAS_STATS: also write the row's mean and 1/stddev. */
-__kernel void layernorm(__global const float* x, __global const float* scale,
+__kernel void layernorm(__global const float* restrict x, __global const float* restrict scale,
 #ifdef HAS_BIAS
-                        __global const float* bias,
+                        __global const float* restrict bias,
 #endif
-                        __global float* y,
+                        __global float* restrict y,
 #ifdef HAS_STATS
-                        __global float* mean_out, __global float* inv_out,
+                        __global float* restrict mean_out, __global float* restrict inv_out,
 #endif
                         const int rows, const int len, const float eps) {
     const int r = get_global_id(0);
     if (r >= rows) return;
-    __global const float* xr = x + (long)r * len;
-    __global float* yr = y + (long)r * len;
-    float m = 0.0f;
-#ifndef RMS
-    for (int k = 0; k < len; ++k) m += xr[k];
-    m /= (float)len;
+    __global const float* restrict xr = x + (long)r * len;
+    __global float* restrict yr = y + (long)r * len;
+#ifdef RMS
+    const float m = 0.0f;
+#else
+    const float m = lanes_sum(xr, len) / (float)len;
 #endif
-    float v = 0.0f;
-    for (int k = 0; k < len; ++k) {
-        const float d = xr[k] - m;
-        v += d * d;
-    }
-    const float inv = 1.0f / sqrt(v / (float)len + eps);
+    const float inv = 1.0f / sqrt(lanes_sqdev(xr, len, m) / (float)len + eps);
 #ifdef HAS_STATS
     mean_out[r] = m;
     inv_out[r] = inv;
@@ -79,46 +75,33 @@ __kernel void layernorm(__global const float* x, __global const float* scale,
 }
 
 /* InstanceNormalization: one work-item per (n, c) plane of `len` elements. */
-__kernel void instancenorm(__global const float* x, __global const float* scale, __global const float* bias,
-                           __global float* y, const int planes, const int C, const int len, const float eps) {
+__kernel void instancenorm(__global const float* restrict x, __global const float* restrict scale,
+                           __global const float* restrict bias, __global float* restrict y, const int planes,
+                           const int C, const int len, const float eps) {
     const int p = get_global_id(0);
     if (p >= planes) return;
     const int c = p % C;
-    __global const float* xr = x + (long)p * len;
-    __global float* yr = y + (long)p * len;
-    float m = 0.0f;
-    for (int k = 0; k < len; ++k) m += xr[k];
-    m /= (float)len;
-    float v = 0.0f;
-    for (int k = 0; k < len; ++k) {
-        const float d = xr[k] - m;
-        v += d * d;
-    }
-    const float a = scale[c] / sqrt(v / (float)len + eps);
+    __global const float* restrict xr = x + (long)p * len;
+    __global float* restrict yr = y + (long)p * len;
+    const float m = lanes_sum(xr, len) / (float)len;
+    const float a = scale[c] / sqrt(lanes_sqdev(xr, len, m) / (float)len + eps);
     const float b = bias[c] - m * a;
     for (int k = 0; k < len; ++k) yr[k] = xr[k] * a + b;
 }
 
 /* GroupNormalization: one work-item per (n, group) of `len` = channels_per_group * inner elements;
  * scale/bias per channel (opset 21; older per-group parameters are expanded on the host). */
-__kernel void groupnorm(__global const float* x, __global const float* scale, __global const float* bias,
-                        __global float* y, const int groups_total, const int G, const int cpg, const int inner,
-                        const float eps) {
+__kernel void groupnorm(__global const float* restrict x, __global const float* restrict scale,
+                        __global const float* restrict bias, __global float* restrict y, const int groups_total,
+                        const int G, const int cpg, const int inner, const float eps) {
     const int p = get_global_id(0);
     if (p >= groups_total) return;
     const int g = p % G;
     const long len = (long)cpg * inner;
-    __global const float* xr = x + (long)p * len;
-    __global float* yr = y + (long)p * len;
-    float m = 0.0f;
-    for (long k = 0; k < len; ++k) m += xr[k];
-    m /= (float)len;
-    float v = 0.0f;
-    for (long k = 0; k < len; ++k) {
-        const float d = xr[k] - m;
-        v += d * d;
-    }
-    const float inv = 1.0f / sqrt(v / (float)len + eps);
+    __global const float* restrict xr = x + (long)p * len;
+    __global float* restrict yr = y + (long)p * len;
+    const float m = lanes_sum(xr, len) / (float)len;
+    const float inv = 1.0f / sqrt(lanes_sqdev(xr, len, m) / (float)len + eps);
     for (int c = 0; c < cpg; ++c) {
         const int ch = g * cpg + c;
         const float a = scale[ch] * inv;
