@@ -26,6 +26,7 @@
 #ifndef EMPTY
 #define EMPTY 0
 #endif
+#include "lanes.h"
 
 inline int kept_offset(int o, __global const int* meta) {
     int base = 0;
@@ -103,6 +104,31 @@ __kernel void reduce(__global const T* x, __global TO* y, const int n_out, const
 #else
     y[o] = (TO)acc;
 #endif
+#endif
+}
+
+/* The float32 sums (Sum, Mean, SumSquare, L2, LogSum) over one contiguous run per output
+ * (rows of the last axes: a decomposed LayerNorm's ReduceMean, an SE block's spatial mean):
+ * the run summed in 16 lanes (lanes.h) instead of one dependent chain with index arithmetic per
+ * element. meta as `reduce` with RR == 1 and a reduced stride of 1. */
+__kernel void reduce_rows(__global const float* restrict x, __global float* restrict y, const int n_out,
+                          const int n_red, __global const int* restrict meta) {
+    const int o = get_global_id(0);
+    if (o >= n_out) return;
+    const __global float* restrict p = x + kept_offset(o, meta);
+#if defined(OP_SUMSQUARE) || defined(OP_L2)
+    const float acc = lanes_sqdev(p, n_red, 0.0f);
+#else
+    const float acc = lanes_sum(p, n_red);
+#endif
+#if defined(OP_MEAN)
+    y[o] = acc / (float)n_red;
+#elif defined(OP_L2)
+    y[o] = sqrt(acc);
+#elif defined(OP_LOGSUM)
+    y[o] = log(acc);
+#else
+    y[o] = acc;
 #endif
 }
 

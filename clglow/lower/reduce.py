@@ -24,6 +24,10 @@ _REDUCE = {"ReduceSum": "SUM", "ReduceMean": "MEAN", "ReduceMax": "MAX", "Reduce
            "ReduceLogSumExp": "LOGSUMEXP", "ReduceSumSquare": "SUMSQUARE"}
 
 
+# Sums that reduce_rows computes when each output reduces one contiguous run (float32).
+_ROW_SUMS = ("SUM", "MEAN", "SUMSQUARE", "L2", "LOGSUM")
+
+
 def _axes_from_input(op_type: str, opset: int) -> bool:
     return opset >= (13 if op_type == "ReduceSum" else 18)
 
@@ -113,8 +117,11 @@ def lower_reduce(ctx: LowerCtx) -> list:
     if op in ("MAX", "MIN"):
         defines["EMPTY"] = _empty_value(op, dt)
     g, l = work_size(ctx, n_out)
-    return [Launch("reduce", "reduce", g, [ctx.buf(0), ctx.out(0), i32(n_out), i32(n_red),
-                                           ctx.const_buffer(meta)], l, defines, ctx.label())]
+    kernel = "reduce"
+    if rr == 1 and meta[-1] == 1 and dt == np.float32 and op in _ROW_SUMS:
+        kernel = "reduce_rows"  # one contiguous run per output: summed in lanes
+    return [Launch("reduce", kernel, g, [ctx.buf(0), ctx.out(0), i32(n_out), i32(n_red),
+                                         ctx.const_buffer(meta)], l, defines, ctx.label())]
 
 
 def _supports_arg(node: Node, graph: Graph) -> Optional[str]:

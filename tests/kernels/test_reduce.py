@@ -1,0 +1,45 @@
+"""Reductions over contiguous runs (reduce_rows: the float32 sums summed in 16 lanes) against
+onnx.reference, with the kernel choice asserted; other layouts take the general kernel."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+pytest.importorskip("pyopencl")
+try:  # tests/kernels may or may not be a package
+    from .harness import check, lower
+except ImportError:
+    from harness import check, lower  # type: ignore
+
+RNG = np.random.default_rng(7)
+
+CASES = [
+    ("ReduceMean", (3, 5, 70), [-1]),           # a decomposed LayerNorm's mean: 4 lanes of 16 + 6
+    ("ReduceSum", (2, 3, 9, 9), [2, 3]),        # a spatial sum: the trailing axes merge into one run
+    ("ReduceSumSquare", (4, 33), [1]),
+    ("ReduceL2", (2, 7, 40), [2]),
+    ("ReduceLogSum", (3, 12), [1]),             # shorter than one lane vector
+]
+
+
+@pytest.mark.parametrize("op,shape,axes", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_reduce_rows(op, shape, axes, keepdims):
+    x = RNG.uniform(0.1, 2.0, shape).astype(np.float32)
+    node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=keepdims)
+    consts = {"axes": np.array(axes, np.int64)}
+    red = [a % len(shape) for a in axes]
+    out = tuple(1 if i in red else d for i, d in enumerate(shape) if keepdims or i not in red)
+    kernels = [l.kernel for l in lower(node, {"x": x}, consts, {"y": (out, np.float32)}, opset=18)]
+    assert kernels == ["reduce_rows"], kernels
+    check(node, {"x": x}, consts, opset=18)
+
+
+def test_reduce_strided_run_takes_the_general_kernel():
+    x = RNG.uniform(0.1, 2.0, (4, 30, 5)).astype(np.float32)
+    node = helper.make_node("ReduceMean", ["x", "axes"], ["y"], keepdims=0)
+    consts = {"axes": np.array([1], np.int64)}
+    kernels = [l.kernel for l in lower(node, {"x": x}, consts, {"y": ((4, 5), np.float32)}, opset=18)]
+    assert kernels == ["reduce"], kernels
+    check(node, {"x": x}, consts, opset=18)
