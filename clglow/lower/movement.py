@@ -12,8 +12,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..ir import Graph, Node
-from .base import Launch, LowerCtx, device_op, i32, view_op
-from .elementwise import ROW_GROUP, collapse, dtype_of, row_layout, work_size
+from .base import Launch, LowerCtx, device_op, i32, round_up, view_op
+from .elementwise import ROW_GROUP, ROW_VEC, collapse, dtype_of, row_layout, work_size
 
 log = logging.getLogger(__name__)
 
@@ -330,8 +330,14 @@ def lower_gather(ctx: LowerCtx) -> list:
     if axis_len == 0:
         raise ValueError(f"{ctx.node.name}: Gather from an empty axis")
     nidx = ind.size
-    g, l = work_size(ctx, out.size)
     ti = "int" if np.dtype(ind.dtype) == np.int32 else "long"
+    if inner >= ROW_VEC:
+        outer = int(np.prod(x.shape[:axis], dtype=np.int64))
+        gsize = (-(-inner // ROW_VEC), round_up(nidx, ROW_GROUP[1]), outer)
+        return [Launch("movement", "gather_rows", gsize, [ctx.buf(0), ctx.buf(1), ctx.out(0), i32(inner),
+                                                          i32(nidx), i32(axis_len), i32(outer)],
+                       (1, ROW_GROUP[1], 1), {"T": _t(x.dtype), "TI": ti}, ctx.label())]
+    g, l = work_size(ctx, out.size)
     return [Launch("movement", "gather", g, [ctx.buf(0), ctx.buf(1), ctx.out(0), i32(out.size), i32(inner),
                                              i32(nidx), i32(axis_len)], l, {"T": _t(x.dtype), "TI": ti},
                    ctx.label())]

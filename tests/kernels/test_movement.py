@@ -117,6 +117,20 @@ def test_gather(axis, idx_dtype):
     check(helper.make_node("Gather", ["x", "i"], ["y"], axis=axis), {"x": x, "i": idx})
 
 
+@pytest.mark.parametrize("shape,axis,dtype", [((50, 40), 0, np.float32), ((3, 7, 35), 1, np.int64)], ids=str)
+def test_gather_rows(shape, axis, dtype):
+    """Rows of >= 16 elements (an embedding lookup; a middle axis with 3 outer blocks and a
+    ragged 35-element row) take gather_rows: indices negative, repeated and out of range."""
+    x = rand(*shape, dtype=dtype)
+    n = shape[axis]
+    idx = np.array([[0, n - 1, -1, 3], [2, -n, 1, 1]], np.int64)
+    node = helper.make_node("Gather", ["x", "i"], ["y"], axis=axis)
+    out = shape[:axis] + idx.shape + shape[axis + 1:]
+    kernels = [l.kernel for l in lower(node, {"x": x}, {"i": idx}, {"y": (out, np.dtype(dtype))})]
+    assert kernels == ["gather_rows"], kernels
+    check(node, {"x": x}, {"i": idx})
+
+
 def test_gather_scalar_index():
     check(helper.make_node("Gather", ["x", "i"], ["y"], axis=1), {"x": rand(3, 4, dtype=np.int64)},
           {"i": np.array(-2, np.int64)})
