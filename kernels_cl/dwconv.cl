@@ -191,6 +191,23 @@ __kernel void dwconv(__global const float* restrict X, __global const float* res
         }                                                                             \
     } while (0)
 
+/* The same for a tile whose first input column is -1 (a left padding of 1), from loads of the
+ * row's columns 0 .. DW_SEG - 2: the padding shifted in as a zero lane. */
+#define DW_TAPS_L1(r, t0, t1, t2) do {                                                \
+        if (DW_S == 1) {                                                              \
+            const float16 u_ = *(const __global float16_u*)(r);                       \
+            t0 = (float16)(0.0f, u_.s0123, u_.s4567, u_.s89ab, u_.scde);              \
+            t1 = u_;                                                                  \
+            t2 = *(const __global float16_u*)((r) + 1);                               \
+        } else {                                                                      \
+            const float16 lo_ = *(const __global float16_u*)(r), hi_ = *(const __global float16_u*)((r) + 16); \
+            const float8 ho_ = hi_.odd;                                               \
+            t0 = (float16)(0.0f, lo_.odd, ho_.s0123, ho_.s456);                       \
+            t1 = (float16)(lo_.even, hi_.even);                                       \
+            t2 = (float16)(lo_.odd, hi_.odd);                                         \
+        }                                                                             \
+    } while (0)
+
 __kernel void dwconv3(__global const float* restrict X, __global const float* restrict Wt,
 #if HAS_BIAS
                       __global const float* restrict bias,
@@ -216,8 +233,14 @@ __kernel void dwconv3(__global const float* restrict X, __global const float* re
     for (int i = 0; i < 9; ++i)
         wk[i] = Wt[oc * 9 + i];
     const int iw0 = ow0 * DW_S - pw;
-    /* Vector loads straight from the row when the tile's DW_SEG input columns are in it. */
-    const bool inner = iw0 >= 0 && iw0 + DW_SEG <= W;
+    const int nj = min(16, OW - ow0);
+    /* Vector loads straight from the row when every column a stored output reads is in it
+     * (lanes past nj may read on into the next row: computed, never stored), or, for a left
+     * padding of 1, from column 0 with the zero shifted in; both only while the loads stay
+     * inside X (checked per row). Else the tile's columns through the private segment. */
+    const int last_col = DW_S * (nj - 1) + 2;  /* of the tile's stored outputs, from iw0 */
+    const bool direct = iw0 >= 0 && iw0 + last_col < W;
+    const bool left1 = iw0 == -1 && last_col - 1 < W;
     float16 acc[DW_RT];
 #pragma unroll
     for (int r = 0; r < DW_RT; ++r)
@@ -240,8 +263,10 @@ __kernel void dwconv3(__global const float* restrict X, __global const float* re
             continue;
         const __global float* xr = x + ih * W;
         float16 t0, t1, t2;
-        if (inner) {
+        if (direct && ih * W + iw0 + DW_SEG <= x_end) {
             DW_TAPS(xr + iw0, __global, t0, t1, t2);
+        } else if (left1 && ih * W + DW_SEG - 1 <= x_end) {
+            DW_TAPS_L1(xr, t0, t1, t2);
         } else {
             const __global float* src = xr + iw0;
             if (hi - lo >= 16) {
@@ -268,7 +293,6 @@ __kernel void dwconv3(__global const float* restrict X, __global const float* re
                 acc[r] += t0 * wk[kh * 3] + t1 * wk[kh * 3 + 1] + t2 * wk[kh * 3 + 2];
         }
     }
-    const int nj = min(16, OW - ow0);
 #pragma unroll
     for (int r = 0; r < DW_RT; ++r) {
         if (oh0 + r >= OH)

@@ -259,8 +259,9 @@ def _lower(ctx: LowerCtx) -> list:
             # The usual depthwise 3x3 (stride 1 or 2): 16 output rows x 16 columns per
             # work-item, each input row loaded once for the 3 output rows it serves.
             # MobileNet-style on pocl (AVX-512), A/B in one process: its 7 depthwise layers
-            # 1.20 -> 0.55 ms (the 14x14 one 0.22 -> 0.054, the 56x56 one 0.25 -> 0.096); 8 rows
-            # per work-item 0.04 ms slower, 4 rows 0.2 ms, 2 rows per group slower than 1.
+            # 1.20 -> 0.5 ms (the 14x14 one 0.22 -> 0.054, the stride-2 112 -> 56 one 0.19 ->
+            # 0.11); 8 rows per work-item 0.04 ms slower, 4 rows 0.2 ms, 2 rows per group slower
+            # than 1.
             dw3 = dict(defines, DW_S=sh, DW_RT=_DW_ROWS)
             del dw3["DW_T"]
             return [Launch("dwconv", "dwconv3", (-(-ow // 16), -(-oh // _DW_ROWS), n_img * cout), args,

@@ -448,13 +448,16 @@ DW3 = [
     ((1, 2, 9, 15), (4, 1, 3, 3), dict(pads=[0, 1, 1, 0], strides=[2, 2])),   # asymmetric pads, multiplier 2
     ((1, 2, 18, 16), (2, 1, 3, 3), dict(pads=[1, 1, 1, 1])),                  # W = 16: one edge tile per row
     ((1, 2, 6, 40), (2, 1, 3, 3), dict(pads=[2, 2, 2, 2])),                   # pad 2: two zero columns and rows
+    ((1, 3, 10, 20), (3, 1, 3, 3), dict(pads=[1, 1, 1, 1])),                  # pad 1: the shifted-in zero lane
 ]
 
 
 @pytest.mark.parametrize("x_shape,w_shape,attrs", DW3, ids=[str(i) for i in range(len(DW3))])
 def test_depthwise_3x3_rows(x_shape, w_shape, attrs):
     """The 3x3 stride-1/2 depthwise kernel (16 output rows x 16 columns per work-item) against
-    the reference, on the geometries its paths split on."""
+    the reference, on the geometries its paths split on: loads straight from the row (also
+    reading on into the next row for lanes that are not stored), a left padding column shifted
+    in, the private segment (other paddings, narrow rows, the end of X)."""
     g = x_shape[1]
     node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=g, **attrs)
     x, w, b = rand(*x_shape), rand(*w_shape), rand(w_shape[0])
