@@ -50,17 +50,25 @@ inline float16 taps_s2(const __global float* xr, int b) {
 #define DW_T 16
 #endif
 
-__kernel void dwconv(__global const float* restrict X, __global const float* restrict Wt,
+/* The arguments of both kernels (the host passes the same list to either). */
 #if HAS_BIAS
-                     __global const float* restrict bias,
+#define DW_BIAS_ARG __global const float* restrict bias,
+#else
+#define DW_BIAS_ARG
 #endif
 #if HAS_RES
-                     __global const float* restrict Z,
+#define DW_RES_ARG __global const float* restrict Z,
+#else
+#define DW_RES_ARG
 #endif
-                     __global float* restrict Y,
-                     int Cin, int H, int W, int Cout, int OH, int OW, int KH, int KW,
-                     int sh, int sw, int ph, int pw, int dh, int dw, int mult,
-                     float act_a, float act_b, float act_c)
+#define DW_PARAMS(NAME)                                                                        \
+    __kernel void NAME(__global const float* restrict X, __global const float* restrict Wt,     \
+                       DW_BIAS_ARG DW_RES_ARG __global float* restrict Y,                      \
+                       int Cin, int H, int W, int Cout, int OH, int OW, int KH, int KW,        \
+                       int sh, int sw, int ph, int pw, int dh, int dw, int mult,               \
+                       float act_a, float act_b, float act_c)
+
+DW_PARAMS(dwconv)
 {
     const int ow0 = get_global_id(0) * DW_T;
     const int oh = get_global_id(1);
@@ -208,17 +216,7 @@ __kernel void dwconv(__global const float* restrict X, __global const float* res
         }                                                                             \
     } while (0)
 
-__kernel void dwconv3(__global const float* restrict X, __global const float* restrict Wt,
-#if HAS_BIAS
-                      __global const float* restrict bias,
-#endif
-#if HAS_RES
-                      __global const float* restrict Z,
-#endif
-                      __global float* restrict Y,
-                      int Cin, int H, int W, int Cout, int OH, int OW, int KH, int KW,
-                      int sh, int sw, int ph, int pw, int dh, int dw, int mult,
-                      float act_a, float act_b, float act_c)
+DW_PARAMS(dwconv3)
 {
     const int ow0 = get_global_id(0) * 16;
     const int oh0 = get_global_id(1) * DW_RT;
