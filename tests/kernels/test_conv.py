@@ -442,7 +442,7 @@ def test_conv_tiles_fit_the_computed_columns():
 
 
 DW3 = [
-    ((2, 3, 37, 14), (3, 1, 3, 3), dict(pads=[1, 1, 1, 1])),                 # rows < 16, OH = 37 = 2 x 16 + 5
+    ((2, 3, 37, 14), (3, 1, 3, 3), dict(pads=[1, 1, 1, 1])),                 # rows < 16, OH = 37 = 4 x 8 + 5
     ((1, 2, 20, 35), (2, 1, 3, 3), dict()),                                   # no padding, ragged 3-column tile
     ((1, 3, 33, 70), (3, 1, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),  # stride 2: in-row and edge tiles
     ((1, 2, 9, 15), (4, 1, 3, 3), dict(pads=[0, 1, 1, 0], strides=[2, 2])),   # asymmetric pads, multiplier 2
@@ -454,7 +454,7 @@ DW3 = [
 
 @pytest.mark.parametrize("x_shape,w_shape,attrs", DW3, ids=[str(i) for i in range(len(DW3))])
 def test_depthwise_3x3_rows(x_shape, w_shape, attrs):
-    """The 3x3 stride-1/2 depthwise kernel (16 output rows x 16 columns per work-item) against
+    """The 3x3 stride-1/2 depthwise kernel (8 output rows x 16 columns per work-item) against
     the reference, on the geometries its paths split on: loads straight from the row (also
     reading on into the next row for lanes that are not stored), a left padding column shifted
     in, the private segment (other paddings, narrow rows, the end of X)."""
