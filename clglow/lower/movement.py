@@ -334,9 +334,11 @@ def lower_gather(ctx: LowerCtx) -> list:
     if inner >= ROW_VEC:
         outer = int(np.prod(x.shape[:axis], dtype=np.int64))
         gsize = (-(-inner // ROW_VEC), round_up(nidx, ROW_GROUP[1]), outer)
-        return [Launch("movement", "gather_rows", gsize, [ctx.buf(0), ctx.buf(1), ctx.out(0), i32(inner),
-                                                          i32(nidx), i32(axis_len), i32(outer)],
-                       (1, ROW_GROUP[1], 1), {"T": _t(x.dtype), "TI": ti}, ctx.label())]
+        head = [ctx.buf(0), ctx.buf(1), ctx.out(0)]
+        tail = [i32(nidx), i32(axis_len), i32(outer)]
+        return [Launch("movement", "gather_rows", gsize, head + [i32(inner)] + tail, (1, ROW_GROUP[1], 1),
+                       {"T": _t(x.dtype), "TI": ti}, ctx.label(),
+                       noop_args=head + [i32(0)] + tail)]  # inner = 0: code generated early
     g, l = work_size(ctx, out.size)
     return [Launch("movement", "gather", g, [ctx.buf(0), ctx.buf(1), ctx.out(0), i32(out.size), i32(inner),
                                              i32(nidx), i32(axis_len)], l, {"T": _t(x.dtype), "TI": ti},

@@ -137,8 +137,9 @@ def lower_layernorm(ctx: LowerCtx) -> list:
                  ctx.out(2) if len(outs) > 2 and outs[2] else ctx.scratch(4 * rows)]
         defines["HAS_STATS"] = None
     g, l = work_size(ctx, rows, cap=64)
-    return [Launch("norm", "layernorm", g, args + [i32(rows), i32(length),
-                                                  f32(ctx.attr("epsilon", 1e-5))], l, defines, ctx.label())]
+    eps = f32(ctx.attr("epsilon", 1e-5))
+    return [Launch("norm", "layernorm", g, args + [i32(rows), i32(length), eps], l, defines, ctx.label(),
+                   noop_args=args + [i32(0), i32(length), eps])]  # rows = 0: code generated early
 
 
 # --- InstanceNormalization -----------------------------------------------------------------------
