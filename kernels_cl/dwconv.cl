@@ -5,7 +5,7 @@
  * dwconv: any kernel size, stride, dilation and padding; each work-item computes DW_T
  * consecutive outputs of one row (taps in registers, a branch-free path for interior segments).
  * gsize = (ceil(OW / DW_T), OH, images*Cout).
- * dwconv3 (below, built with DW_S defined): the 3x3 stride-1/2 case, DW_RT rows per work-item.
+ * dwconv_rows (below, built with DW_S defined): KxK (3, 5, 7) stride-1/2, DW_RT rows per work-item.
  */
 #pragma OPENCL FP_CONTRACT ON
 
@@ -172,51 +172,58 @@ DW_PARAMS(dwconv)
 #endif
 }
 
-/* A 3x3 depthwise convolution (dilation 1, stride DW_S = 1 or 2 both ways, any padding), DW_RT
- * output rows x 16 columns per work-item: each input row is loaded once as its three tap
- * vectors and serves every output row whose window covers it ((DW_RT - 1) * DW_S + 3 input rows
- * for DW_RT outputs, 9 loads per output vector in dwconv), the 9 weights stay in registers,
- * and a tile at a row edge or in a row narrower than 16 (MobileNet's 14x14 and 28x28 layers)
- * reads its inputs through a zero-filled private segment instead of element by element.
- * gsize = (ceil(OW / 16), ceil(OH / DW_RT), images * Cout). Same arguments as dwconv. */
+/* A KxK depthwise convolution (K = DW_K: 3, 5 or 7; dilation 1; stride DW_S = 1 or 2 both ways;
+ * any padding), DW_RT output rows x 16 columns per work-item: each input row is loaded once as
+ * its K tap vectors and serves every output row whose window covers it ((DW_RT - 1) * DW_S + K
+ * input rows for DW_RT outputs, K*K loads per output vector in dwconv), the weights stay in
+ * registers, and a tile at a row edge or in a row narrower than 16 (MobileNet's 14x14 and
+ * 28x28 layers) reads its inputs through a zero-filled private segment instead of element by
+ * element. gsize = (ceil(OW / 16), ceil(OH / DW_RT), images * Cout). Same arguments as dwconv. */
 #ifdef DW_S
-/* Input columns a 16-output tile reads: 18 at stride 1; 33 at stride 2 (34 loaded, the last
- * tap vector as two aligned halves). */
-#define DW_SEG (DW_S == 1 ? 18 : 34)
+#ifndef DW_K
+#define DW_K 3
+#endif
+/* Input columns a 16-output tile loads: 15 + K at stride 1; at stride 2, 31 + K (the taps in
+ * pairs from two 16-float loads, even and odd lanes). */
+#define DW_SEG (DW_S == 1 ? 15 + DW_K : 31 + DW_K)
 
-/* The three tap vectors of input row r (columns r[0 .. DW_SEG) in address space AS) for 16 outputs. */
-#define DW_TAPS(r, AS, t0, t1, t2) do {                                                   \
-        if (DW_S == 1) {                                                              \
-            t0 = *(const AS float16_u*)(r);                                              \
-            t1 = *(const AS float16_u*)((r) + 1);                                        \
-            t2 = *(const AS float16_u*)((r) + 2);                                        \
-        } else {                                                                      \
-            const float16 lo_ = *(const AS float16_u*)(r), hi_ = *(const AS float16_u*)((r) + 16); \
-            const float16 lo2_ = *(const AS float16_u*)((r) + 2), hi2_ = *(const AS float16_u*)((r) + 18); \
-            t0 = (float16)(lo_.even, hi_.even);                                       \
-            t1 = (float16)(lo_.odd, hi_.odd);                                         \
-            t2 = (float16)(lo2_.even, hi2_.even);                                     \
-        }                                                                             \
+/* The K tap vectors t[0 .. K) of an input row for 16 outputs: t[kw] lane j = r[kw + DW_S * j]
+ * (r in address space AS, columns r[0 .. DW_SEG) read). */
+#define DW_TAPS(r, AS, t) do {                                                            \
+        if (DW_S == 1) {                                                                  \
+            _Pragma("unroll") for (int kw_ = 0; kw_ < DW_K; ++kw_)                        \
+                t[kw_] = *(const AS float16_u*)((r) + kw_);                               \
+        } else {                                                                          \
+            _Pragma("unroll") for (int kw_ = 0; kw_ < DW_K; kw_ += 2) {                   \
+                const float16 lo_ = *(const AS float16_u*)((r) + kw_);                    \
+                const float16 hi_ = *(const AS float16_u*)((r) + kw_ + 16);               \
+                t[kw_] = (float16)(lo_.even, hi_.even);                                   \
+                if (kw_ + 1 < DW_K)                                                       \
+                    t[kw_ + 1] = (float16)(lo_.odd, hi_.odd);                             \
+            }                                                                             \
+        }                                                                                 \
     } while (0)
 
-/* The same for a tile whose first input column is -1 (a left padding of 1), from loads of the
- * row's columns 0 .. DW_SEG - 2: the padding shifted in as a zero lane. */
-#define DW_TAPS_L1(r, t0, t1, t2) do {                                                \
-        if (DW_S == 1) {                                                              \
-            const float16 u_ = *(const __global float16_u*)(r);                       \
-            t0 = (float16)(0.0f, u_.s0123, u_.s4567, u_.s89ab, u_.scde);              \
-            t1 = u_;                                                                  \
-            t2 = *(const __global float16_u*)((r) + 1);                               \
-        } else {                                                                      \
+#if DW_K == 3
+/* The same for a 3x3 tile whose first input column is -1 (a left padding of 1), from loads of
+ * the row's columns 0 .. DW_SEG - 2: the padding shifted in as a zero lane. */
+#define DW_TAPS_L1(r, t) do {                                                             \
+        if (DW_S == 1) {                                                                  \
+            const float16 u_ = *(const __global float16_u*)(r);                           \
+            t[0] = (float16)(0.0f, u_.s0123, u_.s4567, u_.s89ab, u_.scde);                \
+            t[1] = u_;                                                                    \
+            t[2] = *(const __global float16_u*)((r) + 1);                                 \
+        } else {                                                                          \
             const float16 lo_ = *(const __global float16_u*)(r), hi_ = *(const __global float16_u*)((r) + 16); \
-            const float8 ho_ = hi_.odd;                                               \
-            t0 = (float16)(0.0f, lo_.odd, ho_.s0123, ho_.s456);                       \
-            t1 = (float16)(lo_.even, hi_.even);                                       \
-            t2 = (float16)(lo_.odd, hi_.odd);                                         \
-        }                                                                             \
+            const float8 ho_ = hi_.odd;                                                   \
+            t[0] = (float16)(0.0f, lo_.odd, ho_.s0123, ho_.s456);                         \
+            t[1] = (float16)(lo_.even, hi_.even);                                         \
+            t[2] = (float16)(lo_.odd, hi_.odd);                                           \
+        }                                                                                 \
     } while (0)
+#endif
 
-DW_PARAMS(dwconv3)
+DW_PARAMS(dwconv_rows)
 {
     const int ow0 = get_global_id(0) * 16;
     const int oh0 = get_global_id(1) * DW_RT;
@@ -226,19 +233,19 @@ DW_PARAMS(dwconv3)
     const int img = z / Cout;
     const int oc = z - img * Cout;
     const __global float* x = X + (img * Cin + oc / mult) * H * W;
-    float wk[9];
+    float wk[DW_K * DW_K];
 #pragma unroll
-    for (int i = 0; i < 9; ++i)
-        wk[i] = Wt[oc * 9 + i];
+    for (int i = 0; i < DW_K * DW_K; ++i)
+        wk[i] = Wt[oc * (DW_K * DW_K) + i];
     const int iw0 = ow0 * DW_S - pw;
     const int nj = min(16, OW - ow0);
     /* Vector loads straight from the row when every column a stored output reads is in it
-     * (lanes past nj may read on into the next row: computed, never stored), or, for a left
-     * padding of 1, from column 0 with the zero shifted in; both only while the loads stay
+     * (lanes past nj may read on into the next row: computed, never stored), or, 3x3 with a
+     * left padding of 1, from column 0 with the zero shifted in; both only while the loads stay
      * inside X (checked per row). Else the tile's columns through the private segment. */
-    const int last_col = DW_S * (nj - 1) + 2;  /* of the tile's stored outputs, from iw0 */
+    const int last_col = DW_S * (nj - 1) + DW_K - 1;  /* of the tile's stored outputs, from iw0 */
     const bool direct = iw0 >= 0 && iw0 + last_col < W;
-    const bool left1 = iw0 == -1 && last_col - 1 < W;
+    const bool left1 = DW_K == 3 && iw0 == -1 && last_col - 1 < W;
     float16 acc[DW_RT];
 #pragma unroll
     for (int r = 0; r < DW_RT; ++r)
@@ -255,16 +262,18 @@ DW_PARAMS(dwconv3)
     const int x_end = (get_global_size(2) / Cout) * Cin * H * W - (int)(x - X);  /* floats of X from x on */
     const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 #pragma unroll
-    for (int i = 0; i < (DW_RT - 1) * DW_S + 3; ++i) {
+    for (int i = 0; i < (DW_RT - 1) * DW_S + DW_K; ++i) {
         const int ih = oh0 * DW_S - ph + i;
         if (ih < 0 || ih >= H)
             continue;
         const __global float* xr = x + ih * W;
-        float16 t0, t1, t2;
+        float16 t[DW_K];
         if (direct && ih * W + iw0 + DW_SEG <= x_end) {
-            DW_TAPS(xr + iw0, __global, t0, t1, t2);
+            DW_TAPS(xr + iw0, __global, t);
+#if DW_K == 3
         } else if (left1 && ih * W + DW_SEG - 1 <= x_end) {
-            DW_TAPS_L1(xr, t0, t1, t2);
+            DW_TAPS_L1(xr, t);
+#endif
         } else {
             const __global float* src = xr + iw0;
             if (hi - lo >= 16) {
@@ -281,14 +290,17 @@ DW_PARAMS(dwconv3)
                 for (int c = lo; c < hi; ++c)
                     seg[c] = src[c];
             }
-            DW_TAPS(seg, __private, t0, t1, t2);
+            DW_TAPS(seg, __private, t);
         }
         /* Input row i is kernel row i - r * DW_S of output row r. */
 #pragma unroll
         for (int r = 0; r < DW_RT; ++r) {
             const int kh = i - r * DW_S;
-            if (kh >= 0 && kh < 3)
-                acc[r] += t0 * wk[kh * 3] + t1 * wk[kh * 3 + 1] + t2 * wk[kh * 3 + 2];
+            if (kh >= 0 && kh < DW_K) {
+#pragma unroll
+                for (int kw = 0; kw < DW_K; ++kw)
+                    acc[r] += t[kw] * wk[kh * DW_K + kw];
+            }
         }
     }
 #pragma unroll

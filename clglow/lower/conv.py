@@ -7,9 +7,10 @@ launch (plus the producer of its pixel operand, if any). Plain Conv takes the sa
 without residual or activation.
 
 Paths, by what the node needs (the shape choices for CPU tiles, GemmConfig.cpu_tiles):
-  depthwise (Cin/groups == 1, groups > 1)  -> dwconv.cl, one launch: dwconv3 (8 rows x 16
-                                              columns per work-item) for 3x3 stride 1 or 2,
-                                              dwconv (16 columns of one row) otherwise
+  depthwise (Cin/groups == 1, groups > 1)  -> dwconv.cl, one launch: dwconv_rows (8 rows x 16
+                                              columns per work-item) for 3x3, 5x5 and 7x7 with
+                                              stride 1 or 2, dwconv (16 columns of one row)
+                                              otherwise
   1x1, stride 1, no padding                -> GEMM reading X in place as B (packed by pack_b
                                               only when N is narrower than 4 column tiles)
   other convs (implicit_ok)                -> conv_phases (im2col.cl) copies X once into
@@ -45,7 +46,7 @@ log = logging.getLogger(__name__)
 _SCRATCH_CAP = 3 << 20
 
 
-# Output rows per work-item of the 3x3 depthwise kernel (dwconv.cl dwconv3, unrolled): 16 rows
+# Output rows per work-item of the KxK depthwise kernel (dwconv.cl dwconv_rows, unrolled): 16 rows
 # ran MobileNet-style 0.04 ms faster than 8 but took ~3 s longer to generate at a cold start
 # (11.3-11.8 s vs 8.1-9.2 s); 4 rows 0.1 ms slower.
 _DW_ROWS = 8
@@ -259,15 +260,15 @@ def _lower(ctx: LowerCtx) -> list:
         tail = [i32(v) for v in (kh, kw, sh, sw, ph, pw, dh, dw, cout // cin)] + [f32(p) for p in act_p]
         args = head + [i32(oh), i32(ow)] + tail
         noop = head + [i32(0), i32(0)] + tail  # OH = OW = 0: returns at once (code generated early)
-        if kh == kw == 3 and dh == dw == 1 and sh == sw and sh in (1, 2):
-            # The usual depthwise 3x3 (stride 1 or 2): _DW_ROWS output rows x 16 columns per
+        if kh == kw and kh in (3, 5, 7) and dh == dw == 1 and sh == sw and sh in (1, 2):
+            # The usual depthwise KxK (stride 1 or 2): _DW_ROWS output rows x 16 columns per
             # work-item, each input row loaded once for the output rows it serves.
             # MobileNet-style on pocl (AVX-512), A/B in one process: its 7 depthwise layers
             # 1.20 -> 0.49 ms (the 14x14 one 0.22 -> 0.063, the stride-2 112 -> 56 one 0.19 ->
             # 0.10); groups of 2 work-items slower than 1.
-            dw3 = dict(defines, DW_S=sh, DW_RT=_DW_ROWS)
+            dw3 = dict(defines, DW_S=sh, DW_K=kh, DW_RT=_DW_ROWS)
             del dw3["DW_T"]
-            return [Launch("dwconv", "dwconv3", (-(-ow // 16), -(-oh // _DW_ROWS), n_img * cout), args,
+            return [Launch("dwconv", "dwconv_rows", (-(-ow // 16), -(-oh // _DW_ROWS), n_img * cout), args,
                            (1, 1, 1), dw3, label, noop_args=noop)]
         # 8 output rows per work-group (the kernel skips rows past OH): pocl pays per group, and
         # left to itself it picked groups of a single work-item for most layer shapes

@@ -449,12 +449,17 @@ DW3 = [
     ((1, 2, 18, 16), (2, 1, 3, 3), dict(pads=[1, 1, 1, 1])),                  # W = 16: one edge tile per row
     ((1, 2, 6, 40), (2, 1, 3, 3), dict(pads=[2, 2, 2, 2])),                   # pad 2: two zero columns and rows
     ((1, 3, 10, 20), (3, 1, 3, 3), dict(pads=[1, 1, 1, 1])),                  # pad 1: the shifted-in zero lane
+    ((2, 3, 19, 40), (3, 1, 5, 5), dict(pads=[2, 2, 2, 2])),                  # 5x5 (EfficientNet), pad 2
+    ((1, 4, 23, 57), (4, 1, 5, 5), dict(pads=[2, 2, 2, 2], strides=[2, 2])),  # 5x5 stride 2
+    ((1, 2, 12, 13), (2, 1, 5, 5), dict(pads=[1, 2, 2, 1], strides=[2, 2])),  # 5x5 narrow, asymmetric
+    ((1, 2, 17, 44), (2, 1, 7, 7), dict(pads=[3, 3, 3, 3])),                  # 7x7
+    ((1, 2, 17, 44), (4, 1, 7, 7), dict(pads=[3, 3, 3, 3], strides=[2, 2])),  # 7x7 stride 2, multiplier 2
 ]
 
 
 @pytest.mark.parametrize("x_shape,w_shape,attrs", DW3, ids=[str(i) for i in range(len(DW3))])
-def test_depthwise_3x3_rows(x_shape, w_shape, attrs):
-    """The 3x3 stride-1/2 depthwise kernel (8 output rows x 16 columns per work-item) against
+def test_depthwise_rows(x_shape, w_shape, attrs):
+    """The KxK stride-1/2 depthwise kernel (8 output rows x 16 columns per work-item) against
     the reference, on the geometries its paths split on: loads straight from the row (also
     reading on into the next row for lanes that are not stored), a left padding column shifted
     in, the private segment (other paddings, narrow rows, the end of X)."""
@@ -463,7 +468,7 @@ def test_depthwise_3x3_rows(x_shape, w_shape, attrs):
     x, w, b = rand(*x_shape), rand(*w_shape), rand(w_shape[0])
     y_shape = reference(node, {"x": x}, {"w": w, "b": b}, 17)[0].shape
     names = [l.kernel for l in lower(node, {"x": x}, {"w": w, "b": b}, {"y": (y_shape, np.float32)})]
-    assert names == ["dwconv3"], names
+    assert names == ["dwconv_rows"], names
     check(node, {"x": x}, {"w": w, "b": b})
 
 
