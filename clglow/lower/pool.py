@@ -58,7 +58,7 @@ def _pads(ctx: LowerCtx, in_sp: list, out_sp: list, ks: list, st: list, dil: lis
     return [int(v) for v in pads[:nd]], [int(v) for v in pads[nd:]]
 
 
-_MP_MAXW = 256  # pool.cl MP_MAXW: the widest input row of the maxpool2d fast path
+_MP_MAXW = 256  # pool.cl MP_MAXW: the widest input row of the pool2d_rows fast path
 
 
 @device_op("MaxPool", "AveragePool", supports=_supports_pool)
@@ -92,13 +92,14 @@ def lower_pool(ctx: LowerCtx) -> list:
     kh, kw = pad3(ks, 1)[1:]
     sh, sw = pad3(st, 1)[1:]
     ph, pw = pad3(pb, 0)[1:]
-    if (is_max and "WITH_INDICES" not in defines and nd <= 2 and all(d == 1 for d in dil)
-            and 15 * sw + kw <= 48 and w <= _MP_MAXW and pw <= 16):
-        # 2-D fast path: input rows max-reduced into a private row, one work-item per output row.
+    eh, ew = pad3(pe, 0)[1:]
+    if ("WITH_INDICES" not in defines and nd <= 2 and all(d == 1 for d in dil)
+            and 15 * sw + kw <= 48 and w <= _MP_MAXW and max(pw, ew, ph, eh) <= 16):
+        # 2-D fast path: input rows reduced into a private row, one work-item per output row.
         # 8 output rows per work-group (rows past OH return): pocl pays per group
-        return [Launch("pool", "maxpool2d", (round_up(oh, 8), nc), args + [i32(v) for v in (h, w, oh, ow, kh, kw,
-                                                                                            sh, sw, ph, pw)],
-                       (8, 1), {"T": "float"}, ctx.label())]
+        return [Launch("pool", "pool2d_rows", (round_up(oh, 8), nc),
+                       args + [i32(v) for v in (h, w, oh, ow, kh, kw, sh, sw, ph, pw, eh, ew)],
+                       (8, 1), defines, ctx.label())]
     # 16 output columns per work-group (pocl vectorises across them); one local size for all.
     l0 = 16
     return [Launch("pool", "pool", (round_up(ow, l0), oh, nc * od), args + [i32(v) for v in geom],

@@ -30,7 +30,7 @@ CASES = [
     ((1, 2, 9, 10), dict(kernel_shape=[3, 3], auto_pad="VALID", strides=[2, 2])),
     ((2, 3, 11), dict(kernel_shape=[3], strides=[2], pads=[1, 2])),
     ((1, 2, 5, 6, 7), dict(kernel_shape=[2, 3, 2], strides=[1, 2, 2], pads=[0, 1, 0, 1, 0, 1])),
-    # MaxPool's 2-D fast path: several 16-output blocks per row, edges inside vector chunks
+    # the 2-D fast path (max and average): several 16-output blocks per row, edges inside vector chunks
     ((1, 3, 21, 75), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
     ((2, 2, 9, 50), dict(kernel_shape=[3, 2], strides=[1, 1], pads=[1, 0, 1, 1])),
     ((1, 2, 8, 67), dict(kernel_shape=[2, 3], strides=[3, 2], ceil_mode=1)),
@@ -38,6 +38,8 @@ CASES = [
     ((1, 2, 6, 300), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),  # rows too wide: general kernel
     ((1, 2, 7, 256), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1)),  # widest fast row
     ((1, 2, 40), dict(kernel_shape=[3], strides=[2], pads=[1, 1])),
+    ((1, 2, 20, 37), dict(kernel_shape=[5, 5], pads=[2, 2, 2, 2])),           # YOLO's SPPF pool, stride 1
+    ((1, 2, 9, 35), dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)),  # a 2x2/2 with a ragged end
 ]
 
 
