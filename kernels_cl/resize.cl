@@ -27,3 +27,58 @@ __kernel void resize_axis(__global const T* x, __global T* y, const int n, const
     for (int k = 0; k < K; ++k) acc += w[j * K + k] * xr[(long)idx[j * K + k] * inner];
     y[i] = acc;
 }
+
+/* The usual image resize (float32): the last two axes at once, x seen as (planes, IH, IW) ->
+ * (planes, OH, OW); output (oy, ox) = sum over the row taps ky and column taps kx of
+ * wy[oy, ky] * wxt[kx, ox] * x[iy[oy, ky], ixt[kx, ox]] (taps and weights tabulated on the host
+ * as for resize_axis; the column tables transposed and padded by 16 so that 16 outputs' taps
+ * are vector loads; ey/ext per axis for tf_crop_and_resize). 16 outputs of a row per work-item
+ * as one vector, no division per element, one pass instead of two with a scratch tensor between
+ * them. RS_KX (a define) = the column taps: 1 nearest, 2 linear, 4 cubic. Measured on pocl
+ * (AVX-512), A/B in one process: a 2x nearest upsampling of 128x40x40 2.40 -> 1.04 ms, 2x linear
+ * of 64x56x56 2.67 -> 1.25 ms (onnxruntime: 0.26 and 0.47 ms).
+ * gsize = (ceil(OW / 16), OH, planes). */
+#ifdef RS_KX
+typedef float16 rs_f16u __attribute__((aligned(4)));
+typedef int16 rs_i16u __attribute__((aligned(4)));
+typedef uchar16 rs_u16u __attribute__((aligned(1)));
+
+__kernel void resize_2d(__global const float* restrict x, __global float* restrict y, const int IH, const int IW,
+                        const int OH, const int OW, const int KY, __global const int* restrict iy,
+                        __global const float* restrict wy, __global const uchar* restrict ey,
+                        __global const int* restrict ixt, __global const float* restrict wxt,
+                        __global const uchar* restrict ext, const float ev) {
+    const int ox0 = get_global_id(0) * 16;
+    const int oy = get_global_id(1);
+    const int z = get_global_id(2);
+    if (ox0 >= OW || oy >= OH) return;
+    const int nj = min(16, OW - ox0);
+    const int pitch = OW + 16;
+    __global const float* xp = x + (long)z * IH * IW;
+    float16 acc = (float16)0.0f;
+    float g[16] __attribute__((aligned(64)));
+    for (int ky = 0; ky < KY; ++ky) {
+        const float wyk = wy[oy * KY + ky];
+        __global const float* xr = xp + (long)iy[oy * KY + ky] * IW;
+#pragma unroll
+        for (int kx = 0; kx < RS_KX; ++kx) {
+            const int16 iv = *(const __global rs_i16u*)(ixt + kx * pitch + ox0);
+            const float16 wv = *(const __global rs_f16u*)(wxt + kx * pitch + ox0);
+            const int* il = (const int*)&iv;
+#pragma unroll
+            for (int j = 0; j < 16; ++j)
+                g[j] = xr[il[j]];
+            acc += (wyk * wv) * *(const float16*)g;
+        }
+    }
+    const int16 e = convert_int16(*(const __global rs_u16u*)(ext + ox0));
+    acc = (e != 0 || ey[oy]) ? (float16)ev : acc;
+    __global float* yr = y + ((long)z * OH + oy) * OW + ox0;
+    if (nj == 16) {
+        *(__global rs_f16u*)yr = acc;
+    } else {
+        *(float16*)g = acc;
+        for (int j = 0; j < nj; ++j) yr[j] = g[j];
+    }
+}
+#endif

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..ir import Graph, Node
 from . import _types as ty
-from .base import Launch, LowerCtx, device_op, i32
+from .base import Launch, LowerCtx, device_op, i32, round_up
 from .elementwise import work_size
 from .movement import copy_launches
 
@@ -155,6 +155,33 @@ def lower_resize(ctx: LowerCtx) -> list:
         cur_shape = cur_shape[:a] + [out_shape[a]] + cur_shape[a + 1:]
     if not steps:
         return copy_launches(ctx, ctx.buf(0), ctx.out(0), dt, [x.size], [1], [1])
+    if r >= 3 and dt == np.float32 and {a for a, _ in steps} <= {r - 2, r - 1}:
+        # the last two axes (an image resize; one of them may stay): one pass, tabulated taps
+        taps = []
+        for a in (r - 2, r - 1):
+            a_roi = None if full_roi is None else [full_roi[a], full_roi[a + r]]
+            if a in {b for b, _ in steps}:
+                taps.append(_taps(fn, in_shape[a], scale[a], out_shape[a], a_roi, ctm, excl))
+            else:  # unchanged axis: the identity tap
+                taps.append((np.arange(in_shape[a], dtype=np.int32)[:, None], np.ones((in_shape[a], 1)),
+                             np.zeros(in_shape[a], bool)))
+        (iy, wy, ey), (ix, wx, ex) = taps
+        planes = int(np.prod(in_shape[:-2], dtype=np.int64))
+        oh, ow = out_shape[-2:]
+
+        def cols(t: np.ndarray, dtype) -> np.ndarray:  # [OW, KX] -> [KX, OW + 16], zero padded
+            out_t = np.zeros((t.shape[1], ow + 16), dtype)
+            out_t[:, :ow] = t.T
+            return out_t
+
+        ext_pad = np.zeros(ow + 16, np.uint8)
+        ext_pad[:ow] = ex
+        args = [ctx.buf(0), ctx.out(0)] + [i32(v) for v in (in_shape[-2], in_shape[-1], oh, ow, iy.shape[1])]
+        args += [ctx.const_buffer(iy.astype(np.int32)), ctx.const_buffer(wy.astype(np.float32)),
+                 ctx.const_buffer(ey.astype(np.uint8)), ctx.const_buffer(cols(ix, np.int32)),
+                 ctx.const_buffer(cols(wx, np.float32)), ctx.const_buffer(ext_pad), np.float32(ev)]
+        return [Launch("resize", "resize_2d", (-(-ow // 16), round_up(oh, 8), planes), args,
+                       (1, 8, 1), {"RS_KX": int(ix.shape[1])}, ctx.label())]
     launches = []
     src, cur_shape = ctx.buf(0), list(in_shape)
     for k, (a, a_roi) in enumerate(steps):

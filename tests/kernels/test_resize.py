@@ -8,10 +8,10 @@ from onnx import helper
 
 pytest.importorskip("pyopencl")
 try:  # tests/kernels may or may not be a package
-    from .harness import check  # noqa: E402
+    from .harness import check, lower  # noqa: E402
     from .run_launches import check as check_ref  # noqa: E402
 except ImportError:
-    from harness import check  # type: ignore  # noqa: E402
+    from harness import check, lower  # type: ignore  # noqa: E402
     from run_launches import check as check_ref  # type: ignore  # noqa: E402
 
 
@@ -48,3 +48,23 @@ def test_resize_upsample_2x(mode):
     x = np.random.default_rng(41).standard_normal((1, 2, 5, 6)).astype(np.float32)
     check_ref(helper.make_node("Resize", ["x", "", "s"], ["y"], mode=mode), {"x": x},
               {"s": np.array([1, 1, 2, 2], np.float32)}, opset=19, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("scales,kernel", [
+    ([1, 1, 2.0, 2.0], "resize_2d"),       # the last two axes at once
+    ([1, 1, 1.0, 1.7], "resize_2d"),       # one of them unchanged (the identity tap on the other)
+    ([1, 1, 0.6, 3.0], "resize_2d"),       # down and up
+    ([1, 2, 2.0, 2.0], "resize_axis"),     # a channel axis resized too: one launch per axis
+])
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_resize_paths(scales, kernel, mode):
+    """Rows wider than one 16-output run (37 -> 74) and ragged ends, against onnxruntime
+    (onnx.reference where onnxruntime refuses: linear/cubic along the channels)."""
+    x = np.random.default_rng(43).standard_normal((2, 3, 9, 37)).astype(np.float32)
+    node = helper.make_node("Resize", ["x", "", "s"], ["y"], mode=mode)
+    consts = {"s": np.array(scales, np.float32)}
+    oracle = "reference" if scales[1] != 1 else "onnxruntime"
+    check_ref(node, {"x": x}, consts, opset=19, rtol=1e-4, atol=1e-5, oracle=oracle)
+    out = tuple(int(np.floor(d * s)) for d, s in zip(x.shape, scales))
+    names = [l.kernel for l in lower(node, {"x": x}, consts, {"y": (out, np.float32)}, opset=19)]
+    assert kernel in names and (kernel == "resize_axis") == ("resize_2d" not in names), names
