@@ -33,7 +33,15 @@
 #define S3 0
 #endif
 
-#define RELU(x) ((x) < 0.0f ? 0.0f : (x))  /* NaN passes through */
+/* The operations work on float and on float16 (fused_flat evaluates 16 elements at once: one
+ * vector exp instead of 16 scalar calls); RELU and ERF through overloads. */
+DEFINE_ERF(clg_erf16, float16)
+inline float __attribute__((overloadable)) fe_relu(const float x) { return x < 0.0f ? 0.0f : x; }
+inline float16 __attribute__((overloadable)) fe_relu(const float16 x) { return x < 0.0f ? (float16)0.0f : x; }
+inline float __attribute__((overloadable)) fe_erf(const float x) { return clg_erf(x); }
+inline float16 __attribute__((overloadable)) fe_erf(const float16 x) { return clg_erf16(x); }
+
+#define RELU(x) fe_relu(x)  /* NaN passes through */
 #define SIGMOID(x) (1.0f / (1.0f + exp(-(x))))
 #define TANH(x) tanh(x)
 #define EXP(x) exp(x)
@@ -42,27 +50,64 @@
 #define NEG(x) (-(x))
 #define SQRT(x) sqrt(x)
 #define RECIP(x) (1.0f / (x))
-#define ERF(x) clg_erf(x)
+#define ERF(x) fe_erf(x)
 #define ADD(a, b) ((a) + (b))
 #define SUB(a, b) ((a) - (b))
 #define MUL(a, b) ((a) * (b))
 #define DIV(a, b) ((a) / (b))
 
-__kernel void fused_flat(__global const float* x0, __global const float* x1, __global const float* x2,
-                         __global const float* x3, __global float* y, const int n) {
-    const int i = get_global_id(0);
-    if (i >= n) return;
-    const float X0 = x0[S0 ? 0 : i];
+typedef float16 fe_f16u __attribute__((aligned(4)));
+
+/* 16 elements per work-item as float16 vectors (a partial last run through private arrays).
+ * Measured on pocl (AVX-512): x * Sigmoid(x) over 128x40x40 124 -> 43 us, an erf Gelu over
+ * 256x3072 776 -> 157 us (one element per work-item before; onnxruntime 38 and 182 us). */
+__kernel void fused_flat(__global const float* restrict x0, __global const float* restrict x1,
+                         __global const float* restrict x2, __global const float* restrict x3,
+                         __global float* restrict y, const int n) {
+    const int i0 = get_global_id(0) * 16;
+    if (i0 >= n) return;
+    if (i0 + 16 <= n) {
+        const float16 X0 = S0 ? (float16)x0[0] : *(const __global fe_f16u*)(x0 + i0);
 #if NIN > 1
-    const float X1 = x1[S1 ? 0 : i];
+        const float16 X1 = S1 ? (float16)x1[0] : *(const __global fe_f16u*)(x1 + i0);
 #endif
 #if NIN > 2
-    const float X2 = x2[S2 ? 0 : i];
+        const float16 X2 = S2 ? (float16)x2[0] : *(const __global fe_f16u*)(x2 + i0);
 #endif
 #if NIN > 3
-    const float X3 = x3[S3 ? 0 : i];
+        const float16 X3 = S3 ? (float16)x3[0] : *(const __global fe_f16u*)(x3 + i0);
 #endif
-    y[i] = EXPR;
+        *(__global fe_f16u*)(y + i0) = EXPR;
+        return;
+    }
+    const int nj = n - i0;
+    float t[4][16] __attribute__((aligned(64)));
+    for (int j = 0; j < 16; ++j) {
+        const int i = j < nj ? i0 + j : i0;
+        t[0][j] = x0[S0 ? 0 : i];
+#if NIN > 1
+        t[1][j] = x1[S1 ? 0 : i];
+#endif
+#if NIN > 2
+        t[2][j] = x2[S2 ? 0 : i];
+#endif
+#if NIN > 3
+        t[3][j] = x3[S3 ? 0 : i];
+#endif
+    }
+    const float16 X0 = *(const float16*)t[0];
+#if NIN > 1
+    const float16 X1 = *(const float16*)t[1];
+#endif
+#if NIN > 2
+    const float16 X2 = *(const float16*)t[2];
+#endif
+#if NIN > 3
+    const float16 X3 = *(const float16*)t[3];
+#endif
+    *(float16*)t[0] = EXPR;
+    for (int j = 0; j < nj; ++j)
+        y[i0 + j] = t[0][j];
 }
 
 /* EXPR of one element (inlined; the inputs past NIN are unused). */

@@ -129,3 +129,19 @@ def test_forged_fused_node_is_refused(expr):
                 [_vi("x", [4])], [_vi("y", [4])])
     out = clglow.InferenceSession(ok.SerializeToString()).run(None, {"x": np.zeros(4, np.float32)})[0]
     np.testing.assert_allclose(out, -np.ones(4))
+
+
+@pytest.mark.parametrize("shape", [(37,), (3, 53), (2, 4, 16)], ids=str)
+def test_every_operation_flat_runs(shape):
+    """One fused_flat chain through every operation the kernel has, on sizes with and without a
+    partial last run of 16 (the kernel evaluates 16 elements as one vector)."""
+    c = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("one", 1.0), ("two", 2.0))]
+    nodes = [helper.make_node("Abs", ["x"], ["a"]), helper.make_node("Add", ["a", "one"], ["b"]),
+             helper.make_node("Log", ["b"], ["l"]), helper.make_node("Neg", ["l"], ["n"]),
+             helper.make_node("Exp", ["n"], ["e"]), helper.make_node("Sqrt", ["e"], ["s"]),
+             helper.make_node("Reciprocal", ["s"], ["r"]), helper.make_node("Sub", ["r", "x"], ["d"]),
+             helper.make_node("Tanh", ["d"], ["t"]), helper.make_node("Relu", ["d"], ["u"]),
+             helper.make_node("Sigmoid", ["u"], ["g"]), helper.make_node("Erf", ["t"], ["f"]),
+             helper.make_node("Mul", ["g", "f"], ["m"]), helper.make_node("Div", ["m", "two"], ["y"])]
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32) * 2
+    _check(_model(nodes, [_vi("x", list(shape))], [_vi("y", list(shape))], c), {"x": x}, 2, 2)  # d is read twice

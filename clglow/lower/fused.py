@@ -70,7 +70,7 @@ def lower_fused(ctx: LowerCtx) -> list:
         for k, s in enumerate(shapes):
             if s != tuple(out.shape):
                 defines[f"S{k}"] = 1
-        g, l = work_size(ctx, n)
+        g, l = work_size(ctx, -(-n // 16), cap=32)  # 16 elements per work-item
         return [Launch("fused_elementwise", "fused_flat", g, bufs + [ctx.out(0), i32(n)], l, defines, ctx.label())]
     dims, strides = collapse(out.shape, shapes)
     rl = row_layout(dims, strides)
