@@ -201,10 +201,16 @@ def _supports_unary_numeric(node: Node, graph: Graph) -> Optional[str]:
     return check_dtypes(node, graph, _SIGNED)
 
 
+# float32 unary ops that run as fused_elementwise.cl's vector expression (its macro per op)
+_VECTOR_UNARY = {"Relu": "RELU", "Sigmoid": "SIGMOID", "Tanh": "TANH", "Exp": "EXP", "Log": "LOG",
+                 "Abs": "ABS", "Neg": "NEG", "Sqrt": "SQRT", "Reciprocal": "RECIP", "Erf": "ERF"}
+
+
 @device_op(*_UNARY_FLOAT, supports=_supports_unary_float)
 @device_op(*_UNARY_NUMERIC, supports=_supports_unary_numeric)
 def lower_unary(ctx: LowerCtx) -> list:
-    """Float math (and sign-like ops on signed ints), one element per work-item."""
+    """Float math (and sign-like ops on signed ints), one element per work-item; the float32 ops of
+    _VECTOR_UNARY 16 at a time as vectors through fused_elementwise.cl."""
     out = ctx.outputs[0]
     if out.size == 0:
         return []
@@ -218,6 +224,12 @@ def lower_unary(ctx: LowerCtx) -> list:
         if p is not None:
             params[k] = float(ctx.attr(p[0], p[1]))
     dt = np.dtype(ctx.inputs[0].dtype)
+    if dt == np.float32 and op_type in _VECTOR_UNARY and out.size < _INT_LIMIT:
+        # the fused kernel's 16-element vectors: one vector exp/tanh instead of 16 scalar calls
+        # (pocl, AVX-512: Sigmoid over 128x40x40 184 -> 40 us; 256x1024 Tanh 330 -> 96, Exp 130 -> 41)
+        from .fused import flat_launch
+
+        return [flat_launch(ctx, [ctx.buf(0)] * 4, out.size, {"EXPR": f"{_VECTOR_UNARY[op_type]}(X0)", "NIN": 1})]
     return [unary_launch(ctx, op, ctx.buf(0), ctx.out(0), out.size, dt, dt, params[0], params[1])]
 
 

@@ -50,6 +50,12 @@ def supports_fused(node: Node, graph: Graph) -> Optional[str]:
     return check_expr(node.attrs.get("expr"), len(node.inputs))
 
 
+def flat_launch(ctx: LowerCtx, bufs: list, n: int, defines: dict) -> Launch:
+    """fused_flat over n elements, 16 per work-item (bufs: the four input slots)."""
+    g, l = work_size(ctx, -(-n // 16), cap=32)
+    return Launch("fused_elementwise", "fused_flat", g, bufs + [ctx.out(0), i32(n)], l, defines, ctx.label())
+
+
 @device_op("FusedElementwise", domain="clglow", supports=supports_fused)
 def lower_fused(ctx: LowerCtx) -> list:
     expr = ctx.attr("expr")
@@ -70,8 +76,7 @@ def lower_fused(ctx: LowerCtx) -> list:
         for k, s in enumerate(shapes):
             if s != tuple(out.shape):
                 defines[f"S{k}"] = 1
-        g, l = work_size(ctx, -(-n // 16), cap=32)  # 16 elements per work-item
-        return [Launch("fused_elementwise", "fused_flat", g, bufs + [ctx.out(0), i32(n)], l, defines, ctx.label())]
+        return [flat_launch(ctx, bufs, n, defines)]
     dims, strides = collapse(out.shape, shapes)
     rl = row_layout(dims, strides)
     if rl is not None:
