@@ -14,13 +14,24 @@ __kernel void bn_prepare(__global const float* scale, __global const float* bias
     ab[C + c] = bias[c] - mean[c] * a;
 }
 
-/* y = x * a[c] + b[c] for x of shape (N, C, inner). */
-__kernel void channel_affine(__global const float* x, __global const float* ab, __global float* y, const int n,
-                             const int C, const int inner) {
-    const int i = get_global_id(0);
-    if (i >= n) return;
-    const int c = (i / inner) % C;
-    y[i] = x[i] * ab[c] + ab[C + c];
+/* y = x * a[c] + b[c] for x of shape (N, C, inner): 16 elements of one (n, c) plane per
+ * work-item (no division per element; pocl, AVX-512, 64x56x56: 310 -> 19 us, onnxruntime 18).
+ * gsize = (ceil(inner / 16), N * C). */
+typedef float16 norm_f16u __attribute__((aligned(4)));
+__kernel void channel_affine(__global const float* restrict x, __global const float* restrict ab,
+                             __global float* restrict y, const int planes, const int C, const int inner) {
+    const int j0 = get_global_id(0) * 16;
+    const int p = get_global_id(1);
+    if (j0 >= inner || p >= planes) return;
+    const int c = p % C;
+    const float a = ab[c], b = ab[C + c];
+    const long o = (long)p * inner + j0;
+    if (j0 + 16 <= inner) {
+        *(__global norm_f16u*)(y + o) = *(const __global norm_f16u*)(x + o) * a + b;
+    } else {
+        for (int j = 0; j < inner - j0; ++j)
+            y[o + j] = x[o + j] * a + b;
+    }
 }
 
 /* LRN across channels: y = x / (bias + alpha / size * sum of squares in the window) ^ beta. */

@@ -12,7 +12,7 @@ from typing import Optional
 import numpy as np
 
 from ..ir import Graph, Node
-from .base import Launch, LowerCtx, device_op, f32, i32
+from .base import Launch, LowerCtx, device_op, f32, i32, round_up
 from .elementwise import check_dtypes, work_size
 
 log = logging.getLogger(__name__)
@@ -63,9 +63,9 @@ def lower_batchnorm(ctx: LowerCtx) -> list:
         g, l = work_size(ctx, C, cap=64)
         launches.append(Launch("norm", "bn_prepare", g, [ctx.buf(1), ctx.buf(2), ctx.buf(3), ctx.buf(4), ab,
                                                          i32(C), f32(eps)], l, {}, ctx.label()))
-    g, l = work_size(ctx, out.size)
-    launches.append(Launch("norm", "channel_affine", g, [ctx.buf(0), ab, ctx.out(0), i32(out.size), i32(C),
-                                                         i32(inner)], l, {}, ctx.label()))
+    planes = out.size // max(inner, 1)
+    launches.append(Launch("norm", "channel_affine", (-(-inner // 16), round_up(planes, 8)),
+                           [ctx.buf(0), ab, ctx.out(0), i32(planes), i32(C), i32(inner)], (1, 8), {}, ctx.label()))
     return launches
 
 
