@@ -60,4 +60,27 @@ inline float lanes_max(const __global float* restrict p, const long n) {
     return b;
 }
 
+/* LANES_EXTREME(NAME, OP): `float NAME(p, n)`, the max (OP >) or min (OP <) of p[0 .. n), n >= 1,
+ * a NaN propagating as ReduceMax/ReduceMin do (once seen, it stays). */
+#define LANES_EXTREME(NAME, OP)                                                            \
+    inline float NAME(const __global float* restrict p, const long n) {                   \
+        long k = 1;                                                                        \
+        float b = p[0];                                                                    \
+        if (n >= 16) {                                                                     \
+            float16 best = *(const __global lanes_f16u*)p;                                 \
+            for (k = 16; k + 16 <= n; k += 16) {                                           \
+                const float16 v = *(const __global lanes_f16u*)(p + k);                    \
+                best = ((v OP best) | (v != v)) ? v : best;                                \
+            }                                                                              \
+            float l[16];                                                                   \
+            *(float16*)l = best;                                                           \
+            b = l[0];                                                                      \
+            for (int j = 1; j < 16; ++j)                                                   \
+                b = (l[j] OP b || l[j] != l[j]) ? l[j] : b;                                \
+        }                                                                                  \
+        for (; k < n; ++k)                                                                 \
+            b = (p[k] OP b || p[k] != p[k]) ? p[k] : b;                                    \
+        return b;                                                                          \
+    }
+
 #endif

@@ -107,15 +107,24 @@ __kernel void reduce(__global const T* x, __global TO* y, const int n_out, const
 #endif
 }
 
-/* The float32 sums (Sum, Mean, SumSquare, L2, LogSum) over one contiguous run per output
+/* The float32 sums (Sum, Mean, SumSquare, L2, LogSum) and Max/Min over one contiguous run per output
  * (rows of the last axes: a decomposed LayerNorm's ReduceMean, an SE block's spatial mean):
  * the run summed in 16 lanes (lanes.h) instead of one dependent chain with index arithmetic per
  * element. meta as `reduce` with RR == 1 and a reduced stride of 1. */
+#if defined(OP_MAX)
+LANES_EXTREME(lanes_extreme, >)
+#elif defined(OP_MIN)
+LANES_EXTREME(lanes_extreme, <)
+#endif
 __kernel void reduce_rows(__global const float* restrict x, __global float* restrict y, const int n_out,
                           const int n_red, __global const int* restrict meta) {
     const int o = get_global_id(0);
     if (o >= n_out) return;
     const __global float* restrict p = x + kept_offset(o, meta);
+#if defined(OP_MAX) || defined(OP_MIN)
+    y[o] = n_red == 0 ? (float)(EMPTY) : lanes_extreme(p, n_red);
+    return;
+#endif
 #if defined(OP_SUMSQUARE) || defined(OP_L2)
     const float acc = lanes_sqdev(p, n_red, 0.0f);
 #else

@@ -24,8 +24,8 @@ _REDUCE = {"ReduceSum": "SUM", "ReduceMean": "MEAN", "ReduceMax": "MAX", "Reduce
            "ReduceLogSumExp": "LOGSUMEXP", "ReduceSumSquare": "SUMSQUARE"}
 
 
-# Sums that reduce_rows computes when each output reduces one contiguous run (float32).
-_ROW_SUMS = ("SUM", "MEAN", "SUMSQUARE", "L2", "LOGSUM")
+# What reduce_rows computes when each output reduces one contiguous run (float32).
+_ROW_SUMS = ("SUM", "MEAN", "SUMSQUARE", "L2", "LOGSUM", "MAX", "MIN")
 
 
 def _axes_from_input(op_type: str, opset: int) -> bool:

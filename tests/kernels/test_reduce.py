@@ -20,7 +20,19 @@ CASES = [
     ("ReduceSumSquare", (4, 33), [1]),
     ("ReduceL2", (2, 7, 40), [2]),
     ("ReduceLogSum", (3, 12), [1]),             # shorter than one lane vector
+    ("ReduceMax", (3, 5, 70), [-1]),
+    ("ReduceMin", (2, 3, 9, 9), [2, 3]),
 ]
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+def test_reduce_rows_nan_propagates(op):
+    """A NaN in a row (in the vector part or the tail) makes that row's max/min NaN."""
+    x = RNG.uniform(0.1, 2.0, (4, 40)).astype(np.float32)
+    x[1, 5] = np.nan
+    x[2, 37] = np.nan
+    node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=0)
+    check(node, {"x": x}, {"axes": np.array([1], np.int64)}, opset=18)
 
 
 @pytest.mark.parametrize("op,shape,axes", CASES, ids=[c[0] for c in CASES])
