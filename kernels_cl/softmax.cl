@@ -66,3 +66,51 @@ __kernel void softmax_last(__global const float* x, __global float* y, const int
     for (int k = 16 * nv; k < len; ++k) yr[k] = exp(xr[k] - m) * inv;
 #endif
 }
+
+/* The same along an inner axis (inner >= 16: rows `inner` apart, e.g. over the channels of
+ * [N, C, H, W]): 16 adjacent rows per work-item as float16 vectors, one per k (contiguous),
+ * so exp runs on vectors (pocl, AVX-512, [1, 1000, 49] over axis 1: 0.49 ms with the scalar
+ * kernel above, 0.03 ms this way). A partial last run of rows goes element by element.
+ * gsize = (ceil(inner / 16), outer). */
+__kernel void softmax_cols(__global const float* restrict x, __global float* restrict y, const int len,
+                           const int inner) {
+    const int r0 = get_global_id(0) * 16;
+    const int o = get_global_id(1);
+    if (r0 >= inner) return;
+    const long base = (long)o * len * inner + r0;
+    __global const float* xr = x + base;
+    __global float* yr = y + base;
+    if (r0 + 16 <= inner) {
+        float16 m = (float16)(-INFINITY);
+        for (int k = 0; k < len; ++k) {
+            const float16 v = *(const __global float16_u*)(xr + (long)k * inner);
+            m = v > m ? v : m;  /* like fmax: a NaN element is skipped */
+        }
+        float16 s = (float16)0.0f;
+        for (int k = 0; k < len; ++k)
+            s += exp(*(const __global float16_u*)(xr + (long)k * inner) - m);
+#ifdef LOG_SOFTMAX
+        const float16 ls = m + log(s);
+        for (int k = 0; k < len; ++k)
+            *(__global float16_u*)(yr + (long)k * inner) = *(const __global float16_u*)(xr + (long)k * inner) - ls;
+#else
+        const float16 inv = 1.0f / s;
+        for (int k = 0; k < len; ++k)
+            *(__global float16_u*)(yr + (long)k * inner) = exp(*(const __global float16_u*)(xr + (long)k * inner) - m) * inv;
+#endif
+        return;
+    }
+    for (int j = 0; j < inner - r0; ++j) {
+        float m = -INFINITY;
+        for (int k = 0; k < len; ++k) m = fmax(m, xr[(long)k * inner + j]);
+        float s = 0.0f;
+        for (int k = 0; k < len; ++k) s += exp(xr[(long)k * inner + j] - m);
+#ifdef LOG_SOFTMAX
+        const float ls = m + log(s);
+        for (int k = 0; k < len; ++k) yr[(long)k * inner + j] = xr[(long)k * inner + j] - ls;
+#else
+        const float inv = 1.0f / s;
+        for (int k = 0; k < len; ++k) yr[(long)k * inner + j] = exp(xr[(long)k * inner + j] - m) * inv;
+#endif
+    }
+}

@@ -46,6 +46,10 @@ def lower_softmax(ctx: LowerCtx) -> list:
         g, l = work_size(ctx, rows, cap=16)
         return [Launch("softmax", "softmax_last", g, [ctx.buf(0), ctx.out(0), i32(rows), i32(length)], l,
                        defines, ctx.label())]
+    if inner >= 16:  # an inner axis: 16 adjacent rows per work-item as vectors (see softmax_cols)
+        outer = rows // inner
+        return [Launch("softmax", "softmax_cols", (-(-inner // 16), outer),
+                       [ctx.buf(0), ctx.out(0), i32(length), i32(inner)], (1, 1), defines, ctx.label())]
     g, l = work_size(ctx, rows, cap=64)
     return [Launch("softmax", "softmax", g, [ctx.buf(0), ctx.out(0), i32(rows), i32(length), i32(inner)], l,
                    defines, ctx.label())]

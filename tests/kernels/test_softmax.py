@@ -18,7 +18,8 @@ RNG = np.random.default_rng(3)
 @pytest.mark.parametrize("opset", [11, 13])
 @pytest.mark.parametrize("shape,axis", [((3, 7), None), ((2, 3, 5), None), ((2, 3, 5), 0), ((2, 3, 5), 1),
                                         ((2, 3, 4, 5), -2), ((2, 3, 4, 5), -1), ((1, 1000), 1), ((9,), 0),
-                                        ((5, 128), -1), ((2, 3, 37), -1)], ids=str)
+                                        ((5, 128), -1), ((2, 3, 37), -1),
+                                        ((2, 7, 37), 1), ((1, 9, 4, 8), 1), ((2, 40, 16), 0)], ids=str)
 def test_softmax(op, opset, shape, axis):
     x = (RNG.standard_normal(shape) * 5).astype(np.float32)
     x.reshape(-1)[0] = 80.0  # exp overflow without the max subtraction
