@@ -162,6 +162,55 @@ __kernel void argreduce(__global const T* x, __global long* y, const int n_out, 
     y[o] = (long)bi;
 }
 
+/* ArgMax/ArgMin of float32 along an inner axis (rows `inner` apart, inner >= 16, e.g. over the
+ * classes of [N, C, H, W]): 16 adjacent outputs per work-item as vectors, the same comparisons
+ * per lane as argreduce (pocl, AVX-512, [1, 1000, 196] over axis 1: 0.73 ms with argreduce's
+ * one output per work-item, 0.034 ms this way). A partial last run goes element by element.
+ * gsize = (ceil(inner / 16), outer). */
+typedef float16 red_f16u __attribute__((aligned(4)));
+__kernel void argreduce_cols(__global const float* restrict x, __global long* restrict y, const int len,
+                             const int inner, const int select_last) {
+    const int r0 = get_global_id(0) * 16;
+    const int o = get_global_id(1);
+    if (r0 >= inner) return;
+    __global const float* xr = x + (long)o * len * inner + r0;
+    __global long* yr = y + (long)o * inner + r0;
+    const int nj = min(16, inner - r0);
+    int bl[16];
+    if (nj == 16) {
+        float16 best = *(const __global red_f16u*)xr;
+        int16 bi = (int16)0;
+        for (int k = 1; k < len; ++k) {
+            const float16 v = *(const __global red_f16u*)(xr + (long)k * inner);
+#ifdef OP_ARGMAX
+            const int16 better = select_last ? (v >= best) : (v > best);
+#else
+            const int16 better = select_last ? (v <= best) : (v < best);
+#endif
+            best = better ? v : best;
+            bi = better ? (int16)k : bi;
+        }
+        *(int16*)bl = bi;
+    } else {
+        for (int j = 0; j < nj; ++j) {
+            float best = xr[j];
+            int b = 0;
+            for (int k = 1; k < len; ++k) {
+                const float v = xr[(long)k * inner + j];
+#ifdef OP_ARGMAX
+                const int better = select_last ? (v >= best) : (v > best);
+#else
+                const int better = select_last ? (v <= best) : (v < best);
+#endif
+                if (better) { best = v; b = k; }
+            }
+            bl[j] = b;
+        }
+    }
+    for (int j = 0; j < nj; ++j)
+        yr[j] = (long)bl[j];
+}
+
 /* Hardmax along one axis: 1 at the first maximum, 0 elsewhere (meta as argreduce). */
 __kernel void hardmax(__global const T* x, __global T* y, const int n_out, const int n_red,
                       __global const int* restrict meta) {

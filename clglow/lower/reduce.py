@@ -141,6 +141,13 @@ def lower_arg(ctx: LowerCtx) -> list:
     n_out = out.size
     defines = ty.type_defines(T=np.dtype(x.dtype))
     defines.update({"OP_" + ctx.node.op_type.upper(): None, "RK": len(kd), "RR": 1})
+    inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+    if np.dtype(x.dtype) == np.float32 and inner >= 16 and shape[axis] > 0:
+        # an inner axis: 16 adjacent outputs per work-item as vectors (reduce.cl argreduce_cols)
+        outer = n_out // inner
+        return [Launch("reduce", "argreduce_cols", (-(-inner // 16), outer),
+                       [ctx.buf(0), ctx.out(0), i32(shape[axis]), i32(inner),
+                        i32(int(ctx.attr("select_last_index", 0)))], (1, 1), defines, ctx.label())]
     g, l = work_size(ctx, n_out)
     return [Launch("reduce", "argreduce", g, [ctx.buf(0), ctx.out(0), i32(n_out), i32(shape[axis]),
                                               ctx.const_buffer(meta), i32(int(ctx.attr("select_last_index", 0)))],

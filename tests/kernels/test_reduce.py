@@ -55,3 +55,15 @@ def test_reduce_strided_run_takes_the_general_kernel():
     kernels = [l.kernel for l in lower(node, {"x": x}, consts, {"y": ((4, 5), np.float32)}, opset=18)]
     assert kernels == ["reduce"], kernels
     check(node, {"x": x}, consts, opset=18)
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("select_last", [0, 1])
+def test_arg_over_inner_axis(op, select_last):
+    """float32 ArgMax/ArgMin over an inner axis (37 = 2 x 16 + 5 adjacent outputs): vectors per
+    16 outputs, ties (values rounded to a few levels) resolved first or last as asked."""
+    x = np.round(RNG.uniform(0, 3, (2, 9, 37))).astype(np.float32)
+    node = helper.make_node(op, ["x"], ["y"], axis=1, keepdims=0, select_last_index=select_last)
+    kernels = [l.kernel for l in lower(node, {"x": x}, {}, {"y": ((2, 37), np.int64)}, opset=13)]
+    assert kernels == ["argreduce_cols"], kernels
+    check(node, {"x": x}, opset=13)
