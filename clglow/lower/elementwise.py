@@ -367,6 +367,18 @@ _BINARY = {"Add": "ADD", "Sub": "SUB", "Mul": "MUL", "Div": "DIV", "Pow": "POW",
 _VARIADIC = {"Sum": "ADD", "Mean": "ADD", "Max": "MAX", "Min": "MIN"}
 
 
+def _pow_expr(ctx: LowerCtx, ta, tb, out) -> Optional[str]:
+    """A float32 Pow by a constant scalar exponent 2, 3 or -1 as products (fused_elementwise's
+    vectors; exact: x*x is pow(x, 2) for every x): pocl calls an out-of-line scalar pow per
+    element (Pow(x, 2) over 256x1024: 14 ms, onnxruntime 0.06 ms). Else None."""
+    e = ctx.const(1)
+    if (np.dtype(ta.dtype) != np.float32 or np.dtype(out.dtype) != np.float32 or e is None
+            or np.asarray(e).size != 1 or tuple(ta.shape) != tuple(out.shape)):
+        return None
+    v = float(np.asarray(e).reshape(-1)[0])
+    return {2.0: "MUL(X0,X0)", 3.0: "MUL(MUL(X0,X0),X0)", -1.0: "RECIP(X0)"}.get(v)
+
+
 def _supports_binary(node: Node, graph: Graph) -> Optional[str]:
     op = node.op_type
     if op == "Pow":
@@ -400,6 +412,12 @@ def lower_binary(ctx: LowerCtx) -> list:
             op = "FMOD"
         if op == "SHL" and ctx.attr("direction", "LEFT") == "RIGHT":
             op = "SHR"
+        if op == "POW":
+            expr = _pow_expr(ctx, ta, tb, out)
+            if expr is not None:
+                from .fused import flat_launch
+
+                return [flat_launch(ctx, [a] * 4, out.size, {"EXPR": expr, "NIN": 1})]
         return [binary_launch(ctx, op, a, b, ctx.out(0), ta.shape, tb.shape, out.shape,
                               ta.dtype, tb.dtype, out.dtype)]
     op = _VARIADIC[op_type]
@@ -409,11 +427,20 @@ def lower_binary(ctx: LowerCtx) -> list:
         (a, ta), = ins
         launches.append(unary_launch(ctx, "COPY", a, ctx.out(0), out.size, dt, dt))
     else:
+        # a chain of binary launches; with 3+ inputs the partial results alternate between a
+        # scratch buffer and the output so that no launch reads the buffer it writes (the
+        # row kernels take restrict pointers), the last one landing in the output
         (a, ta), (b, tb) = ins[0], ins[1]
-        launches.append(binary_launch(ctx, op, a, b, ctx.out(0), ta.shape, tb.shape, out.shape, dt, dt, dt))
+        tmp = ctx.scratch(out.size * dt.itemsize) if len(ins) > 2 else None
+        bufs = [ctx.out(0), tmp]
+        k = len(ins) - 2  # launches after the first
+        dst = bufs[k % 2]
+        launches.append(binary_launch(ctx, op, a, b, dst, ta.shape, tb.shape, out.shape, dt, dt, dt))
         for c, tc in ins[2:]:
-            launches.append(binary_launch(ctx, op, ctx.out(0), c, ctx.out(0), out.shape, tc.shape, out.shape,
-                                          dt, dt, dt))
+            k -= 1
+            nxt = bufs[k % 2]
+            launches.append(binary_launch(ctx, op, dst, c, nxt, out.shape, tc.shape, out.shape, dt, dt, dt))
+            dst = nxt
     if op_type == "Mean" and len(ins) > 1:
         launches.append(unary_launch(ctx, "SCALE", ctx.out(0), ctx.out(0), out.size, dt, dt, 1.0 / len(ins)))
     return launches

@@ -7,8 +7,10 @@ from onnx import helper
 
 pytest.importorskip("pyopencl")
 try:  # tests/kernels may or may not be a package
+    from .harness import lower  # noqa: E402
     from .run_launches import check  # noqa: E402
 except ImportError:
+    from harness import lower  # type: ignore  # noqa: E402
     from run_launches import check  # type: ignore  # noqa: E402
 
 RNG = np.random.default_rng(0)
@@ -162,3 +164,17 @@ def test_cast(src, dst):
     x[0, :3] = [0.0, -0.7, 2.9]
     x = x.astype(src)
     check(helper.make_node("Cast", ["x"], ["y"], to=helper.np_dtype_to_tensor_dtype(np.dtype(dst))), {"x": x})
+
+
+@pytest.mark.parametrize("e,kernel", [(2.0, "fused_flat"), (3.0, "fused_flat"), (-1.0, "fused_flat"),
+                                      (2.5, "binary_bcast")])
+def test_pow_constant_exponent(e, kernel):
+    """Pow by a constant 2, 3 or -1 runs as products on vectors; other exponents call pow."""
+    x = np.random.default_rng(5).uniform(-3, 3, (7, 45)).astype(np.float32)
+    if e == 2.5:
+        x = np.abs(x)
+    node = helper.make_node("Pow", ["x", "e"], ["y"])
+    consts = {"e": np.array(e, np.float32)}
+    names = [l.kernel for l in lower(node, {"x": x}, consts, {"y": (x.shape, np.float32)})]
+    assert names == [kernel], names
+    check(node, {"x": x}, consts)
