@@ -10,7 +10,7 @@ import numpy as np
 from ..errors import InvalidModel
 from ..ir import Graph, Node
 from .base import Launch, LowerCtx, device_op, float32_only, i32
-from .elementwise import _INT_LIMIT, ROW_GROUP, collapse, meta_table, row_layout, work_size
+from .elementwise import _INT_LIMIT, collapse, meta_table, row_layout, work_size
 
 _MACROS = {"RELU", "SIGMOID", "TANH", "EXP", "LOG", "ABS", "NEG", "SQRT", "RECIP", "ERF",
            "ADD", "SUB", "MUL", "DIV"}
@@ -80,10 +80,10 @@ def lower_fused(ctx: LowerCtx) -> list:
     dims, strides = collapse(out.shape, shapes)
     rl = row_layout(dims, strides)
     if rl is not None:
-        gsize, inner, rows, rowoff, last, row_defines = rl
+        gsize, group, inner, rows, rowoff, last, row_defines = rl
         return [Launch("fused_elementwise", "fused_rows", gsize,
                        bufs + [ctx.out(0), i32(inner), i32(rows), ctx.const_buffer(rowoff), ctx.const_buffer(last)],
-                       ROW_GROUP, {**defines, **row_defines}, ctx.label())]
+                       group, {**defines, **row_defines}, ctx.label())]
     defines["RANK"] = len(dims)
     g, l = work_size(ctx, n)
     return [Launch("fused_elementwise", "fused_bcast", g, bufs + [ctx.out(0), i32(n), meta_table(ctx, dims, strides)],

@@ -66,9 +66,9 @@ def copy_launches(ctx: LowerCtx, src, dst, dtype: np.dtype, dims: Sequence[int],
                        {"T": _t(dtype)}, ctx.label())]
     rl = row_layout(d, [s, t], base=[src_off, dst_off])
     if rl is not None:  # rows of the innermost dim, offsets from the host (BERT's head transposes 2x faster)
-        gsize, inner, rows, rowoff, last, row_defines = rl
+        gsize, group, inner, rows, rowoff, last, row_defines = rl
         return [Launch("movement", "strided_copy_rows", gsize,
-                       [src, dst, i32(inner), i32(rows), ctx.const_buffer(rowoff), ctx.const_buffer(last)], ROW_GROUP,
+                       [src, dst, i32(inner), i32(rows), ctx.const_buffer(rowoff), ctx.const_buffer(last)], group,
                        {"T": _t(dtype), **row_defines}, ctx.label())]
     meta = ctx.const_buffer(np.array(d + s + t, dtype=np.int32))
     return [Launch("movement", "strided_copy", g, [src, dst, i32(n), i32(src_off), i32(dst_off), meta], l,
