@@ -34,6 +34,8 @@ _FUSED_AS = {
     ("clglow", "FusedElementwise"): ("Sum", lambda n: (list(n.inputs), {})),
     # bias and residual never change the MatMul's output shape (checked by the fusion)
     ("clglow", "FusedMatMul"): ("MatMul", lambda n: (n.inputs[:2], {})),
+    # a matched LayerNorm (passes/fuse_layernorm.py): Y only, X's shape and dtype
+    ("clglow", "LayerNormalization"): ("Identity", lambda n: (n.inputs[:1], {})),
 }
 
 

@@ -100,6 +100,7 @@ def _supports_ln(node: Node, graph: Graph) -> Optional[str]:
 
 
 @device_op("LayerNormalization", "RMSNormalization", supports=_supports_ln)
+@device_op("LayerNormalization", supports=_supports_ln, domain="clglow")  # passes/fuse_layernorm.py
 def lower_layernorm(ctx: LowerCtx) -> list:
     """Scale/bias broadcastable to the normalised shape are expanded here when constant."""
     x, out = ctx.inputs[0], ctx.outputs[0]

@@ -5,7 +5,7 @@ is still in registers: ResNet's conv-BN-add-relu becomes a single launch.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -56,6 +56,16 @@ def swish(g: Graph, consumers: dict, x: str, outputs: set) -> Optional[tuple]:
     if consumers.get(sig.outputs[0], []) != [mul] or sig.outputs[0] in outputs:
         return None
     return [sig, mul], mul.outputs[0]
+
+
+def rewrite_to_fixed_point(graph: Graph, rewrite_one: Callable[[Graph, dict, set], bool]) -> Graph:
+    """A copy of `graph` with `rewrite_one(g, consumers, graph outputs)` applied until it makes no
+    more changes (it returns whether it rewrote something; consumers are recomputed after each)."""
+    g = graph.copy()
+    outputs = set(g.outputs)
+    while rewrite_one(g, g.consumers(), outputs):
+        pass
+    return g
 
 
 def splice_fused(g: Graph, head: Node, chain: list, fused: Node) -> bool:

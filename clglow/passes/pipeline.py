@@ -10,6 +10,7 @@ from .dead_code import remove_dead_nodes
 from .fold_constants import fold_constants
 from .fuse_conv import fuse_conv
 from .fuse_elementwise import fuse_elementwise
+from .fuse_layernorm import fuse_layernorm
 from .fuse_matmul import fold_transposes, fuse_matmul
 from .identity import remove_identity
 
@@ -23,6 +24,7 @@ PIPELINE: list[Callable[[Graph], Graph]] = [
     fuse_conv,
     fuse_matmul,
     fold_transposes,
+    fuse_layernorm,
     fuse_elementwise,
     remove_dead_nodes,
 ]
