@@ -94,6 +94,15 @@ def cases() -> dict:
     c["LayerNormalization [256,768]"] = _one("LayerNormalization", [256, 768],
                                              inits=[_c("g", np.ones(768, np.float32)),
                                                     _c("b", np.zeros(768, np.float32))], axis=-1)
+    ln = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1]), helper.make_node("Sub", ["x", "m"], ["d"]),
+          helper.make_node("Pow", ["d", "two"], ["p"]), helper.make_node("ReduceMean", ["p"], ["v"], axes=[-1]),
+          helper.make_node("Add", ["v", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["s"]),
+          helper.make_node("Div", ["d", "s"], ["n"]), helper.make_node("Mul", ["n", "g"], ["ng"]),
+          helper.make_node("Add", ["ng", "b"], ["y"])]
+    c["LayerNorm written out (opset 13) [256,768]"] = _model(
+        ln, [("x", F, [256, 768])], [("y", F, [256, 768])],
+        [_c("two", np.array(2.0, np.float32)), _c("eps", np.array(1e-5, np.float32)),
+         _c("g", np.ones(768, np.float32)), _c("b", np.zeros(768, np.float32))], opset=13)
     c["BatchNormalization [1,64,56,56]"] = _one(
         "BatchNormalization", [1, 64, 56, 56],
         inits=[_c(n, v) for n, v in (("s", np.ones(64, np.float32)), ("b", np.zeros(64, np.float32)),
