@@ -63,6 +63,8 @@ __kernel void conv_transpose(__global const float* x, __global const float* w,
  * none): no division per element (the generic COLS path above divides per tap and dim). Each
  * work-item writes 16 consecutive outputs of a row.
  * tab (int32): [OH][TY][2] then [OW][TX][2]. gsize = (ceil(OW / 16), OH, images * M), rounded up. */
+typedef float8 float8_ct __attribute__((aligned(4)));
+typedef float16 float16_ct __attribute__((aligned(4)));
 __kernel void col2im_2d(__global const float* restrict cols,
 #ifdef HAS_BIAS
                         __global const float* restrict bias,
@@ -92,6 +94,20 @@ __kernel void col2im_2d(__global const float* restrict cols,
     const int nj = min(16, OW - ox0);
     const __global int* ty = tab + oy * TY * 2;
     const __global int* tx = tab + OH * TY * 2 + ox0 * TX * 2;
+#ifdef CT_S2
+    /* kernel = stride = 2 along the row, no padding or dilation (a decoder's 2x upsampling):
+     * outputs 2i and 2i+1 take column i of taps 0 and 1, so 16 outputs are two 8-float rows
+     * of cols interleaved. */
+    if (TY == 1 && ty[0] >= 0 && ox0 + 16 <= 2 * IW) {
+        const __global float* c0 = c + (long)ty[0] * KW * isz + ty[1] * IW + ox0 / 2;
+        const float8 a = *(const __global float8_ct*)c0;
+        const float8 e = *(const __global float8_ct*)(c0 + isz);
+        const float16 v = (float16)(a.s0, e.s0, a.s1, e.s1, a.s2, e.s2, a.s3, e.s3,
+                                    a.s4, e.s4, a.s5, e.s5, a.s6, e.s6, a.s7, e.s7) + b0;
+        *(__global float16_ct*)(y + ((long)z * OH + oy) * OW + ox0) = v;
+        return;
+    }
+#endif
     for (int jy = 0; jy < TY; ++jy) {
         const int ky = ty[2 * jy];
         if (ky < 0) continue;

@@ -67,8 +67,11 @@ def lower_conv_transpose(ctx: LowerCtx) -> list:
         args += [i32(v) for v in (outs[0], outs[1], M, group, k[0], k[1], ins[0], ins[1], ty.shape[1], tx.shape[1])]
         n_img = int(x.shape[0])
         gsize = (-(-outs[1] // 16), round_up(outs[0], 8), n_img * M)
-        launches.append(Launch("conv_transpose", "col2im_2d", gsize, args + [tab], (1, 8, 1),
-                               {"SD": 2, **({"HAS_BIAS": None} if ctx.has_input(2) else {})}, ctx.label()))
+        defines = {"SD": 2, **({"HAS_BIAS": None} if ctx.has_input(2) else {})}
+        if k[1] == s[1] == 2 and d[1] == 1 and begin[1] == 0:
+            defines["CT_S2"] = None  # the row as interleaved cols rows (kernel = stride = 2)
+        launches.append(Launch("conv_transpose", "col2im_2d", gsize, args + [tab], (1, 8, 1), defines,
+                               ctx.label()))
         return launches
     if ctx.const(1) is not None:
         cols = _products_gemm(ctx, C, M, group, int(np.prod(k)), int(np.prod(ins)), launches)
