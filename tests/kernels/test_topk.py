@@ -21,3 +21,12 @@ def test_topk(axis, largest, dtype):
     x = RNG.integers(-5, 5, (4, 5, 6)).astype(dtype)  # many ties
     check(helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=axis, largest=largest), {"x": x},
           {"k": np.array([3], np.int64)}, opset=11)
+
+
+@pytest.mark.parametrize("k", [1, 16, 17, 40])
+def test_topk_k_around_the_one_pass_limit(k):
+    """k <= 16 runs one insertion pass over the row, larger k one pass per output; ties resolved
+    to the lower index either way, k = the whole row included."""
+    x = RNG.integers(-9, 9, (3, 40)).astype(np.float32)
+    check(helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1), {"x": x}, {"k": np.array([k], np.int64)},
+          opset=11)
