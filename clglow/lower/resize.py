@@ -102,6 +102,20 @@ def _taps(get_coeffs, in_w: int, scale: float, out_w: int, roi, ctm: str, exclud
     return np.clip(idx, 0, in_w - 1).astype(np.int32), coeffs, ext
 
 
+def _compact(idx: np.ndarray, w: np.ndarray) -> tuple:
+    """The taps with a nonzero weight only, as narrow [n, m] tables (m = the most any output
+    has; the rest index 0 with weight 0): nearest modes come with their unused second tap."""
+    keep = w != 0
+    m = max(1, int(keep.sum(axis=1).max()))
+    if m == w.shape[1]:
+        return idx, w
+    ci, cw = np.zeros((len(w), m), idx.dtype), np.zeros((len(w), m), w.dtype)
+    for o in range(len(w)):
+        k = np.flatnonzero(keep[o])
+        ci[o, :len(k)], cw[o, :len(k)] = idx[o, k], w[o, k]
+    return ci, cw
+
+
 @device_op("Resize", supports=_supports)
 def lower_resize(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
@@ -165,7 +179,7 @@ def lower_resize(ctx: LowerCtx) -> list:
             else:  # unchanged axis: the identity tap
                 taps.append((np.arange(in_shape[a], dtype=np.int32)[:, None], np.ones((in_shape[a], 1)),
                              np.zeros(in_shape[a], bool)))
-        (iy, wy, ey), (ix, wx, ex) = taps
+        (iy, wy, ey), (ix, wx, ex) = (_compact(i, w) + (e,) for i, w, e in taps)
         planes = int(np.prod(in_shape[:-2], dtype=np.int64))
         oh, ow = out_shape[-2:]
 
@@ -180,8 +194,12 @@ def lower_resize(ctx: LowerCtx) -> list:
         args += [ctx.const_buffer(iy.astype(np.int32)), ctx.const_buffer(wy.astype(np.float32)),
                  ctx.const_buffer(ey.astype(np.uint8)), ctx.const_buffer(cols(ix, np.int32)),
                  ctx.const_buffer(cols(wx, np.float32)), ctx.const_buffer(ext_pad), np.float32(ev)]
+        defines = {"RS_KX": int(ix.shape[1])}
+        if (ix.shape[1] == 1 and np.array_equal(ix[:, 0], np.arange(ow) // 2) and np.all(wx == 1.0)
+                and not ex.any()):
+            defines["RS_DUP2"] = None  # YOLO's nearest 2x upsampling: a shuffle per 16 outputs
         return [Launch("resize", "resize_2d", (-(-ow // 16), round_up(oh, 8), planes), args,
-                       (1, 8, 1), {"RS_KX": int(ix.shape[1])}, ctx.label())]
+                       (1, 8, 1), defines, ctx.label())]
     launches = []
     src, cur_shape = ctx.buf(0), list(in_shape)
     for k, (a, a_roi) in enumerate(steps):
