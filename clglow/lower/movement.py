@@ -60,6 +60,13 @@ def copy_launches(ctx: LowerCtx, src, dst, dtype: np.dtype, dims: Sequence[int],
     if n == 0:
         return []
     d, s, t = _collapse_copy(dims, src_strides, dst_strides)
+    if (np.dtype(dtype).itemsize == 4 and len(d) in (2, 3) and t[-1] == 1 and s[-2] == 1
+            and min(d[-2], d[-1]) >= 16 and s[-1] >= d[-2] and t[-2] >= d[-1]):
+        # the last two axes swapped (NCHW <-> NHWC): 16 x 16 tiles, vectors on both sides
+        z, sz, tz = (d[0], s[0], t[0]) if len(d) == 3 else (1, 0, 0)
+        return [Launch("movement", "transpose_tiles", (-(-d[-2] // 16), -(-d[-1] // 16), z),
+                       [src, dst, i32(d[-2]), i32(d[-1]), i32(s[-1]), i32(t[-2]), i32(sz), i32(tz), i32(src_off),
+                        i32(dst_off)], (1, 1, 1), {"T": "uint"}, ctx.label())]
     g, l = work_size(ctx, n)
     if len(d) == 1 and s[0] == 1 and t[0] == 1:
         return [Launch("movement", "copy", g, [src, dst, i32(n), i32(src_off), i32(dst_off)], l,

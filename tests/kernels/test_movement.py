@@ -190,3 +190,18 @@ def test_pad_modes(mode, pads):
 def test_pad_reflect_axes_3d():
     check(helper.make_node("Pad", ["x", "p", "", "a"], ["y"], mode="reflect"), {"x": rand(2, 3, 4)},
           {"p": np.array([1, 2, 2, 1], np.int64), "a": np.array([1, 2], np.int64)}, opset=19)
+
+
+@pytest.mark.parametrize("shape,perm,dtype,kernel", [
+    ((2, 20, 9, 7), (0, 2, 3, 1), np.float32, "transpose_tiles"),    # NCHW -> NHWC, 2 images, partial tiles
+    ((1, 33, 17, 16), (0, 3, 1, 2), np.float32, "transpose_tiles"),  # NHWC -> NCHW
+    ((3, 40, 48), (0, 2, 1), np.int32, "transpose_tiles"),           # whole tiles, 4-byte ints
+    ((2, 20, 9, 7), (0, 2, 3, 1), np.int64, "strided_copy_rows"),    # 8-byte elements: the row copy
+], ids=str)
+def test_transpose_last_two_axes(shape, perm, dtype, kernel):
+    x = rand(*shape, dtype=dtype)
+    node = helper.make_node("Transpose", ["x"], ["y"], perm=list(perm))
+    out = tuple(shape[p] for p in perm)
+    names = [l.kernel for l in lower(node, {"x": x}, {}, {"y": (out, np.dtype(dtype))})]
+    assert names == [kernel], names
+    check(node, {"x": x})
