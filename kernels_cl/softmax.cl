@@ -48,12 +48,27 @@ __kernel void softmax_last(__global const float* x, __global float* y, const int
     for (int c = 0; c < 16; ++c) m = ml[c] > m ? ml[c] : m;
     for (int k = 16 * nv; k < len; ++k) m = xr[k] > m ? xr[k] : m;
     float16 sv = (float16)0.0f;
+    float s = 0.0f;
+#ifdef LOG_SOFTMAX
     for (int k = 0; k < nv; ++k)
         sv += exp(*(const __global float16_u*)(xr + 16 * k) - m);
-    float s = 0.0f;
+    for (int k = 16 * nv; k < len; ++k) s += exp(xr[k] - m);
+#else
+    /* the exponentials go to y on the way (one exp per element; the row is still in L1 for
+     * the scaling pass: [12, 128, 128] 0.096 -> 0.065 ms on pocl) */
+    for (int k = 0; k < nv; ++k) {
+        const float16 e = exp(*(const __global float16_u*)(xr + 16 * k) - m);
+        *(__global float16_u*)(yr + 16 * k) = e;
+        sv += e;
+    }
+    for (int k = 16 * nv; k < len; ++k) {
+        const float e = exp(xr[k] - m);
+        yr[k] = e;
+        s += e;
+    }
+#endif
     const float* sl = (const float*)&sv;
     for (int c = 0; c < 16; ++c) s += sl[c];
-    for (int k = 16 * nv; k < len; ++k) s += exp(xr[k] - m);
 #ifdef LOG_SOFTMAX
     const float ls = m + log(s);
     for (int k = 0; k < nv; ++k)
@@ -62,8 +77,8 @@ __kernel void softmax_last(__global const float* x, __global float* y, const int
 #else
     const float inv = 1.0f / s;
     for (int k = 0; k < nv; ++k)
-        *(__global float16_u*)(yr + 16 * k) = exp(*(const __global float16_u*)(xr + 16 * k) - m) * inv;
-    for (int k = 16 * nv; k < len; ++k) yr[k] = exp(xr[k] - m) * inv;
+        *(__global float16_u*)(yr + 16 * k) = *(__global float16_u*)(yr + 16 * k) * inv;
+    for (int k = 16 * nv; k < len; ++k) yr[k] *= inv;
 #endif
 }
 
