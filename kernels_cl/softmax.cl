@@ -102,16 +102,21 @@ __kernel void softmax_cols(__global const float* restrict x, __global float* res
             m = v > m ? v : m;  /* like fmax: a NaN element is skipped */
         }
         float16 s = (float16)0.0f;
+#ifdef LOG_SOFTMAX
         for (int k = 0; k < len; ++k)
             s += exp(*(const __global float16_u*)(xr + (long)k * inner) - m);
-#ifdef LOG_SOFTMAX
         const float16 ls = m + log(s);
         for (int k = 0; k < len; ++k)
             *(__global float16_u*)(yr + (long)k * inner) = *(const __global float16_u*)(xr + (long)k * inner) - ls;
 #else
+        for (int k = 0; k < len; ++k) {  /* the exponentials stored on the way, as softmax_last */
+            const float16 e = exp(*(const __global float16_u*)(xr + (long)k * inner) - m);
+            *(__global float16_u*)(yr + (long)k * inner) = e;
+            s += e;
+        }
         const float16 inv = 1.0f / s;
         for (int k = 0; k < len; ++k)
-            *(__global float16_u*)(yr + (long)k * inner) = exp(*(const __global float16_u*)(xr + (long)k * inner) - m) * inv;
+            *(__global float16_u*)(yr + (long)k * inner) = *(__global float16_u*)(yr + (long)k * inner) * inv;
 #endif
         return;
     }
