@@ -124,14 +124,18 @@ def test_pack_layouts():
     assert pb[1, 2, 2] == b[2, 6] and pb[1, 2, 3] == 0.0
 
 
-def test_matmul_live_a_packed_by_rows():
-    """A live batched A packed at run time (pack_rows): a ragged last panel (50 = 4 x 12 + 2
-    rows) and a ragged k block (37 = 2 x 16 + 5)."""
+@pytest.mark.parametrize("tiles,packed", [((4, 4, 1, (8, 8, 1)), True), ((12, 16, 2, (1, 1, 1)), False)],
+                         ids=["gpu_tiles_pack", "cpu_tiles_in_place"])
+def test_matmul_live_a(tiles, packed):
+    """A live batched A: packed at run time by pack_rows with GPU-style tiles (a ragged last
+    panel, 50 = 12 x 4 + 2 rows, and a ragged k block, 37 = 2 x 16 + 5), read in place with CPU
+    tiles (measured faster on pocl)."""
+    dev = dataclasses.replace(device_info(), gemm_tiles=tiles)
     a, b = rand(2, 3, 50, 37), rand(2, 3, 37, 33)
     node = helper.make_node("MatMul", ["a", "b"], ["y"])
-    kernels = [l.kernel for l in lower(node, {"a": a, "b": b}, {}, {"y": ((2, 3, 50, 33), np.float32)})]
-    assert "pack_rows" in kernels, kernels
-    check(node, {"a": a, "b": b})
+    kernels = [l.kernel for l in lower(node, {"a": a, "b": b}, {}, {"y": ((2, 3, 50, 33), np.float32)}, device=dev)]
+    assert ("pack_rows" in kernels) == packed, kernels
+    check(node, {"a": a, "b": b}, device=dev)
 
 
 def test_matmul_large():
