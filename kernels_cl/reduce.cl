@@ -141,6 +141,13 @@ __kernel void reduce_rows(__global const float* restrict x, __global float* rest
 #endif
 }
 
+/* Whether v replaces the best so far (scalars or vectors; select_last: a tie moves to the later). */
+#ifdef OP_ARGMAX
+#define ARG_BETTER(v, b) (select_last ? ((v) >= (b)) : ((v) > (b)))
+#else
+#define ARG_BETTER(v, b) (select_last ? ((v) <= (b)) : ((v) < (b)))
+#endif
+
 /* ArgMax/ArgMin along one axis: meta as above with RR == 1; output int64. */
 __kernel void argreduce(__global const T* x, __global long* y, const int n_out, const int n_red,
                         __global const int* restrict meta, const int select_last) {
@@ -152,11 +159,7 @@ __kernel void argreduce(__global const T* x, __global long* y, const int n_out, 
     int bi = 0;
     for (int r = 1; r < n_red; ++r) {
         const T v = x[base + r * st];
-#ifdef OP_ARGMAX
-        const int better = select_last ? (v >= best) : (v > best);
-#else
-        const int better = select_last ? (v <= best) : (v < best);
-#endif
+        const int better = ARG_BETTER(v, best);
         if (better) { best = v; bi = r; }
     }
     y[o] = (long)bi;
@@ -182,11 +185,7 @@ __kernel void argreduce_cols(__global const float* restrict x, __global long* re
         int16 bi = (int16)0;
         for (int k = 1; k < len; ++k) {
             const float16 v = *(const __global red_f16u*)(xr + (long)k * inner);
-#ifdef OP_ARGMAX
-            const int16 better = select_last ? (v >= best) : (v > best);
-#else
-            const int16 better = select_last ? (v <= best) : (v < best);
-#endif
+            const int16 better = ARG_BETTER(v, best);
             best = better ? v : best;
             bi = better ? (int16)k : bi;
         }
@@ -197,11 +196,7 @@ __kernel void argreduce_cols(__global const float* restrict x, __global long* re
             int b = 0;
             for (int k = 1; k < len; ++k) {
                 const float v = xr[(long)k * inner + j];
-#ifdef OP_ARGMAX
-                const int better = select_last ? (v >= best) : (v > best);
-#else
-                const int better = select_last ? (v <= best) : (v < best);
-#endif
+                const int better = ARG_BETTER(v, best);
                 if (better) { best = v; b = k; }
             }
             bl[j] = b;
