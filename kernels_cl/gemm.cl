@@ -160,6 +160,17 @@ __kernel void gemm(
             _Pragma("unroll") for (int v = 0; v < NV; ++v)  \
                 *(floatv*)((t) + r * NR + v * VW) = acc[r][v]; \
     } while (0)
+/* alpha times accumulator vector (r, v) plus its bias, per row (bias_sn = 0) or per column (a
+ * vector of pbias); pbias is the tile's bias pointer in the scope of use. */
+#define ALPHA_BIAS_V(r, v)                                                                     \
+    (acc[r][v] * alpha + (!has_bias ? (floatv)0.0f                                             \
+                          : bias_sn == 0 ? (floatv)(beta * pbias[(r) * bias_sm])               \
+                                         : beta * *(const __global floatv_u*)(pbias + (r) * bias_sm + (v) * VW)))
+/* One output of an edge tile from the spilled `tile`: alpha, bias, the residual read by ZVAL
+ * (evaluated only with a residual), the activation. */
+#define EDGE_OUT(r, c, ZVAL)                                                                   \
+    act_s(tile[(r) * NR + (c)] * alpha + (has_bias ? beta * pbias[(r) * bias_sm + (c) * bias_sn] : 0.0f) \
+          + (has_res ? (ZVAL) : 0.0f), act_a, act_b, act_c)
 /* The NV vectors of B at p (VECT: floatv for an aligned panel, floatv_u for a row in place). */
 #define LOAD_B(bv, p, VECT) do {                            \
         _Pragma("unroll") for (int v = 0; v < NV; ++v)      \
@@ -313,11 +324,7 @@ __kernel void gemm(
             for (int r = 0; r < MR; ++r) {
 #pragma unroll
                 for (int v = 0; v < NV; ++v) {
-                    floatv y = acc[r][v] * alpha;
-                    if (has_bias)
-                        y += bias_sn == 0 ? (floatv)(beta * pbias[r * bias_sm])
-                                          : beta * *(const __global floatv_u*)(pbias + r * bias_sm + v * VW);
-                    *(floatv*)(tile + r * NR + v * VW) = y;
+                    *(floatv*)(tile + r * NR + v * VW) = ALPHA_BIAS_V(r, v);
                 }
             }
             if (has_res) {
@@ -348,14 +355,8 @@ __kernel void gemm(
                 if (rd[r] < 0)
                     continue;
 #pragma unroll 1
-                for (int c = 0; c < nr; ++c) {
-                    float e = tile[r * NR + c] * alpha;
-                    if (has_bias)
-                        e += beta * pbias[r * bias_sm + c * bias_sn];
-                    if (has_res)
-                        e += pzb[c * ldc + rd[r]];
-                    pcb[c * ldc + rd[r]] = act_s(e, act_a, act_b, act_c);
-                }
+                for (int c = 0; c < nr; ++c)
+                    pcb[c * ldc + rd[r]] = EDGE_OUT(r, c, pzb[c * ldc + rd[r]]);
             }
         }
     }
@@ -369,11 +370,8 @@ __kernel void gemm(
         for (int r = 0; r < MR; ++r) {
 #pragma unroll
             for (int v = 0; v < NV; ++v) {
-                floatv y = acc[r][v] * alpha;
+                floatv y = ALPHA_BIAS_V(r, v);
                 const int c0 = v * VW;
-                if (has_bias)
-                    y += bias_sn == 0 ? (floatv)(beta * pbias[r * bias_sm])
-                                      : beta * *(const __global floatv_u*)(pbias + r * bias_sm + c0);
                 if (has_res)
                     y += *(const __global floatv_u*)(pz + r * ldc + c0);
                 *(__global floatv_u*)(pc + r * ldc + c0) = act_v(y, act_a, act_b, act_c);
@@ -389,14 +387,8 @@ __kernel void gemm(
 #pragma unroll 1
         for (int r = 0; r < mr; ++r) {
 #pragma unroll 1
-            for (int c = 0; c < nr; ++c) {
-                float e = tile[r * NR + c] * alpha;
-                if (has_bias)
-                    e += beta * pbias[r * bias_sm + c * bias_sn];
-                if (has_res)
-                    e += pz[r * ldc + c];
-                pc[r * ldc + c] = act_s(e, act_a, act_b, act_c);
-            }
+            for (int c = 0; c < nr; ++c)
+                pc[r * ldc + c] = EDGE_OUT(r, c, pz[r * ldc + c]);
         }
     }
 #endif

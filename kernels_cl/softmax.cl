@@ -4,6 +4,22 @@
  * work-item per row is the fast layout on CPU devices and correct on any device.
  *   LOG_SOFTMAX   write x - max - log(sum) instead of exp(x - max) / sum
  */
+/* One row of `len` elements `inner` apart, element by element (also the partial last run of
+ * softmax_cols). */
+inline void softmax_row(__global const float* xr, __global float* yr, const int len, const long inner) {
+    float m = -INFINITY;
+    for (int k = 0; k < len; ++k) m = fmax(m, xr[k * inner]);
+    float s = 0.0f;
+    for (int k = 0; k < len; ++k) s += exp(xr[k * inner] - m);
+#ifdef LOG_SOFTMAX
+    const float ls = m + log(s);
+    for (int k = 0; k < len; ++k) yr[k * inner] = xr[k * inner] - ls;
+#else
+    const float inv = 1.0f / s;
+    for (int k = 0; k < len; ++k) yr[k * inner] = exp(xr[k * inner] - m) * inv;
+#endif
+}
+
 __kernel void softmax(__global const float* x, __global float* y, const int rows, const int len,
                       const int inner) {
     const int i = get_global_id(0);
@@ -11,19 +27,7 @@ __kernel void softmax(__global const float* x, __global float* y, const int rows
     const int o = i / inner;
     const int r = i - o * inner;
     const long base = (long)o * len * inner + r;
-    __global const float* xr = x + base;
-    __global float* yr = y + base;
-    float m = -INFINITY;
-    for (int k = 0; k < len; ++k) m = fmax(m, xr[(long)k * inner]);
-    float s = 0.0f;
-    for (int k = 0; k < len; ++k) s += exp(xr[(long)k * inner] - m);
-#ifdef LOG_SOFTMAX
-    const float ls = m + log(s);
-    for (int k = 0; k < len; ++k) yr[(long)k * inner] = xr[(long)k * inner] - ls;
-#else
-    const float inv = 1.0f / s;
-    for (int k = 0; k < len; ++k) yr[(long)k * inner] = exp(xr[(long)k * inner] - m) * inv;
-#endif
+    softmax_row(x + base, y + base, len, inner);
 }
 
 /* The same along the last axis (inner = 1) with 16-float vectors: contiguous loads, and exp
@@ -120,17 +124,6 @@ __kernel void softmax_cols(__global const float* restrict x, __global float* res
 #endif
         return;
     }
-    for (int j = 0; j < inner - r0; ++j) {
-        float m = -INFINITY;
-        for (int k = 0; k < len; ++k) m = fmax(m, xr[(long)k * inner + j]);
-        float s = 0.0f;
-        for (int k = 0; k < len; ++k) s += exp(xr[(long)k * inner + j] - m);
-#ifdef LOG_SOFTMAX
-        const float ls = m + log(s);
-        for (int k = 0; k < len; ++k) yr[(long)k * inner + j] = xr[(long)k * inner + j] - ls;
-#else
-        const float inv = 1.0f / s;
-        for (int k = 0; k < len; ++k) yr[(long)k * inner + j] = exp(xr[(long)k * inner + j] - m) * inv;
-#endif
-    }
+    for (int j = 0; j < inner - r0; ++j)
+        softmax_row(xr + j, yr + j, len, inner);
 }

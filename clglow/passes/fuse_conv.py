@@ -88,50 +88,47 @@ def splice_fused(g: Graph, head: Node, chain: list, fused: Node) -> bool:
     return True
 
 
+def _fuse_conv_one(g: Graph, consumers: dict, outputs: set) -> bool:
+    for idx, conv in enumerate(g.nodes):
+        if conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx"):
+            continue
+        chain = []
+        out = conv.outputs[0]
+        residual = ""
+        act = ("", 0.0, 0.0)
+        cur = out
+        # optional residual Add
+        users = consumers.get(cur, [])
+        if len(users) == 1 and cur not in outputs and users[0].op_type == "Add" and users[0].domain in ("", "ai.onnx"):
+            add = users[0]
+            other = add.inputs[1] if add.inputs[0] == cur else add.inputs[0]
+            vo, vc = g.values.get(other), g.values.get(add.outputs[0])
+            if other != cur and vo is not None and vc is not None and vo.shape is not None \
+                    and vo.shape == vc.shape and None not in vo.shape and vo.dtype == np.float32:
+                residual = other
+                chain.append(add)
+                cur = add.outputs[0]
+        users = consumers.get(cur, [])
+        a = _activation(users[0], g) if len(users) == 1 and cur not in outputs else None
+        sw = swish(g, consumers, cur, outputs) if a is None else None
+        if a is not None:
+            act = a
+            chain.append(users[0])
+            cur = users[0].outputs[0]
+        elif sw is not None:
+            act = ("Swish", 0.0, 0.0)
+            chain.extend(sw[0])
+            cur = sw[1]
+        if not chain:
+            continue
+        attrs = dict(conv.attrs)
+        attrs.update(activation=act[0], alpha=act[1], beta=act[2])
+        inputs = [conv.input(0), conv.input(1), conv.input(2), residual]
+        fused = Node("FusedConv", conv.name, inputs, [cur], attrs, "clglow", None)
+        if splice_fused(g, conv, chain, fused):
+            return True
+    return False
+
+
 def fuse_conv(graph: Graph) -> Graph:
-    g = graph.copy()
-    outputs = set(g.outputs)
-    changed = True
-    while changed:
-        changed = False
-        consumers = g.consumers()
-        for idx, conv in enumerate(g.nodes):
-            if conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx"):
-                continue
-            chain = []
-            out = conv.outputs[0]
-            residual = ""
-            act = ("", 0.0, 0.0)
-            cur = out
-            # optional residual Add
-            users = consumers.get(cur, [])
-            if len(users) == 1 and cur not in outputs and users[0].op_type == "Add" and users[0].domain in ("", "ai.onnx"):
-                add = users[0]
-                other = add.inputs[1] if add.inputs[0] == cur else add.inputs[0]
-                vo, vc = g.values.get(other), g.values.get(add.outputs[0])
-                if other != cur and vo is not None and vc is not None and vo.shape is not None \
-                        and vo.shape == vc.shape and None not in vo.shape and vo.dtype == np.float32:
-                    residual = other
-                    chain.append(add)
-                    cur = add.outputs[0]
-            users = consumers.get(cur, [])
-            a = _activation(users[0], g) if len(users) == 1 and cur not in outputs else None
-            sw = swish(g, consumers, cur, outputs) if a is None else None
-            if a is not None:
-                act = a
-                chain.append(users[0])
-                cur = users[0].outputs[0]
-            elif sw is not None:
-                act = ("Swish", 0.0, 0.0)
-                chain.extend(sw[0])
-                cur = sw[1]
-            if not chain:
-                continue
-            attrs = dict(conv.attrs)
-            attrs.update(activation=act[0], alpha=act[1], beta=act[2])
-            inputs = [conv.input(0), conv.input(1), conv.input(2), residual]
-            fused = Node("FusedConv", conv.name, inputs, [cur], attrs, "clglow", None)
-            if splice_fused(g, conv, chain, fused):
-                changed = True
-                break
-    return g
+    return rewrite_to_fixed_point(graph, _fuse_conv_one)

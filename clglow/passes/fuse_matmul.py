@@ -23,7 +23,7 @@ from typing import Optional
 import numpy as np
 
 from ..ir import Graph, Node
-from .fuse_conv import _activation, splice_fused, swish
+from .fuse_conv import _activation, rewrite_to_fixed_point, splice_fused, swish
 
 
 def _scalar_const(graph: Graph, name: str) -> Optional[float]:
@@ -100,75 +100,131 @@ def _gelu(g: Graph, consumers: dict, x: str, outputs: set) -> Optional[tuple]:
     return None
 
 
-def fuse_matmul(graph: Graph) -> Graph:
-    g = graph.copy()
-    outputs = set(g.outputs)
-    changed = True
-    while changed:
-        changed = False
-        consumers = g.consumers()
-        for mm in g.nodes:
-            if mm.op_type != "MatMul" or mm.domain not in ("", "ai.onnx"):
-                continue
-            sa, sb, out_shape = _known(g, mm.input(0)), _known(g, mm.input(1)), _known(g, mm.outputs[0])
-            if sa is None or sb is None or out_shape is None or len(sa) < 2 or len(sb) < 2:
-                continue
-            n = out_shape[-1]
-            chain: list = []
-            cur = mm.outputs[0]
-            alpha, bias, residual, act = 1.0, "", "", ("", 0.0, 0.0)
+def _fuse_matmul_one(g: Graph, consumers: dict, outputs: set) -> bool:
+    for mm in g.nodes:
+        if mm.op_type != "MatMul" or mm.domain not in ("", "ai.onnx"):
+            continue
+        sa, sb, out_shape = _known(g, mm.input(0)), _known(g, mm.input(1)), _known(g, mm.outputs[0])
+        if sa is None or sb is None or out_shape is None or len(sa) < 2 or len(sb) < 2:
+            continue
+        n = out_shape[-1]
+        chain: list = []
+        cur = mm.outputs[0]
+        alpha, bias, residual, act = 1.0, "", "", ("", 0.0, 0.0)
 
-            def single_user() -> Optional[Node]:
-                users = consumers.get(cur, [])
-                if len(users) != 1 or cur in outputs or users[0].domain not in ("", "ai.onnx"):
-                    return None
-                return users[0]
+        def single_user() -> Optional[Node]:
+            users = consumers.get(cur, [])
+            if len(users) != 1 or cur in outputs or users[0].domain not in ("", "ai.onnx"):
+                return None
+            return users[0]
 
-            user = single_user()
-            if user is not None and user.op_type == "Mul" and len(user.inputs) == 2:
-                other = user.inputs[1] if user.inputs[0] == cur else user.inputs[0]
-                s = _scalar_const(g, other) if other != cur else None
-                if s is not None and _known(g, user.outputs[0]) == out_shape:
-                    alpha = s
-                    chain.append(user)
-                    cur = user.outputs[0]
-            for _ in range(2):
-                user = single_user()
-                if user is None or user.op_type != "Add" or len(user.inputs) != 2:
-                    break
-                other = user.inputs[1] if user.inputs[0] == cur else user.inputs[0]
-                so = _known(g, other)
-                if other == cur or so is None or _known(g, user.outputs[0]) != out_shape:
-                    break
-                if not bias and len(so) >= 1 and so[-1] in (n, 1) and all(d == 1 for d in so[:-1]):
-                    bias = other
-                elif not residual and so == out_shape:
-                    residual = other
-                else:
-                    break
+        user = single_user()
+        if user is not None and user.op_type == "Mul" and len(user.inputs) == 2:
+            other = user.inputs[1] if user.inputs[0] == cur else user.inputs[0]
+            s = _scalar_const(g, other) if other != cur else None
+            if s is not None and _known(g, user.outputs[0]) == out_shape:
+                alpha = s
                 chain.append(user)
                 cur = user.outputs[0]
+        for _ in range(2):
             user = single_user()
-            a = _activation(user, g) if user is not None else None
-            gelu = _gelu(g, consumers, cur, outputs) if a is None else None
-            sw = swish(g, consumers, cur, outputs) if a is None and gelu is None else None
-            if a is not None:
-                act = a
-                chain.append(user)
-                cur = user.outputs[0]
-            elif gelu is not None or sw is not None:
-                act = ("Gelu" if gelu is not None else "Swish", 0.0, 0.0)
-                chain.extend((gelu or sw)[0])
-                cur = (gelu or sw)[1]
-            if not chain:
-                continue
-            attrs = {"alpha": alpha, "activation": act[0], "act_alpha": act[1], "act_beta": act[2]}
-            fused = Node("FusedMatMul", mm.name, [mm.input(0), mm.input(1), bias, residual], [cur], attrs,
-                         "clglow", None)
-            if splice_fused(g, mm, chain, fused):
-                changed = True
+            if user is None or user.op_type != "Add" or len(user.inputs) != 2:
                 break
-    return g
+            other = user.inputs[1] if user.inputs[0] == cur else user.inputs[0]
+            so = _known(g, other)
+            if other == cur or so is None or _known(g, user.outputs[0]) != out_shape:
+                break
+            if not bias and len(so) >= 1 and so[-1] in (n, 1) and all(d == 1 for d in so[:-1]):
+                bias = other
+            elif not residual and so == out_shape:
+                residual = other
+            else:
+                break
+            chain.append(user)
+            cur = user.outputs[0]
+        user = single_user()
+        a = _activation(user, g) if user is not None else None
+        gelu = _gelu(g, consumers, cur, outputs) if a is None else None
+        sw = swish(g, consumers, cur, outputs) if a is None and gelu is None else None
+        if a is not None:
+            act = a
+            chain.append(user)
+            cur = user.outputs[0]
+        elif gelu is not None or sw is not None:
+            act = ("Gelu" if gelu is not None else "Swish", 0.0, 0.0)
+            chain.extend((gelu or sw)[0])
+            cur = (gelu or sw)[1]
+        if not chain:
+            continue
+        attrs = {"alpha": alpha, "activation": act[0], "act_alpha": act[1], "act_beta": act[2]}
+        fused = Node("FusedMatMul", mm.name, [mm.input(0), mm.input(1), bias, residual], [cur], attrs,
+                     "clglow", None)
+        if splice_fused(g, mm, chain, fused):
+            return True
+    return False
+
+
+def fuse_matmul(graph: Graph) -> Graph:
+    return rewrite_to_fixed_point(graph, _fuse_matmul_one)
+
+
+def _fold_transposes_one(g: Graph, consumers: dict, outputs: set) -> bool:
+    """One Transpose folding (see fold_transposes); True when it rewrote the graph."""
+    from ..lower.base import lookup
+
+    producer = {o: n for n in g.nodes for o in n.outputs if o}
+    for f in g.nodes:
+        plain = f.op_type == "MatMul" and f.domain in ("", "ai.onnx")
+        if not (plain or (f.op_type == "FusedMatMul" and f.domain == "clglow")):
+            continue
+        out = _known(g, f.outputs[0])
+        if out is None or not 3 <= len(out) <= 4:
+            continue
+        r = len(out)
+        attrs = ({"alpha": 1.0, "activation": "", "act_alpha": 0.0, "act_beta": 0.0} if plain
+                 else dict(f.attrs))
+        inputs = (list(f.inputs) + ["", "", "", ""])[:4]
+        drop: list = []
+        for slot, key in ((0, "perm_a"), (1, "perm_b")):
+            t = producer.get(inputs[slot])
+            if (attrs.get(key) or t is None or t.op_type != "Transpose" or t.domain not in ("", "ai.onnx")
+                    or consumers.get(t.outputs[0], []) != [f] or t.outputs[0] in outputs
+                    or g.const(t.input(0)) is not None):
+                continue
+            src = _known(g, t.input(0))
+            if src is None or len(src) != r or _known(g, t.outputs[0]) is None:
+                continue
+            perm = [int(p) for p in (t.attr("perm") or list(range(r))[::-1])]
+            attrs[key] = perm
+            inputs[slot] = t.input(0)
+            drop.append(t)
+        result = f.outputs[0]
+        users = consumers.get(f.outputs[0], [])
+        if (not attrs.get("perm_c") and not inputs[3] and len(users) == 1 and f.outputs[0] not in outputs
+                and users[0].op_type == "Transpose" and users[0].domain in ("", "ai.onnx")
+                and _known(g, users[0].outputs[0]) is not None):
+            perm = [int(p) for p in (users[0].attr("perm") or list(range(r))[::-1])]
+            if perm[-1] == r - 1:
+                attrs["perm_c"] = perm
+                result = users[0].outputs[0]
+                drop.append(users[0])
+        if not drop:
+            continue
+        fused = Node("FusedMatMul", f.name, inputs, [result], attrs, "clglow", None)
+        op = lookup(fused)
+        if op is None or op.supports(fused, g) is not None:
+            continue
+        i = g.nodes.index(f)
+        g.nodes[i] = fused
+        ids = {id(n) for n in drop}
+        g.nodes = [n for n in g.nodes if id(n) not in ids]
+        for n in drop:
+            if n.outputs[0] != result:
+                g.values.pop(n.outputs[0], None)
+        if result != f.outputs[0]:
+            g.values.pop(f.outputs[0], None)
+        return True
+    return False
 
 
 def fold_transposes(graph: Graph) -> Graph:
@@ -179,65 +235,4 @@ def fold_transposes(graph: Graph) -> Graph:
     the Transpose's input); a result consumed only by a Transpose that keeps the last axis is
     stored through its strides (perm_c, output the Transpose's output). Static shapes of rank 3
     or 4, float32; a result with a residual is not transposed."""
-    from ..lower.base import lookup
-
-    g = graph.copy()
-    outputs = set(g.outputs)
-    changed = True
-    while changed:
-        changed = False
-        consumers = g.consumers()
-        producer = {o: n for n in g.nodes for o in n.outputs if o}
-        for f in g.nodes:
-            plain = f.op_type == "MatMul" and f.domain in ("", "ai.onnx")
-            if not (plain or (f.op_type == "FusedMatMul" and f.domain == "clglow")):
-                continue
-            out = _known(g, f.outputs[0])
-            if out is None or not 3 <= len(out) <= 4:
-                continue
-            r = len(out)
-            attrs = ({"alpha": 1.0, "activation": "", "act_alpha": 0.0, "act_beta": 0.0} if plain
-                     else dict(f.attrs))
-            inputs = (list(f.inputs) + ["", "", "", ""])[:4]
-            drop: list = []
-            for slot, key in ((0, "perm_a"), (1, "perm_b")):
-                t = producer.get(inputs[slot])
-                if (attrs.get(key) or t is None or t.op_type != "Transpose" or t.domain not in ("", "ai.onnx")
-                        or consumers.get(t.outputs[0], []) != [f] or t.outputs[0] in outputs
-                        or g.const(t.input(0)) is not None):
-                    continue
-                src = _known(g, t.input(0))
-                if src is None or len(src) != r or _known(g, t.outputs[0]) is None:
-                    continue
-                perm = [int(p) for p in (t.attr("perm") or list(range(r))[::-1])]
-                attrs[key] = perm
-                inputs[slot] = t.input(0)
-                drop.append(t)
-            result = f.outputs[0]
-            users = consumers.get(f.outputs[0], [])
-            if (not attrs.get("perm_c") and not inputs[3] and len(users) == 1 and f.outputs[0] not in outputs
-                    and users[0].op_type == "Transpose" and users[0].domain in ("", "ai.onnx")
-                    and _known(g, users[0].outputs[0]) is not None):
-                perm = [int(p) for p in (users[0].attr("perm") or list(range(r))[::-1])]
-                if perm[-1] == r - 1:
-                    attrs["perm_c"] = perm
-                    result = users[0].outputs[0]
-                    drop.append(users[0])
-            if not drop:
-                continue
-            fused = Node("FusedMatMul", f.name, inputs, [result], attrs, "clglow", None)
-            op = lookup(fused)
-            if op is None or op.supports(fused, g) is not None:
-                continue
-            i = g.nodes.index(f)
-            g.nodes[i] = fused
-            ids = {id(n) for n in drop}
-            g.nodes = [n for n in g.nodes if id(n) not in ids]
-            for n in drop:
-                if n.outputs[0] != result:
-                    g.values.pop(n.outputs[0], None)
-            if result != f.outputs[0]:
-                g.values.pop(f.outputs[0], None)
-            changed = True
-            break
-    return g
+    return rewrite_to_fixed_point(graph, _fold_transposes_one)
