@@ -11,6 +11,8 @@
  *
  * DEFINE_ACT(name, T) defines `T name(T v, float a, float b, float c)` for a scalar or vector T.
  */
+#include "vmath.h"
+
 #ifndef ACT
 #define ACT 0
 #endif
@@ -25,7 +27,7 @@
 #elif ACT == 4
 #define DEFINE_ACT(NAME, T)                                       \
     inline T NAME(T v, float a, float b, float c) {              \
-        return (T)1.0f / ((T)1.0f + exp(-v));                     \
+        return (T)1.0f / ((T)1.0f + clg_exp(-v));                 \
     }
 #elif ACT == 5
 #define DEFINE_ACT(NAME, T)                                       \
@@ -37,7 +39,7 @@
 #elif ACT == 6
 #define DEFINE_ACT(NAME, T)                                       \
     inline T NAME(T v, float a, float b, float c) {              \
-        return tanh(v);                                           \
+        return clg_tanh(v);                                       \
     }
 #elif ACT == 7
 #include "erf.h"
@@ -49,7 +51,7 @@
 #elif ACT == 8
 #define DEFINE_ACT(NAME, T)                                       \
     inline T NAME(T v, float a, float b, float c) {              \
-        return v / ((T)1.0f + exp(-v));                           \
+        return v / ((T)1.0f + clg_exp(-v));                       \
     }
 #elif ACT == 9
 #define DEFINE_ACT(NAME, T)                                       \

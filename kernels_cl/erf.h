@@ -6,6 +6,7 @@
  *               t = 1 / (1 + 0.3275911 |x|) (absolute error below 1.5e-7, so relative
  *               below 3e-7 where erf >= 0.52)
  * NaN stays NaN, +-inf gives +-1. */
+#include "vmath.h"
 /* DEFINE_ERF(name, T) defines `T name(T x)` for float or a float vector type. */
 #define DEFINE_ERF(NAME, T)                                                      \
     inline T NAME(T x) {                                                         \
@@ -25,7 +26,7 @@
         p = p * t + (T)1.421413741f;                                             \
         p = p * t - (T)0.284496736f;                                             \
         p = p * t + (T)0.254829592f;                                             \
-        T tail = (T)1.0f - t * p * exp(-x2);                                     \
+        T tail = (T)1.0f - t * p * clg_exp(-x2);                                 \
         tail = x < (T)0.0f ? -tail : tail;                                       \
         return ax < (T)0.5f ? series : tail;                                     \
     }

@@ -13,6 +13,7 @@
  */
 #include "bcast_index.h"
 #include "erf.h"
+#include "vmath.h"
 
 #ifndef NIN
 #define NIN 1
@@ -42,13 +43,13 @@ inline float __attribute__((overloadable)) fe_erf(const float x) { return clg_er
 inline float16 __attribute__((overloadable)) fe_erf(const float16 x) { return clg_erf16(x); }
 
 #define RELU(x) fe_relu(x)  /* NaN passes through */
-#define SIGMOID(x) (1.0f / (1.0f + exp(-(x))))
-#define TANH(x) tanh(x)
-#define EXP(x) exp(x)
-#define LOG(x) log(x)
-#define ABS(x) fabs(x)
+#define SIGMOID(x) (1.0f / (1.0f + clg_exp(-(x))))
+#define TANH(x) clg_tanh(x)
+#define EXP(x) clg_exp(x)
+#define LOG(x) clg_log(x)
+#define ABS(x) clg_fabs(x)
 #define NEG(x) (-(x))
-#define SQRT(x) sqrt(x)
+#define SQRT(x) clg_sqrt(x)
 #define RECIP(x) (1.0f / (x))
 #define ERF(x) fe_erf(x)
 #define ADD(a, b) ((a) + (b))

@@ -4,19 +4,21 @@
  * work-item per row is the fast layout on CPU devices and correct on any device.
  *   LOG_SOFTMAX   write x - max - log(sum) instead of exp(x - max) / sum
  */
+#include "vmath.h"
+
 /* One row of `len` elements `inner` apart, element by element (also the partial last run of
  * softmax_cols). */
 inline void softmax_row(__global const float* xr, __global float* yr, const int len, const long inner) {
     float m = -INFINITY;
     for (int k = 0; k < len; ++k) m = fmax(m, xr[k * inner]);
     float s = 0.0f;
-    for (int k = 0; k < len; ++k) s += exp(xr[k * inner] - m);
+    for (int k = 0; k < len; ++k) s += clg_exp(xr[k * inner] - m);
 #ifdef LOG_SOFTMAX
-    const float ls = m + log(s);
+    const float ls = m + clg_log(s);
     for (int k = 0; k < len; ++k) yr[k * inner] = xr[k * inner] - ls;
 #else
     const float inv = 1.0f / s;
-    for (int k = 0; k < len; ++k) yr[k * inner] = exp(xr[k * inner] - m) * inv;
+    for (int k = 0; k < len; ++k) yr[k * inner] = clg_exp(xr[k * inner] - m) * inv;
 #endif
 }
 
@@ -55,18 +57,18 @@ __kernel void softmax_last(__global const float* x, __global float* y, const int
     float s = 0.0f;
 #ifdef LOG_SOFTMAX
     for (int k = 0; k < nv; ++k)
-        sv += exp(*(const __global float16_u*)(xr + 16 * k) - m);
-    for (int k = 16 * nv; k < len; ++k) s += exp(xr[k] - m);
+        sv += clg_exp(*(const __global float16_u*)(xr + 16 * k) - m);
+    for (int k = 16 * nv; k < len; ++k) s += clg_exp(xr[k] - m);
 #else
     /* the exponentials go to y on the way (one exp per element; the row is still in L1 for
      * the scaling pass: [12, 128, 128] 0.096 -> 0.065 ms on pocl) */
     for (int k = 0; k < nv; ++k) {
-        const float16 e = exp(*(const __global float16_u*)(xr + 16 * k) - m);
+        const float16 e = clg_exp(*(const __global float16_u*)(xr + 16 * k) - m);
         *(__global float16_u*)(yr + 16 * k) = e;
         sv += e;
     }
     for (int k = 16 * nv; k < len; ++k) {
-        const float e = exp(xr[k] - m);
+        const float e = clg_exp(xr[k] - m);
         yr[k] = e;
         s += e;
     }
@@ -74,7 +76,7 @@ __kernel void softmax_last(__global const float* x, __global float* y, const int
     const float* sl = (const float*)&sv;
     for (int c = 0; c < 16; ++c) s += sl[c];
 #ifdef LOG_SOFTMAX
-    const float ls = m + log(s);
+    const float ls = m + clg_log(s);
     for (int k = 0; k < nv; ++k)
         *(__global float16_u*)(yr + 16 * k) = *(const __global float16_u*)(xr + 16 * k) - ls;
     for (int k = 16 * nv; k < len; ++k) yr[k] = xr[k] - ls;
@@ -108,13 +110,13 @@ __kernel void softmax_cols(__global const float* restrict x, __global float* res
         float16 s = (float16)0.0f;
 #ifdef LOG_SOFTMAX
         for (int k = 0; k < len; ++k)
-            s += exp(*(const __global float16_u*)(xr + (long)k * inner) - m);
-        const float16 ls = m + log(s);
+            s += clg_exp(*(const __global float16_u*)(xr + (long)k * inner) - m);
+        const float16 ls = m + clg_log(s);
         for (int k = 0; k < len; ++k)
             *(__global float16_u*)(yr + (long)k * inner) = *(const __global float16_u*)(xr + (long)k * inner) - ls;
 #else
         for (int k = 0; k < len; ++k) {  /* the exponentials stored on the way, as softmax_last */
-            const float16 e = exp(*(const __global float16_u*)(xr + (long)k * inner) - m);
+            const float16 e = clg_exp(*(const __global float16_u*)(xr + (long)k * inner) - m);
             *(__global float16_u*)(yr + (long)k * inner) = e;
             s += e;
         }

@@ -265,3 +265,40 @@ def test_disk_key_covers_everything():
     ]
     assert len(set(variants + [base])) == len(variants) + 1
     assert __version__  # part of the key (checked by construction in disk_key)
+
+
+def test_program_without_kernels_is_built_again(device, tmp_path, monkeypatch):
+    """A driver that serves a program from its own cache without its kernels (PyPI's pocl
+    3.0-rc2 on an AVX2 target): the cache builds it again under a fresh define."""
+    cache = new_cache(device, tmp_path, enabled=False)
+    calls = []
+    real = C._kernel_count
+
+    def first_empty(prg):
+        calls.append(prg)
+        return 0 if len(calls) == 1 else real(prg)
+
+    monkeypatch.setattr(C, "_kernel_count", first_empty)
+    built = []
+    real_once = C.ProgramCache._build_once
+
+    def spy(self, name, source, options, build_options):
+        built.append(build_options)
+        return real_once(self, name, source, options, build_options)
+
+    monkeypatch.setattr(C.ProgramCache, "_build_once", spy)
+    prg = cache.get("axpb", SRC, ("-DB=1.0f",))
+    assert len(built) == 2 and not any("CLGLOW_FRESH_BUILD" in o for o in built[0])
+    assert any(o.startswith("-DCLGLOW_FRESH_BUILD=") for o in built[1])
+    x, out = run_axpb(device, prg)
+    np.testing.assert_allclose(out, 2 * x + 1)
+
+
+def test_program_that_never_holds_kernels_is_a_compile_error(device, tmp_path, monkeypatch):
+    cache = new_cache(device, tmp_path, enabled=False)
+    monkeypatch.setattr(C, "_kernel_count", lambda prg: 0)
+    with pytest.raises(CompileError, match="holds no kernels"):
+        cache.get("axpb", SRC, ("-DB=1.0f",))
+    monkeypatch.undo()
+    x, out = run_axpb(device, cache.get("axpb", SRC, ("-DB=1.0f",)))  # still usable
+    np.testing.assert_allclose(out, 2 * x + 1)

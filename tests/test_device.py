@@ -133,8 +133,11 @@ def test_select_device_is_shared(device):
     assert D.select_device() is device
     assert D.select_device(device.selector) is device
     assert device.selector in device.describe()
-    # a type word picks the same device when the device is of that type
-    assert D.select_device(device.info.type) is device
+    # a type word picks the first device of that type (this one, unless CLGLOW_DEVICE chose a later one)
+    by_type = D.select_device(device.info.type)
+    assert by_type.info.type == device.info.type
+    first = next(d.selector for d in D.list_devices() if d.type == device.info.type)
+    assert (by_type is device) == (device.selector == first)
 
 
 def test_device_info(device):
@@ -203,7 +206,8 @@ def test_program_builds_with_include_and_options(device, kernels):
 def test_program_errors(device, kernels):
     with pytest.raises(CompileError) as ei:
         device.program("broken", ("-DX=1",))
-    assert ei.value.options == ["-DX=1"] and ei.value.log
+    # the program's options first, then any the device adds (-DCLG_SPLIT16=1, kernels_cl/vmath.h)
+    assert ei.value.options[0] == "-DX=1" and ei.value.log
     with pytest.raises(CompileError, match="not found"):
         device.program("does_not_exist", ())
     with pytest.raises(CompileError, match="invalid kernel program name"):
@@ -298,3 +302,66 @@ def test_default_skips_devices_that_cannot_build(monkeypatch):
     assert "unknown target CPU" in str(ei.value) and first.selector in str(ei.value)
     # an explicit selector is taken as given, without probing
     assert D.select_device(first.selector).cl_device.int_ptr == broken
+
+
+# --- float16 builtin math on a pocl without AVX-512 (kernels_cl/vmath.h) ----------------------
+@pytest.mark.parametrize("version, cpu, split", [
+    ("OpenCL 3.0 PoCL HSTR: pthread-x86_64-pc-linux-gnu-skylake-avx512", "skylake-avx512", False),
+    ("OpenCL 3.0 PoCL HSTR: pthread-x86_64-unknown-linux-gnu-znver3", "znver3", True),
+    ("OpenCL 3.0 PoCL HSTR: pthread-x86_64-pc-linux-gnu-znver4", "znver4", False),
+    ("OpenCL 3.0 PoCL HSTR: pthread-x86_64-pc-linux-gnu-haswell", "haswell", True),
+    ("OpenCL 3.0 PoCL HSTR: pthread-x86_64-pc-linux-gnu-icelake-server", "icelake-server", False),
+    ("OpenCL 3.0 PoCL HSTR: pthread-aarch64-unknown-linux-gnu-neoverse-v1", None, False),
+    ("OpenCL 3.0 CUDA", None, False),
+])
+def test_pocl_target_cpu_decides_the_float16_split(version, cpu, split):
+    dev = SimpleNamespace(version=version)
+    assert D.pocl_target_cpu(dev) == cpu
+    assert D._float16_math_split(dev) is split
+
+
+def _vector_math_model():
+    """Conv + Swish, depthwise + Sigmoid, Softmax over 20 (a float16 run and a tail), then erf,
+    tanh, exp, log, abs and sqrt: every kernel that calls builtin math on float16 vectors."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    c = 32
+    inits = [numpy_helper.from_array((rng.standard_normal((c, c, 3, 3)) * 0.1).astype(np.float32), "W1"),
+             numpy_helper.from_array(rng.standard_normal(c).astype(np.float32), "B1"),
+             numpy_helper.from_array((rng.standard_normal((c, 1, 3, 3)) * 0.3).astype(np.float32), "W2")]
+    nodes = [helper.make_node("Conv", ["X", "W1", "B1"], ["y1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["y1"], ["s1"]),
+             helper.make_node("Mul", ["y1", "s1"], ["y2"]),
+             helper.make_node("Conv", ["y2", "W2"], ["y3"], pads=[1, 1, 1, 1], group=c),
+             helper.make_node("Sigmoid", ["y3"], ["y4"]),
+             helper.make_node("Softmax", ["y4"], ["y5"], axis=-1),
+             helper.make_node("Erf", ["y5"], ["y6"]),
+             helper.make_node("Tanh", ["y6"], ["y7"]),
+             helper.make_node("Exp", ["y7"], ["y8"]),
+             helper.make_node("Log", ["y8"], ["y9"]),
+             helper.make_node("Abs", ["y9"], ["y10"]),
+             helper.make_node("Sqrt", ["y10"], ["Y"])]
+    graph = helper.make_graph(nodes, "vmath", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, c, 12, 20])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, c, 12, 20])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_float16_math_split_matches_the_reference(device, split):
+    """The same model on a Device told to split float16 math (as on PyPI's pocl on a Zen 4)
+    and on one that is not, against onnx's reference."""
+    import clglow
+    from onnx.reference import ReferenceEvaluator
+
+    if not split and device.info.float16_math_split:
+        pytest.skip("this device's compiler cannot run float16 builtin math whole (the fault the split avoids)")
+    model = _vector_math_model()
+    x = np.random.default_rng(1).standard_normal((1, 32, 12, 20)).astype(np.float32)
+    dev = D.Device(device.context, device.cl_device)  # its own program cache and info
+    dev.info = dataclasses.replace(dev.info, float16_math_split=split)
+    got = clglow.InferenceSession(model, device=dev).run(None, {"X": x})[0]
+    want = ReferenceEvaluator(model).run(None, {"X": x})[0]
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+    built = [opts for (_, opts) in dev.cache._memory]
+    assert built and all(("-DCLG_SPLIT16=1" in opts) is split for opts in built)

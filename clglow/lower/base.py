@@ -103,6 +103,7 @@ class DeviceInfo:
     has_fp16: bool = False
     has_fp64: bool = False
     preferred_vector_width_float: int = 4
+    float16_math_split: bool = False  # builtin math on float16 as float8 halves (kernels_cl/vmath.h)
     base_align: int = 256  # bytes; sub-buffer offsets must be multiples (CL_DEVICE_MEM_BASE_ADDR_ALIGN)
     gemm_tiles: Optional[tuple] = None  # (MR, VW, NV, local size) measured by runtime.tuning
 

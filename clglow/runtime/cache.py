@@ -165,6 +165,14 @@ def _build_log(prg: Optional[cl.Program], device: cl.Device, err: Exception) -> 
     return str(err)
 
 
+def _kernel_count(prg: cl.Program) -> int:
+    """How many kernels a built program holds (-1 when the driver cannot say)."""
+    try:
+        return int(prg.get_info(cl.program_info.NUM_KERNELS))
+    except Exception:  # noqa: BLE001 - an old driver without the query: trust the build
+        return -1
+
+
 class ProgramCache:
     """Programs for one (context, device): memory first, then disk, then a source build.
 
@@ -296,6 +304,8 @@ class ProgramCache:
                 options=list(all_options), devices=[self.device])
         except Exception as e:  # noqa: BLE001 - any unloadable binary is rebuilt, never fatal
             return self._reject(path, name, f"binary did not load: {str(e).splitlines()[0]}")
+        if _kernel_count(prg) == 0:
+            return self._reject(path, name, "binary holds no kernels")
         self._count("binary_loads")
         log.debug("program %s %s loaded from %s in %.3f s", name, " ".join(all_options),
                   path, time.perf_counter() - t0)
@@ -312,6 +322,23 @@ class ProgramCache:
 
     def _build(self, name: str, source: str, options: Tuple[str, ...],
                build_options: Tuple[str, ...]) -> cl.Program:
+        prg = self._build_once(name, source, options, build_options)
+        if _kernel_count(prg) == 0 and "__kernel" in source:
+            # A driver that serves a program from its own cache may hand back one without its
+            # kernels: seen with PyPI's pocl 3.0-rc2 (LLVM 14) on an AVX2 target for programs
+            # calling float16 builtins (softmax.cl, fused_elementwise.cl), on every process after
+            # the first. A define no source reads makes its cache key new: a real build.
+            log.warning("OpenCL driver on %s returned %s %s without kernels (from its program "
+                        "cache?); building it again", _device_label(self.device), name, " ".join(options))
+            fresh = (f"-DCLGLOW_FRESH_BUILD={os.getpid()}_{time.time_ns()}",)
+            prg = self._build_once(name, source, options, build_options + fresh)
+            if _kernel_count(prg) == 0:
+                raise CompileError(name, _device_label(self.device), options,
+                                   "the driver reported success but the program holds no kernels")
+        return prg
+
+    def _build_once(self, name: str, source: str, options: Tuple[str, ...],
+                    build_options: Tuple[str, ...]) -> cl.Program:
         t0 = time.perf_counter()
         prg = cl.Program(self.context, source)
         all_options = list(options + build_options)

@@ -209,13 +209,45 @@ def _resolve(selector: Optional[str],
 
 
 # --- Device ----------------------------------------------------------------------------------
+# LLVM CPU names with AVX-512 (x86); a pocl compiling for another x86 CPU gets float8 at most.
+_AVX512_CPUS = ("knl", "knm", "cannonlake", "icelake", "cascadelake", "cooperlake", "tigerlake", "rocketlake",
+                "sapphirerapids", "graniterapids", "emeraldrapids", "diamondrapids", "znver4", "znver5",
+                "x86-64-v4")
+
+
+def pocl_target_cpu(d: cl.Device) -> Optional[str]:
+    """The LLVM CPU a pocl CPU device compiles for (its version's HSTR, e.g. "...-gnu-znver3"),
+    or None for other drivers and targets."""
+    try:
+        version = str(d.version)
+    except cl.Error:
+        return None
+    m = re.search(r"HSTR:\s*(\S+)", version)  # e.g. pthread-x86_64-pc-linux-gnu-skylake-avx512
+    if m is None or "x86_64" not in m.group(1):
+        return None
+    hstr = m.group(1)
+    return hstr.split("-gnu-", 1)[1] if "-gnu-" in hstr else hstr.rsplit("-", 1)[-1]
+
+
+def _float16_math_split(d: cl.Device) -> bool:
+    """Whether builtin math on float16 must run as two float8 halves (see kernels_cl/vmath.h):
+    a pocl whose compiler targets an x86 CPU without AVX-512 (PyPI's pocl on a Zen 4 compiles
+    for znver3 yet reports 16-float vectors)."""
+    cpu = pocl_target_cpu(d)
+    return cpu is not None and "avx512" not in cpu and not any(cpu.startswith(c) for c in _AVX512_CPUS)
+
+
 def _device_info(d: cl.Device) -> DeviceInfo:
+    split = _float16_math_split(d)
+    width = max(1, int(d.preferred_vector_width_float))
     return DeviceInfo(
         name=d.name.strip(), type=_type_name(d), compute_units=int(d.max_compute_units),
         max_work_group_size=int(d.max_work_group_size), local_mem_size=int(d.local_mem_size),
         global_mem_size=int(d.global_mem_size), max_alloc_size=int(d.max_mem_alloc_size),
         has_fp16=_has_fp16(d), has_fp64=_has_fp64(d),
-        preferred_vector_width_float=max(1, int(d.preferred_vector_width_float)),
+        # the GEMM tiles follow the width the compiler really has (AVX2: float8)
+        preferred_vector_width_float=min(width, 8) if split else width,
+        float16_math_split=split,
         base_align=max(256, int(d.mem_base_addr_align) // 8))
 
 
@@ -295,6 +327,8 @@ class Device:
         or does not exist.
         """
         options = tuple(options)
+        if self.info.float16_math_split:
+            options += ("-DCLG_SPLIT16=1",)  # kernels_cl/vmath.h
         try:
             source = kernel_source(name)
         except (FileNotFoundError, InvalidArgument) as e:

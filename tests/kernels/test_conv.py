@@ -315,9 +315,10 @@ def test_small_n_uses_transposed_tiles():
 
 # --- implicit GEMM (phase images + row offsets, gemm.cl implicit flag) ---------------------------------
 def _default_tiles():
-    """The test device with its built-in tile defaults: the path choices below are asserted for
-    them (a session elsewhere in the run may have tuned the device to other tiles)."""
-    info = dataclasses.replace(device_info(), gemm_tiles=None)
+    """The test device with the AVX-512 CPU tile defaults (12 x 32 tiles of float16): the path
+    choices below are asserted for them, and they run on any CPU device (an AVX2 pocl, or one
+    a session elsewhere in the run tuned to other tiles)."""
+    info = dataclasses.replace(device_info(), gemm_tiles=None, preferred_vector_width_float=16)
     if info.type != "cpu":
         pytest.skip("the implicit GEMM paths are taken with CPU tiles only")
     return info
