@@ -202,7 +202,7 @@ def _tune(args: argparse.Namespace) -> int:
     res = tune_gemm(dev, force=args.force)
     m, k, n = SHAPE
     print(f"device: {dev.describe()}")
-    print(f"GEMM tiles (MRxVWxNV@local size), {m}x{k}x{n} kernel time, best of 5:")
+    print(f"GEMM tiles (MRxVWxNV@local size), {m}x{k}x{n} kernel time, best of 7 turns (candidates alternating):")
     for c in candidates(dev.info):
         label = f"{c[0]}x{c[1]}x{c[2]}@{'x'.join(map(str, c[3]))}"
         t = res.timings_ms.get(label)
