@@ -327,7 +327,8 @@ class ProgramCache:
             # A driver that serves a program from its own cache may hand back one without its
             # kernels: seen with PyPI's pocl 3.0-rc2 (LLVM 14) on an AVX2 target for programs
             # calling float16 builtins (softmax.cl, fused_elementwise.cl), on every process after
-            # the first. A define no source reads makes its cache key new: a real build.
+            # the first, until kernels_cl/vmath.h split that math; kept as a safety net. A define
+            # no source reads makes the driver's cache key new: a real build.
             log.warning("OpenCL driver on %s returned %s %s without kernels (from its program "
                         "cache?); building it again", _device_label(self.device), name, " ".join(options))
             fresh = (f"-DCLGLOW_FRESH_BUILD={os.getpid()}_{time.time_ns()}",)
