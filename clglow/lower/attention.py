@@ -43,7 +43,6 @@ def _out(ctx: LowerCtx, j: int) -> bool:
 @device_op("Attention", supports=_supports)
 def lower_attention(ctx: LowerCtx) -> list:
     Q, K, V = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2]
-    y = ctx.outputs[0]
     for t in list(ctx.inputs) + list(ctx.outputs):
         if t is not None and t.size >= 2 ** 31:
             raise ValueError(f"{ctx.node.name}: tensors over 2**31 elements are not supported by the OpenCL kernels")
