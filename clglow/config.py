@@ -38,6 +38,16 @@ def tuning_enabled() -> bool:
     return _flag("CLGLOW_TUNE", True)
 
 
+def compile_workers() -> int | None:
+    """CLGLOW_COMPILE_WORKERS: helper processes that build programs at a cold start on pocl
+    (runtime.compile_worker); 0 turns them off. None (unset or not a number): the default."""
+    value = (os.environ.get("CLGLOW_COMPILE_WORKERS") or "").strip()
+    try:
+        return max(0, int(value)) if value else None
+    except ValueError:
+        return None
+
+
 def host_fallback() -> bool:
     """CLGLOW_HOST_FALLBACK=0 refuses to place any node on the host."""
     return _flag("CLGLOW_HOST_FALLBACK", True)

@@ -106,6 +106,7 @@ class InferenceSession:
         self.options = sess_options or SessionOptions()
         t0 = time.perf_counter()
         self.device = _resolve_device(device)
+        self.device.start_compile_helpers_if_cold()  # pocl: build in helper processes too (cold start)
         # GEMM tiles for this device (measured once, then read from disk) while the model loads
         tuning = threading.Thread(target=self.device.ensure_tuned, name="clglow-tune", daemon=True)
         tuning.start()

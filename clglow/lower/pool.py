@@ -97,13 +97,15 @@ def lower_pool(ctx: LowerCtx) -> list:
             and 15 * sw + kw <= 48 and w <= _MP_MAXW and max(pw, ew, ph, eh) <= 16):
         # 2-D fast path: input rows reduced into a private row, one work-item per output row.
         # 8 output rows per work-group (rows past OH return): pocl pays per group
+        rows = [h, w, oh, ow, kh, kw, sh, sw, ph, pw, eh, ew]
+        noop = args + [i32(v) for v in rows[:2] + [0] + rows[3:]]  # OH = 0: code generated early
         return [Launch("pool", "pool2d_rows", (round_up(oh, 8), nc),
-                       args + [i32(v) for v in (h, w, oh, ow, kh, kw, sh, sw, ph, pw, eh, ew)],
-                       (8, 1), defines, ctx.label())]
+                       args + [i32(v) for v in rows], (8, 1), defines, ctx.label(), noop_args=noop)]
     # 16 output columns per work-group (pocl vectorises across them); one local size for all.
     l0 = 16
+    noop = args + [i32(0) if i == 5 else i32(v) for i, v in enumerate(geom)]  # OW = 0: returns at once
     return [Launch("pool", "pool", (round_up(ow, l0), oh, nc * od), args + [i32(v) for v in geom],
-                   (l0, 1, 1), defines, ctx.label())]
+                   (l0, 1, 1), defines, ctx.label(), noop_args=noop)]
 
 
 def _supports_global(node: Node, graph: Graph) -> Optional[str]:
@@ -123,4 +125,5 @@ def lower_global_pool(ctx: LowerCtx) -> list:
     op = "POOL_MAX" if ctx.node.op_type == "GlobalMaxPool" else "POOL_AVG"
     g, l = work_size(ctx, nc, cap=64)
     return [Launch("pool", "global_pool", g, [ctx.buf(0), ctx.out(0), i32(nc), i32(length)], l,
-                   {"T": "float", op: None}, ctx.label())]
+                   {"T": "float", op: None}, ctx.label(),
+                   noop_args=[ctx.buf(0), ctx.out(0), i32(0), i32(length)])]  # nc = 0: returns at once

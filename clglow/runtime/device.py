@@ -21,6 +21,7 @@ Example::
 """
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import dataclasses
 import logging
@@ -39,12 +40,21 @@ import pyopencl as cl
 from .. import config
 from ..errors import CompileError, InvalidArgument, NoDevice
 from ..lower.base import DeviceInfo
-from .cache import ProgramCache
+from .cache import ProgramCache, atomic_write, default_cache_dir, disk_key, driver_caches_programs
+from .compile_worker import CompileWorkers, default_count, encode_noop
 
 log = logging.getLogger(__name__)
 
 INSTALL_HINT = ('No OpenCL platform found. Install one, e.g. the CPU implementation pocl: '
                 '`pip install "pyopencl[pocl]"` or `apt-get install pocl-opencl-icd`.')
+
+# Compile helpers (runtime.compile_worker): the estimated LLVM time of a preparation, in about
+# seconds on pocl (a GEMM variant 0.5-0.9 s, another program and kernel 0.1-0.3 s); program()
+# waits at most _REMOTE_WAIT_S for a helper before building itself.
+_GEMM_COST = 1.0
+_OTHER_COST = 0.3
+_LOCAL_HANDICAP = 1.0  # this process also loads the model (Python) while it builds
+_REMOTE_WAIT_S = 120.0
 
 _TYPE_WORDS = {"gpu": "gpu", "cpu": "cpu", "accelerator": "accelerator", "acc": "accelerator"}
 
@@ -274,6 +284,12 @@ class Device:
         self._prep_futures: list = []
         self._warm_queue: Optional[cl.CommandQueue] = None
         self._dummy: Optional[cl.Buffer] = None
+        # helper processes for a cold start on pocl (runtime.compile_worker), made on first need
+        self._workers: Optional[CompileWorkers] = None
+        self._workers_checked = False
+        self._remote: Dict[Tuple[str, Tuple[str, ...]], concurrent.futures.Future] = {}
+        self._local_programs: set = set()
+        self._local_load = _LOCAL_HANDICAP  # estimated cost of the preparations given to this process
         self._tune_lock = threading.Lock()
         self._tuned = False
 
@@ -327,6 +343,11 @@ class Device:
         or does not exist.
         """
         options = tuple(options)
+        with self._lock:
+            remote = self._remote.get((name, options))
+        if remote is not None and not remote.done():
+            # a helper process is building it into pocl's cache: wait, then load it from there
+            concurrent.futures.wait([remote], timeout=_REMOTE_WAIT_S)
         if self.info.float16_math_split:
             options += ("-DCLG_SPLIT16=1",)  # kernels_cl/vmath.h
         try:
@@ -364,7 +385,8 @@ class Device:
         (weights packed, other nodes lowered) overlaps them; a cold start is dominated by them.
         Best effort: a failure here is left for the real `program()` call to report.
         """
-        key = (program, tuple(options), kernel, None if lsize is None else tuple(lsize), noop_args is not None)
+        options = tuple(options)
+        key = (program, options, kernel, None if lsize is None else tuple(lsize), noop_args is not None)
         with self._lock:
             if key in self._prepared:
                 return
@@ -373,9 +395,83 @@ class Device:
                 self._prep_pool = concurrent.futures.ThreadPoolExecutor(
                     max(1, min(4, os.cpu_count() or 1)), thread_name_prefix="clglow-prepare")
             pool = self._prep_pool
-        fut = pool.submit(self._prepare_one, program, tuple(options), kernel, lsize, noop_args)
+        marker = self._marker(program, options, kernel, lsize)
+        workers = None if marker is None or marker.exists() else self._compile_workers()
+        cost = _GEMM_COST if program == "gemm" else _OTHER_COST
+        fut: concurrent.futures.Future
+        if workers is not None and self._goes_remote(program, options, cost, workers):
+            # built and generated in a helper process first, then here from pocl's cache
+            fut = concurrent.futures.Future()
+            job = {"program": program, "options": list(options), "kernel": kernel,
+                   "lsize": None if lsize is None else list(lsize), "noop": encode_noop(noop_args)}
+            remote = workers.submit(job, cost)
+            log.debug("preparing %s %s %s in a compile helper", program, " ".join(options), kernel)
+            with self._lock:
+                self._remote.setdefault((program, options), remote)
+
+            def follow(r: concurrent.futures.Future) -> None:
+                if r.exception() is not None:
+                    log.debug("compile helper could not prepare %s %s: %s", program, " ".join(options),
+                              r.exception())
+                else:
+                    log.debug("compile helper prepared %s %s %s", program, " ".join(options), kernel)
+                local = pool.submit(self._prepare_one, program, options, kernel, lsize, noop_args, marker)
+                local.add_done_callback(lambda _l: fut.set_result(None))
+            remote.add_done_callback(follow)
+        else:
+            fut = pool.submit(self._prepare_one, program, options, kernel, lsize, noop_args, marker)
         with self._lock:
             self._prep_futures = [f for f in self._prep_futures if not f.done()] + [fut]
+
+    def _goes_remote(self, program: str, options: tuple, cost: float, workers: CompileWorkers) -> bool:
+        """Whether a preparation goes to a helper: where its program went before, else to the
+        side given less work so far (a helper's start counts as work; so does this process's
+        loading of the model)."""
+        with self._lock:
+            if (program, options) in self._remote:
+                return True
+            if (program, options) in self._local_programs:
+                return False
+            if workers.load() <= self._local_load:
+                return True
+            self._local_programs.add((program, options))
+            self._local_load += cost
+            return False
+
+    def _compile_workers(self) -> Optional[CompileWorkers]:
+        """This device's helper processes when they can help (pocl with its kernel cache on, more
+        than one core, not turned off by CLGLOW_COMPILE_WORKERS=0), else None."""
+        with self._lock:
+            if not self._workers_checked:
+                self._workers_checked = True
+                count = default_count()
+                index = _device_index(self.cl_device)
+                if count > 0 and index is not None and driver_caches_programs(self.cl_device):
+                    self._workers = CompileWorkers(index, count)
+                    atexit.register(self._workers.close)
+            return self._workers
+
+    def start_compile_helpers_if_cold(self) -> None:
+        """Start the compile helpers now if this device has never prepared a program here (first
+        use on this machine, or a new driver or clglow): they then get ready while the model
+        loads rather than when its first program is asked for."""
+        marker = self._marker("", (), "", None)
+        if marker is not None and not marker.exists():
+            workers = self._compile_workers()
+            if workers is not None:
+                workers.start()
+
+    def _marker(self, program: str, options: tuple, kernel: str, lsize: Optional[tuple]) -> Optional[Path]:
+        """The file saying this preparation was done on this device before (its program and code
+        are then in pocl's cache: no helper needed); None without a clglow cache folder."""
+        if not config.cache_enabled():
+            return None
+        try:
+            key = disk_key(kernel_source(program) if program else "", options, self.cl_device,
+                           extra=f"prepared {kernel} {None if lsize is None else tuple(lsize)}")
+        except (OSError, InvalidArgument):
+            return None
+        return default_cache_dir() / "prepared" / key
 
     def wait_prepared(self, timeout: Optional[float] = None) -> None:
         """Wait until every background preparation started so far has finished (tests, benchmarks)."""
@@ -388,20 +484,27 @@ class Device:
             queue.finish()
 
     def _prepare_one(self, program: str, options: tuple, kernel: str, lsize: Optional[tuple],
-                     noop_args: Optional[list]) -> None:
+                     noop_args: Optional[list], marker: Optional[Path] = None) -> None:
         try:
             prg = self.program(program, options)
-            if noop_args is None or lsize is None:
-                return
-            with self._lock:
-                if self._warm_queue is None:
-                    self._warm_queue = self.make_queue()
-                    self._dummy = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, 64)
-                queue, dummy = self._warm_queue, self._dummy
-            knl = cl.Kernel(prg, kernel)
-            knl.set_args(*[a if isinstance(a, np.generic) else dummy for a in noop_args])
-            cl.enqueue_nd_range_kernel(queue, knl, tuple(lsize), tuple(lsize))
-            queue.flush()
+            if noop_args is not None and lsize is not None:
+                with self._lock:
+                    if self._warm_queue is None:
+                        self._warm_queue = self.make_queue()
+                        self._dummy = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, 64)
+                    queue, dummy = self._warm_queue, self._dummy
+                knl = cl.Kernel(prg, kernel)
+                knl.set_args(*[a if isinstance(a, np.generic) else dummy for a in noop_args])
+                cl.enqueue_nd_range_kernel(queue, knl, tuple(lsize), tuple(lsize))
+                queue.flush()
+            if marker is not None and not marker.exists():
+                try:
+                    atomic_write(marker, b"")
+                    device_marker = self._marker("", (), "", None)
+                    if device_marker is not None and not device_marker.exists():
+                        atomic_write(device_marker, b"")
+                except OSError:
+                    pass
         except Exception as e:  # noqa: BLE001 - best effort; program() reports real failures
             log.debug("preparing %s %s in the background failed: %s", program, " ".join(options), e)
 
@@ -451,6 +554,15 @@ def probe(selector: str) -> Optional[str]:
     except cl.Error as e:
         return f"cannot create a context: {e}"
     return _probe(ctx, cl_dev)
+
+
+def _device_index(device: cl.Device) -> Optional[str]:
+    """The "P:D" index selector of `device` (a helper process opens the same one), or None."""
+    for pi, (_, devs) in enumerate(_platforms()):
+        for di, d in enumerate(devs):
+            if d == device:
+                return f"{pi}:{di}"
+    return None
 
 
 def _make_device(cl_dev: cl.Device, pi: int, di: int, ctx: Optional[cl.Context] = None) -> Device:

@@ -36,7 +36,7 @@ import pyopencl as cl
 
 from .. import config
 from ..lower.base import Buf, DeviceInfo, Launch
-from ..lower.gemm import GemmConfig, Operand, default_gemm_config, gemm_defines, gemm_launch
+from ..lower.gemm import GemmConfig, Operand, default_gemm_config, gemm_launch
 from .cache import atomic_write, default_cache_dir, disk_key
 
 log = logging.getLogger(__name__)
@@ -123,12 +123,20 @@ def _store(path: Optional[Path], result: TuneResult) -> None:
         log.warning("GEMM tuning: cannot store %s (%s)", path, e)
 
 
+def _launch(t: Tiles) -> Launch:
+    """The representative GEMM with tiles `t` (buffers named A, B, C)."""
+    mr, vw, nv, ls = t
+    m, k, n = SHAPE
+    return gemm_launch(GemmConfig(mr, vw, nv, ls), m=m, n=n, k=k, batch=1, d2=1,
+                       a=Operand(Buf("A"), packed=True), b=Operand(Buf("B"), ld=n), c=Operand(Buf("C"), ld=n),
+                       act="Relu")
+
+
 class _Bench:
     """One candidate's program and buffers for the representative GEMM, launched on demand."""
 
     def __init__(self, device, t: Tiles):
-        mr, vw, nv, ls = t
-        cfg = GemmConfig(mr, vw, nv, ls)
+        mr = t[0]
         m, k, n = SHAPE
         mp = -(-m // mr) * mr
         ctx = device.context
@@ -138,8 +146,7 @@ class _Bench:
                      "C": cl.Buffer(ctx, mf.READ_WRITE, m * n * 4)}
         for b in self.bufs.values():
             cl.enqueue_fill_buffer(self.queue, b, np.float32(0.01), 0, b.size)
-        launch = gemm_launch(cfg, m=m, n=n, k=k, batch=1, d2=1, a=Operand(Buf("A"), packed=True),
-                             b=Operand(Buf("B"), ld=n), c=Operand(Buf("C"), ld=n), act="Relu")
+        launch = _launch(t)
         prg = device.program(launch.program, launch.build_options())
         self.kernel = cl.Kernel(prg, launch.kernel)
         self.kernel.set_args(*[self.bufs[a.name] if isinstance(a, Buf) else a for a in launch.args])
@@ -195,10 +202,10 @@ def tune_gemm(device, force: bool = False) -> TuneResult:
         result = None if force else _load(path, cands)
         if result is None:
             t0 = time.perf_counter()
-            for t in cands:  # build the candidates side by side (the driver compiles off the GIL)
-                defines = gemm_defines(GemmConfig(*t), a_packed=True, b_packed=False)
-                device.prepare("gemm", Launch("gemm", "gemm", (1,), [], None, defines).build_options(),
-                               "gemm", None, None)
+            for t in cands:  # build and generate the candidates side by side (compile helpers too)
+                launch = _launch(t)
+                device.prepare(launch.program, launch.build_options(), launch.kernel, launch.lsize,
+                               launch.noop_args)
             timings = _measure_all(device, cands)
             if timings:
                 best = min((c for c in cands if _label(c) in timings), key=lambda c: timings[_label(c)])

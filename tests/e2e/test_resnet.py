@@ -80,8 +80,9 @@ _CHILD = textwrap.dedent("""
 
 
 def test_second_process_builds_no_program(tmp_path):
-    # CLGLOW_CACHE=1: our disk layer even on pocl (which by default is left to pocl's own cache)
-    env = dict(os.environ, CLGLOW_CACHE_DIR=str(tmp_path / "cache"), CLGLOW_CACHE="1")
+    # CLGLOW_CACHE=1: our disk layer even on pocl (which by default is left to pocl's own cache);
+    # no compile helpers, so that the first process's own counters hold every build
+    env = dict(os.environ, CLGLOW_CACHE_DIR=str(tmp_path / "cache"), CLGLOW_CACHE="1", CLGLOW_COMPILE_WORKERS="0")
     stats = []
     for _ in range(2):
         out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=600)
