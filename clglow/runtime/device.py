@@ -483,20 +483,28 @@ class Device:
         if queue is not None:
             queue.finish()
 
+    def launch_noop(self, prg: cl.Program, kernel: str, lsize: Sequence[int], noop_args: Sequence) -> cl.Event:
+        """Enqueue `kernel` once as a single work-group of `lsize` with arguments that make it
+        return at once (anything but a numpy scalar becomes a dummy buffer), on a queue of its
+        own, and flush: the driver generates its machine code for `lsize` (pocl does at a
+        kernel's first launch) without a model's run waiting for it."""
+        with self._lock:
+            if self._warm_queue is None:
+                self._warm_queue = self.make_queue()
+                self._dummy = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, 64)
+            queue, dummy = self._warm_queue, self._dummy
+        knl = cl.Kernel(prg, kernel)
+        knl.set_args(*[a if isinstance(a, np.generic) else dummy for a in noop_args])
+        ev = cl.enqueue_nd_range_kernel(queue, knl, tuple(lsize), tuple(lsize))
+        queue.flush()
+        return ev
+
     def _prepare_one(self, program: str, options: tuple, kernel: str, lsize: Optional[tuple],
                      noop_args: Optional[list], marker: Optional[Path] = None) -> None:
         try:
             prg = self.program(program, options)
             if noop_args is not None and lsize is not None:
-                with self._lock:
-                    if self._warm_queue is None:
-                        self._warm_queue = self.make_queue()
-                        self._dummy = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, 64)
-                    queue, dummy = self._warm_queue, self._dummy
-                knl = cl.Kernel(prg, kernel)
-                knl.set_args(*[a if isinstance(a, np.generic) else dummy for a in noop_args])
-                cl.enqueue_nd_range_kernel(queue, knl, tuple(lsize), tuple(lsize))
-                queue.flush()
+                self.launch_noop(prg, kernel, lsize, noop_args)
             if marker is not None and not marker.exists():
                 try:
                     atomic_write(marker, b"")
