@@ -84,6 +84,51 @@ typedef floatv floatv_u __attribute__((aligned(4)));
 DEFINE_ACT(act_v, floatv)
 DEFINE_ACT(act_s, float)
 
+#if !B_PACKED && !C_TRANS
+/* The lanes of a tile row as runs of an implicit GEMM's output pixels: padded-linear column j
+ * is pixel (j / wph, j % wph), stored at y*ow + x when x < ow. For each run of consecutive
+ * stored pixels: c_ its first lane, n_ its length, d_ its first pixel's offset. */
+#define FOR_RUNS(J0, LIM, BODY) do {                                    \
+        int c_ = 0, y_ = (J0) / wph, x_ = (J0) - y_ * wph;               \
+        while (c_ < (LIM)) {                                             \
+            const int n_ = min((LIM) - c_, ow - x_);                     \
+            if (n_ > 0) {                                                \
+                const int d_ = y_ * ow + x_;                             \
+                BODY;                                                    \
+            }                                                            \
+            c_ += min((LIM) - c_, wph - x_);                             \
+            ++y_;                                                        \
+            x_ = 0;                                                      \
+        }                                                                \
+    } while (0)
+
+/* Unaligned vector types for the runs (4-byte alignment: moves without vloadN/vstoreN). */
+typedef float16 f16_u __attribute__((aligned(4)));
+typedef float8 f8_u __attribute__((aligned(4)));
+typedef float4 f4_u __attribute__((aligned(4)));
+typedef float2 f2_u __attribute__((aligned(4)));
+
+/* t[0, n) += z[0, n), n <= 16, as at most five vector moves. */
+inline void run_add(float* t, const __global float* z, int n)
+{
+    if (n & 16) { *(f16_u*)t += *(const __global f16_u*)z; return; }
+    if (n & 8) { *(f8_u*)t += *(const __global f8_u*)z; t += 8; z += 8; }
+    if (n & 4) { *(f4_u*)t += *(const __global f4_u*)z; t += 4; z += 4; }
+    if (n & 2) { *(f2_u*)t += *(const __global f2_u*)z; t += 2; z += 2; }
+    if (n & 1) *t += *z;
+}
+
+/* c[0, n) = t[0, n), n <= 16. */
+inline void run_store(__global float* c, const float* t, int n)
+{
+    if (n & 16) { *(__global f16_u*)c = *(const f16_u*)t; return; }
+    if (n & 8) { *(__global f8_u*)c = *(const f8_u*)t; t += 8; c += 8; }
+    if (n & 4) { *(__global f4_u*)c = *(const f4_u*)t; t += 4; c += 4; }
+    if (n & 2) { *(__global f2_u*)c = *(const f2_u*)t; t += 2; c += 2; }
+    if (n & 1) *c = *t;
+}
+#endif
+
 __kernel void gemm(
     __global const float* restrict A, int offA, int sA1, int sA2, int lda_m, int lda_k,
     __global const float* restrict B, int offB, int sB1, int sB2, int ldb,
@@ -238,8 +283,8 @@ __kernel void gemm(
 #if HAS_IMPLICIT
     /* Implicit GEMM: columns are padded-linear pixels. A vector of VW columns within one output
      * row goes out as one vector store at y*ow + x; the others (across a row end or over the
-     * padding columns, and every column of a ragged row tile) go through a private tile, lane
-     * by lane. The bias is per row (a conv's per-channel bias). */
+     * padding columns, and every column of a ragged row tile) go through a private tile, run
+     * by run (FOR_RUNS). The bias is per row (a conv's per-channel bias). */
     if (flags & FLAG_IMPLICIT) {
         const int mr = min(MR, M - m0);
         __global float* pc = C + offC + z1 * sC1 + z2 * sC2 + m0 * ldc;
@@ -253,7 +298,8 @@ __kernel void gemm(
             const int y = j / wph;
             const int x = j - y * wph;
             dst[v] = y * ow + x;
-            whole[v] = mr == MR && x + VW <= ow;
+            /* wph == ow (no padding columns: a strided 1x1): padded-linear is the output order */
+            whole[v] = mr == MR && (x + VW <= ow || (wph == ow && j + VW <= N));
         }
         float tile[MR * NR] __attribute__((aligned(64)));
 #pragma unroll
@@ -271,25 +317,23 @@ __kernel void gemm(
                 }
             }
         }
+        /* A vector across a row end (or over padding columns, or of a ragged row tile): its
+         * lanes go out as runs of consecutive pixels, each run a few vector moves (run_add,
+         * run_store): ResNet's 28x28 3x3 convs have more than half their vectors across a row
+         * end (pitch 29 = 16 + 13), which went out lane by lane before. */
 #pragma unroll 1
         for (int v = 0; v < NV; ++v) {
             if (whole[v])
                 continue;
+            const int j0 = n0 + v * VW;
+            const int lim = min(VW, N - j0);
 #pragma unroll 1
-            for (int c = 0; c < VW; ++c) {
-                const int j = n0 + v * VW + c;
-                const int y = j / wph;
-                const int x = j - y * wph;
-                if (x >= ow || j >= N)
-                    continue;
-                const int d = y * ow + x;
-#pragma unroll 1
-                for (int r = 0; r < mr; ++r) {
-                    float e = tile[r * NR + v * VW + c];
-                    if (has_res)
-                        e += pz[r * ldc + d];
-                    pc[r * ldc + d] = act_s(e, act_a, act_b, act_c);
-                }
+            for (int r = 0; r < mr; ++r) {
+                float* t = tile + r * NR + v * VW;
+                if (has_res)
+                    FOR_RUNS(j0, lim, run_add(t + c_, pz + r * ldc + d_, n_));
+                *(floatv*)t = act_v(*(const floatv*)t, act_a, act_b, act_c);
+                FOR_RUNS(j0, lim, run_store(pc + r * ldc + d_, t + c_, n_));
             }
         }
         return;

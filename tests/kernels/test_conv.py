@@ -342,6 +342,7 @@ IMPLICIT = [
     ((3, 2, 1, 70), (3, 2, 1, 5), dict(pads=[0, 2, 0, 2])),                         # a 1-D conv as 2-D
     ((2, 6, 16, 70), (5, 6, 1, 1), dict(strides=[2, 2])),                           # strided 1x1: one phase
     ((1, 3, 12, 99), (4, 3, 1, 2), dict(strides=[3, 2], pads=[0, 1, 0, 0])),        # 1 x 2 phases
+    ((1, 3, 7, 7), (5, 3, 3, 3), dict(pads=[1, 1, 1, 1])),                          # pitch 8: rows per vector
 ]
 
 
@@ -363,11 +364,14 @@ def test_implicit_conv(x_shape, w_shape, attrs):
 
 @pytest.mark.parametrize("act,alpha,beta", [ACTS[1], ACTS[3], ACTS[6]], ids=["Relu", "LeakyRelu", "Tanh"])
 def test_implicit_fused_residual(act, alpha, beta):
-    """Bias, residual and activation in the remapped epilogue (whole vectors and lane by lane),
-    with a ragged row tile (M = 13)."""
+    """Bias, residual and activation in the remapped epilogue (whole vectors and runs of pixels
+    across row ends), with a ragged row tile (M = 13): pitches 51 and 36, 8 (several rows per
+    vector) and a strided 1x1 (pitch = width: every vector whole)."""
     dev = _default_tiles()
     fused_check((2, 6, 10, 50), (13, 6, 3, 3), act, alpha, beta, pads=[1, 1, 1, 1], device=dev)
     fused_check((1, 3, 16, 70), (13, 3, 5, 5), act, alpha, beta, pads=[2, 2, 2, 2], strides=[2, 2], device=dev)
+    fused_check((2, 4, 7, 7), (13, 4, 3, 3), act, alpha, beta, pads=[1, 1, 1, 1], device=dev)
+    fused_check((1, 6, 16, 70), (13, 6, 1, 1), act, alpha, beta, strides=[2, 2], device=dev)
 
 
 @pytest.mark.parametrize("cap", [1, 2 * 4 * 11 * 42 * 4 + 1])
