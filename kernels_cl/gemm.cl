@@ -25,8 +25,10 @@
  *   implicit A  (flag 8, in the C_TRANS programs) the same for a transposed conv: row k of A^T
  *               starts at koff[k] (X itself for a 1x1 conv), row m is the padded-linear pixel
  *               and goes to y*ow + x of each channel (ow = wph: every row is a pixel).
- * C, Z (residual) are row-major with leading dimension ldc. BIAS is read at
- * bias[m*bias_sm + n*bias_sn] with bias_sn in {0, 1}.
+ * C, Z (residual) are row-major with leading dimension ldc. C may be Z itself (a residual
+ * updated in place, no restrict on either): every output is read from Z and written to C by one
+ * work-item, and a tile overlapping its neighbour (ragged in-place B, implicit A) stores only its
+ * own outputs. BIAS is read at bias[m*bias_sm + n*bias_sn] with bias_sn in {0, 1}.
  *
  * The batch index z (global dim 2) is split as z1 = z / D2, z2 = z % D2 and every
  * operand offset is off + z1*s1 + z2*s2 (batch x group for convs; broadcast operands use stride 0).
@@ -87,9 +89,9 @@ DEFINE_ACT(act_s, float)
 #if !B_PACKED && !C_TRANS
 /* The lanes of a tile row as runs of an implicit GEMM's output pixels: padded-linear column j
  * is pixel (j / wph, j % wph), stored at y*ow + x when x < ow. For each run of consecutive
- * stored pixels: c_ its first lane, n_ its length, d_ its first pixel's offset. */
-#define FOR_RUNS(J0, LIM, BODY) do {                                    \
-        int c_ = 0, y_ = (J0) / wph, x_ = (J0) - y_ * wph;               \
+ * stored pixels from lane C0 on: c_ its first lane, n_ its length, d_ its first pixel's offset. */
+#define FOR_RUNS(J0, C0, LIM, BODY) do {                                \
+        int c_ = (C0), y_ = ((J0) + c_) / wph, x_ = (J0) + c_ - y_ * wph;  \
         while (c_ < (LIM)) {                                             \
             const int n_ = min((LIM) - c_, ow - x_);                     \
             if (n_ > 0) {                                                \
@@ -132,10 +134,10 @@ inline void run_store(__global float* c, const float* t, int n)
 __kernel void gemm(
     __global const float* restrict A, int offA, int sA1, int sA2, int lda_m, int lda_k,
     __global const float* restrict B, int offB, int sB1, int sB2, int ldb,
-    __global float* restrict C, int offC, int sC1, int sC2, int ldc,
+    __global float* C, int offC, int sC1, int sC2, int ldc,
     __global const float* restrict bias, int offBias, int sBias1, int sBias2,
     int bias_sm, int bias_sn, float beta,
-    __global const float* restrict Z, int offZ, int sZ1, int sZ2,
+    __global const float* Z, int offZ, int sZ1, int sZ2,
     int M, int N, int K, int D2, float alpha, int flags, float act_a, float act_b, float act_c,
     __global const int* restrict koff, int wph, int ow)
 {
@@ -148,18 +150,20 @@ __kernel void gemm(
     /* An implicit A (pixels as rows, flag 8): a ragged last row tile computes the last MR rows
      * instead, overlapping its neighbour as an in-place B's last column tile does below. */
     const int m0 = (flags & FLAG_IMPLICIT_A) && M >= MR && (tm + 1) * MR > M ? M - MR : tm * MR;
+    const int rs = tm * MR - m0;  /* rows of the shifted tile its neighbour stores */
 #else
     const int m0 = tm * MR;
 #endif
 #if B_PACKED
     const int n0 = tn * NR;
 #else
-    /* A ragged last column tile of an in-place B computes the last NR columns instead: it
-     * overlaps its neighbour, which stores bit-identical values there (same operands, same
-     * order of operations; C never aliases an operand). Whole vector loads on every tile; the
-     * element-wise path below is left for N < NR. */
+    /* A ragged last column tile of an in-place B computes the last NR columns instead: whole
+     * vector loads on every tile (the element-wise path below is left for N < NR). It overlaps
+     * its neighbour and stores only its own columns, from cs on: every output is read (Z) and
+     * written (C) by one work-item, so C may be Z itself (a residual updated in place). */
     const int n0 = (tn + 1) * NR > N && N >= NR ? N - NR : tn * NR;
 #endif
+    const int cs = tn * NR - n0;  /* columns of a shifted tile its neighbour stores */
     if (tm * MR >= M || tn * NR >= N)
         return;
     const int z1 = z / D2;
@@ -299,7 +303,7 @@ __kernel void gemm(
             const int x = j - y * wph;
             dst[v] = y * ow + x;
             /* wph == ow (no padding columns: a strided 1x1): padded-linear is the output order */
-            whole[v] = mr == MR && (x + VW <= ow || (wph == ow && j + VW <= N));
+            whole[v] = mr == MR && v * VW >= cs && (x + VW <= ow || (wph == ow && j + VW <= N));
         }
         float tile[MR * NR] __attribute__((aligned(64)));
 #pragma unroll
@@ -327,13 +331,14 @@ __kernel void gemm(
                 continue;
             const int j0 = n0 + v * VW;
             const int lim = min(VW, N - j0);
+            const int c0 = max(0, cs - v * VW);  /* lanes a shifted tile's neighbour stores */
 #pragma unroll 1
             for (int r = 0; r < mr; ++r) {
                 float* t = tile + r * NR + v * VW;
                 if (has_res)
-                    FOR_RUNS(j0, lim, run_add(t + c_, pz + r * ldc + d_, n_));
+                    FOR_RUNS(j0, c0, lim, run_add(t + c_, pz + r * ldc + d_, n_));
                 *(floatv*)t = act_v(*(const floatv*)t, act_a, act_b, act_c);
-                FOR_RUNS(j0, lim, run_store(pc + r * ldc + d_, t + c_, n_));
+                FOR_RUNS(j0, c0, lim, run_store(pc + r * ldc + d_, t + c_, n_));
             }
         }
         return;
@@ -351,7 +356,7 @@ __kernel void gemm(
             const int j = m0 + r;
             const int y = imp ? j / wph : 0;
             const int x = j - y * wph;
-            rd[r] = !imp ? j : (x < ow ? y * ow + x : -1);
+            rd[r] = !imp ? j : (x < ow && r >= rs ? y * ow + x : -1);
         }
         __global float* pcb = C + offC + z1 * sC1 + z2 * sC2 + n0 * ldc;
         const __global float* pzb = Z + offZ + z1 * sZ1 + z2 * sZ2 + n0 * ldc;
@@ -408,7 +413,7 @@ __kernel void gemm(
     __global float* pc = C + offC + z1 * sC1 + z2 * sC2 + m0 * ldc + n0;
     const __global float* pbias = bias + offBias + z1 * sBias1 + z2 * sBias2 + m0 * bias_sm + n0 * bias_sn;
     const __global float* pz = Z + offZ + z1 * sZ1 + z2 * sZ2 + m0 * ldc + n0;
-    if (m0 + MR <= M && n0 + NR <= N) {
+    if (m0 + MR <= M && n0 + NR <= N && cs == 0) {
         /* A whole tile: unrolled, vector loads and stores. */
 #pragma unroll
         for (int r = 0; r < MR; ++r) {
@@ -431,7 +436,7 @@ __kernel void gemm(
 #pragma unroll 1
         for (int r = 0; r < mr; ++r) {
 #pragma unroll 1
-            for (int c = 0; c < nr; ++c)
+            for (int c = cs; c < nr; ++c)
                 pc[r * ldc + c] = EDGE_OUT(r, c, pz[r * ldc + c]);
         }
     }

@@ -119,6 +119,8 @@ class LowerCtx:
         self.outputs = list(outputs)
         self.device = device
         self._scratch_slots = 0
+        # output index -> input index whose buffer that output may take over (see may_update)
+        self.inplace: dict[int, int] = {}
 
     # -- convenience -------------------------------------------------------------------------
     @property
@@ -142,6 +144,13 @@ class LowerCtx:
 
     def out(self, j: int = 0) -> Buf:
         return Buf(self.node.outputs[j])
+
+    def may_update(self, j: int, i: int) -> None:
+        """Say that output j may be written into input i's buffer (onnxruntime's MayInplace):
+        every launch reads each element of input i before writing that element of output j, from
+        the same work-item, and reads input i nowhere else. The planner takes the offer when
+        input i is an activation of the same size that nothing reads afterwards."""
+        self.inplace[j] = i
 
     def scratch(self, nbytes: int) -> Scratch:
         s = Scratch(max(int(nbytes), 4), self._scratch_slots)

@@ -275,6 +275,8 @@ def _lower(ctx: LowerCtx) -> list:
         return [Launch("dwconv", "dwconv", (-(-ow // 16), round_up(oh, 8), n_img * cout), args, (1, 8, 1), defines,
                        label, noop_args=noop)]
 
+    if has_res:  # every GEMM path reads Z[i] before writing Y[i], in one work-item (gemm.cl)
+        ctx.may_update(0, 3)
     cfg = gemm_config(ctx.device)
     m, kk, npix = cout // g, cin_g * kh * kw, oh * ow
     hw = h * w

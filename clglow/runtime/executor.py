@@ -203,8 +203,9 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
 
     # 1. lower every node; work out which tensors live on the device
     lowered: list = []  # (node, launches | None, is_host)
-    root: dict[str, str] = {}  # view output -> underlying tensor
+    root: dict[str, str] = {}  # view output (or output updating an input in place) -> underlying tensor
     on_device: set = set()
+    offers: dict[str, dict] = {}  # node name -> {output index: input index} it may update in place
     for node in nodes:
         if where[node.name] == DEVICE:
             op = lookup(node)
@@ -227,8 +228,13 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
                                launch.noop_args)
             lowered.append((node, launches, False))
             on_device.update(o for o in node.outputs if o)
+            if ctx.inplace:
+                offers[node.name] = dict(ctx.inplace)
         else:
             lowered.append((node, None, True))
+
+    if offers:
+        _take_inplace_offers(graph, lowered, offers, root, set(graph.inputs) | set(outputs))
 
     # 2. the step list with transfers at the borders; liveness per root tensor
     def r(name: str) -> str:
@@ -407,6 +413,42 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
         for b in buffers:
             device_free(b)
         raise
+
+
+def _take_inplace_offers(graph: Graph, lowered: list, offers: dict, root: dict, pinned: set) -> None:
+    """Let an output take over an input's buffer where its lowering offered it (LowerCtx.may_update,
+    e.g. a FusedConv's residual: the GEMM adds Z and writes Y in place, no separate Y to allocate
+    and fill) and it is safe: the input is an activation made on the device (not a constant, a
+    graph input or a tensor handed back), of the output's size, read by this node only once, and
+    neither it nor any tensor sharing its buffer is read later. Records root[output] = the
+    input's buffer owner, as for views."""
+    def r(name: str) -> str:
+        return root.get(name, name)
+
+    last_read: dict[str, int] = {}
+    for idx, (node, _, is_host) in enumerate(lowered):
+        names = list(node.inputs) + (_outer_scope_names(node) if is_host else [])
+        for i in names:
+            if i:
+                last_read[i] = idx
+    made_on_device: set = set()
+    for idx, (node, launches, is_host) in enumerate(lowered):
+        for j, i in offers.get(node.name, {}).items():
+            out, src = node.outputs[j], node.inputs[i]
+            if not out or not src or out in root:
+                continue
+            owner = r(src)
+            sharing = [t for t in graph.values if t != out and r(t) == owner]
+            if (owner not in made_on_device or owner in pinned or any(t in pinned for t in sharing)
+                    or graph.values[src].const is not None
+                    or sum(r(x) == owner for x in node.inputs if x) != 1
+                    or any(last_read.get(t, -1) > idx for t in sharing)
+                    or _nbytes(graph, out) != _nbytes(graph, owner) or _nbytes(graph, out) == 0):
+                continue
+            root[out] = owner
+            log.debug("%s: %s written in place of %s", node.name, out, src)
+        if not is_host:
+            made_on_device.update(r(o) for o in node.outputs if o)
 
 
 @dataclass

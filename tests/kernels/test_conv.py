@@ -11,14 +11,14 @@ from onnx import helper
 pytest.importorskip("pyopencl")
 try:  # tests/kernels may or may not be a package
     from .harness import check, device_info, lower, run
-    from .run_launches import reference
+    from .run_launches import execute, lower_ctx, reference
 except ImportError:
     from harness import check, device_info, lower, run  # type: ignore
-    from run_launches import reference  # type: ignore
+    from run_launches import execute, lower_ctx, reference  # type: ignore
 
 from clglow.ir import Graph, Node, Value
 from clglow.lower import conv as conv_mod
-from clglow.lower.base import lookup
+from clglow.lower.base import Buf, lookup
 
 RNG = np.random.default_rng(2)
 
@@ -218,6 +218,34 @@ def fused_check(x_shape, w_shape, act, alpha, beta, residual=True, bias=True, de
     node = helper.make_node("FusedConv", ["x", "w", "b" if bias else "", "z" if residual else ""], ["y"],
                             domain="clglow", activation=act, alpha=alpha, beta=beta, **attrs)
     check(node, feeds, consts, expected=[expected], device=device)
+
+
+IN_PLACE = [  # the GEMM paths whose tiles overlap a neighbour, each with a ragged tile
+    ((1, 8, 14, 14), (300, 8, 1, 1), {}, "gemm"),                                # X in place: 196 = 6x32 + 4
+    ((1, 5, 20, 40), (13, 5, 3, 3), dict(pads=[1, 1, 1, 1]), "conv_phases"),     # implicit: 820 columns
+    ((2, 6, 12, 12), (40, 6, 3, 3), dict(pads=[1, 1, 1, 1]), "conv_phases"),     # transposed, 156 pixel rows
+    ((1, 6, 16, 70), (13, 6, 1, 1), dict(strides=[2, 2]), "conv_phases"),        # strided 1x1, one phase
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs,first", IN_PLACE, ids=[str(i) for i in range(len(IN_PLACE))])
+def test_residual_updated_in_place(x_shape, w_shape, attrs, first):
+    """A FusedConv offers its output the residual's buffer (LowerCtx.may_update): run with Y bound
+    to Z's buffer, the result is still conv + Z for every output, also where a ragged tile
+    overlaps its neighbour (each output read and written by one work-item)."""
+    dev = _default_tiles()
+    x, w, b = rand(*x_shape), rand(*w_shape), rand(w_shape[0])
+    y = reference(helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs), {"x": x}, {"w": w, "b": b}, 17)[0]
+    z = rand(*y.shape)
+    expected = np.maximum(y + z, 0).astype(np.float32)
+    node = helper.make_node("FusedConv", ["x", "w", "b", "z"], ["y"], domain="clglow", activation="Relu", **attrs)
+    op, lctx = lower_ctx(node, {"x": x, "z": z}, {"w": w, "b": b}, {"y": (y.shape, np.float32)}, 17, dev)
+    launches = op.lower(lctx)
+    assert lctx.inplace == {0: 3} and launches[0].kernel == first, (lctx.inplace, [ln.kernel for ln in launches])
+    aliased = [dataclasses.replace(ln, args=[Buf("z") if isinstance(a, Buf) and a.name == "y" else a
+                                             for a in ln.args]) for ln in launches]
+    got = execute(aliased, {"x": x, "z": z, "w": w, "b": b}, {"z": expected})["z"]
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("act,alpha,beta", ACTS, ids=[a[0] or "none" for a in ACTS])
