@@ -331,14 +331,20 @@ def supports_matmul(node: Node, graph: Graph) -> Optional[str]:
 
 
 # --- Gemm ---------------------------------------------------------------------------------------------
-def pack_a_at_run_time(cfg: GemmConfig, m: int, k: int) -> bool:
+def pack_a_at_run_time(cfg: GemmConfig, m: int, k: int, row_pitch: int) -> bool:
     """Whether a live A is packed into MR-row panels (pack_rows) before the GEMM, or read in
-    place (strided rows). CPU tiles read it in place: measured on pocl (AVX-512), A/B in one
-    process, every shape ran faster without the pack (kernel time: SGEMM 1024^3 6.07 -> 5.82 ms,
-    256x4096x256 1.90 -> 1.41, 512x4608x49 2.36 -> 0.78, BERT-style 2.96 -> 2.88 ms per run;
-    an MR-row tile's rows stay in L1 as it walks k). Other devices (unmeasured) keep the pack,
-    except for a few rows (GEMV-like), where A is tiny anyway."""
-    return not cfg.cpu_tiles and m >= 4 * cfg.mr and k >= 16
+    place (strided rows, `row_pitch` elements apart). CPU tiles read it in place: measured on
+    pocl (AVX-512, Zen 5), A/B in one process, every shape ran faster without the pack (kernel
+    time: SGEMM 1024^3 6.07 -> 5.82 ms, 256x4096x256 1.90 -> 1.41, 512x4608x49 2.36 -> 0.78,
+    BERT-style 2.96 -> 2.88 ms per run; an MR-row tile's rows stay in L1 as it walks k) -- except
+    rows a multiple of 4 KiB apart: then a tile's MR rows all fall in one L1 set, more than its
+    ways on a Zen 4 (32 KiB, 8-way), and each k step misses. Packed there (Zen 4, A/B in one
+    process): SGEMM 1024^3 23-29% faster, BERT-style (its FFN's 3072-wide rows) 5%; 512x2048 and
+    768^3 unchanged. Other devices (unmeasured) keep the pack, except for a few rows (GEMV-like),
+    where A is tiny anyway."""
+    if m < 4 * cfg.mr or k < 16:
+        return False
+    return not cfg.cpu_tiles or (4 * row_pitch) % 4096 == 0
 
 
 def _pack_a_launch(ctx: LowerCtx, cfg: GemmConfig, i: int, m: int, k: int, trans: bool, batch: int,
@@ -367,7 +373,7 @@ def _a_operand(ctx: LowerCtx, cfg: GemmConfig, i: int, m: int, k: int, trans: bo
             w2 = np.asarray(w, np.float32).reshape(-1, w.shape[-1]) if w.ndim >= 2 else w.reshape(1, -1)
             return pack_a(w2.T if trans else w2, cfg.mr)
         return Operand(ctx.derived(i, f"packA{cfg.mr}t{int(trans)}", fn), packed=True)
-    if pack_a_at_run_time(cfg, m, k):
+    if pack_a_at_run_time(cfg, m, k, 1 if trans else k):
         return _pack_a_launch(ctx, cfg, i, m, k, trans, 1, launches)
     # A'[m, k] = A[k, m] when transposed.
     return Operand(ctx.buf(i), ld=1 if trans else k, ld2=m if trans else 1)
@@ -576,7 +582,7 @@ def _lower_matmul_views(ctx: LowerCtx, perms: list, bias: Optional[Bias] = None,
         return Operand(dst, packed=True), max(round_up(cols, width), width) * rows
 
     # A: MR-row panels packed at run time, or read strided
-    if pack_a_at_run_time(cfg, m, k):
+    if pack_a_at_run_time(cfg, m, k, sta[-2]):
         a, a_mat = pack(0, cfg.mr, k, m, sta[-1], sta[-2], sa, sta)
         a_st = _batch_strides(tuple(d for d in sa[:-2]), out_batch, a_mat)
     else:
@@ -640,7 +646,7 @@ def _lower_matmul(ctx: LowerCtx, bias: Optional[Bias] = None, res: Optional[Arg]
         a = Operand(ctx.derived(0, f"packA{cfg.mr}mm",
                                 lambda w: pack_a(np.asarray(w).reshape(*ba, m, k), cfg.mr)), packed=True)
         a_mat = mp * k
-    elif pack_a_at_run_time(cfg, m, k):
+    elif pack_a_at_run_time(cfg, m, k, k):
         na = int(np.prod(ba, dtype=np.int64))
         a = _pack_a_launch(ctx, cfg, 0, m, k, False, na, launches)
         a_mat = max(round_up(m, cfg.mr), cfg.mr) * k

@@ -138,6 +138,22 @@ def test_matmul_live_a(tiles, packed):
     check(node, {"a": a, "b": b}, device=dev)
 
 
+def test_matmul_live_a_rows_4k_apart():
+    """CPU tiles pack a live A whose rows are a multiple of 4 KiB apart (an MR-row tile's rows
+    would share one L1 set), and read it in place otherwise: MatMul and Gemm, vs onnx.reference."""
+    dev = dataclasses.replace(device_info(), gemm_tiles=(12, 16, 2, (1, 1, 1)))
+    for k, packed in [(1024, True), (1000, False)]:
+        a, b = rand(60, k), rand(k, 40)
+        node = helper.make_node("MatMul", ["a", "b"], ["y"])
+        kernels = [l.kernel for l in lower(node, {"a": a, "b": b}, {}, {"y": ((60, 40), np.float32)}, device=dev)]
+        assert ("pack_rows" in kernels) == packed, (k, kernels)
+        check(node, {"a": a, "b": b}, device=dev)
+        gemm = helper.make_node("Gemm", ["a", "b"], ["y"])
+        kernels = [l.kernel for l in lower(gemm, {"a": a, "b": b}, {}, {"y": ((60, 40), np.float32)}, device=dev)]
+        assert ("pack_rows" in kernels) == packed, (k, kernels)
+        check(gemm, {"a": a, "b": b}, device=dev)
+
+
 def test_matmul_large():
     check(helper.make_node("MatMul", ["a", "b"], ["y"]), {"a": rand(300, 700), "b": rand(700, 333)})
 
