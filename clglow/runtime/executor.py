@@ -432,7 +432,7 @@ def _take_inplace_offers(graph: Graph, lowered: list, offers: dict, root: dict, 
             if i:
                 last_read[i] = idx
     made_on_device: set = set()
-    for idx, (node, launches, is_host) in enumerate(lowered):
+    for idx, (node, _, is_host) in enumerate(lowered):
         for j, i in offers.get(node.name, {}).items():
             out, src = node.outputs[j], node.inputs[i]
             if not out or not src or out in root:
