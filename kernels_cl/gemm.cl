@@ -20,11 +20,13 @@
  *               row k of B starts at koff[k]
  *               (B[k][n] = B[koff[k] + n]) in the input's zero-padded phase images
  *               (im2col.cl conv_phases), and column n is the padded-linear output pixel
- *               n = y*wph + x; C (and Z) keep the plain [M, OH*OW] layout: columns with
- *               x >= ow are padding and not stored, the others go to y*ow + x.
+ *               n = y*wph + x; columns with x >= ow are padding and not stored, the others
+ *               go to y*opitch + x + ooff of C (and Z): the plain [M, OH*OW] layout with
+ *               opitch = ow, ooff = 0, or the next conv's zero-padded input image (a 1x1 conv
+ *               read as an implicit GEMM over X itself, koff[k] = k*H*W, wph = ow = W).
  *   implicit A  (flag 8, in the C_TRANS programs) the same for a transposed conv: row k of A^T
  *               starts at koff[k] (X itself for a 1x1 conv), row m is the padded-linear pixel
- *               and goes to y*ow + x of each channel (ow = wph: every row is a pixel).
+ *               and goes to y*opitch + x + ooff of each channel.
  * C, Z (residual) are row-major with leading dimension ldc. C may be Z itself (a residual
  * updated in place, no restrict on either): every output is read from Z and written to C by one
  * work-item, and a tile overlapping its neighbour (ragged in-place B, implicit A) stores only its
@@ -88,14 +90,15 @@ DEFINE_ACT(act_s, float)
 
 #if !B_PACKED && !C_TRANS
 /* The lanes of a tile row as runs of an implicit GEMM's output pixels: padded-linear column j
- * is pixel (j / wph, j % wph), stored at y*ow + x when x < ow. For each run of consecutive
- * stored pixels from lane C0 on: c_ its first lane, n_ its length, d_ its first pixel's offset. */
+ * is pixel (j / wph, j % wph), stored at y*opitch + x + ooff when x < ow. For each run of
+ * consecutive stored pixels from lane C0 on: c_ its first lane, n_ its length, d_ its first
+ * pixel's offset. */
 #define FOR_RUNS(J0, C0, LIM, BODY) do {                                \
         int c_ = (C0), y_ = ((J0) + c_) / wph, x_ = (J0) + c_ - y_ * wph;  \
         while (c_ < (LIM)) {                                             \
             const int n_ = min((LIM) - c_, ow - x_);                     \
             if (n_ > 0) {                                                \
-                const int d_ = y_ * ow + x_;                             \
+                const int d_ = y_ * opitch + x_ + ooff;                  \
                 BODY;                                                    \
             }                                                            \
             c_ += min((LIM) - c_, wph - x_);                             \
@@ -139,7 +142,7 @@ __kernel void gemm(
     int bias_sm, int bias_sn, float beta,
     __global const float* Z, int offZ, int sZ1, int sZ2,
     int M, int N, int K, int D2, float alpha, int flags, float act_a, float act_b, float act_c,
-    __global const int* restrict koff, int wph, int ow)
+    __global const int* restrict koff, int wph, int ow, int opitch, int ooff)
 {
     /* Row tiles vary fastest: consecutive work-items (run back to back by a CPU thread) share
      * one B panel, which then streams from memory once while the A panels stay in cache. */
@@ -301,9 +304,10 @@ __kernel void gemm(
             const int j = n0 + v * VW;
             const int y = j / wph;
             const int x = j - y * wph;
-            dst[v] = y * ow + x;
-            /* wph == ow (no padding columns: a strided 1x1): padded-linear is the output order */
-            whole[v] = mr == MR && v * VW >= cs && (x + VW <= ow || (wph == ow && j + VW <= N));
+            dst[v] = y * opitch + x + ooff;
+            /* wph == opitch (no padding columns on either side, e.g. a strided 1x1): padded-linear
+             * is the output order */
+            whole[v] = mr == MR && v * VW >= cs && (x + VW <= ow || (wph == opitch && wph == ow && j + VW <= N));
         }
         float tile[MR * NR] __attribute__((aligned(64)));
 #pragma unroll
@@ -356,7 +360,7 @@ __kernel void gemm(
             const int j = m0 + r;
             const int y = imp ? j / wph : 0;
             const int x = j - y * wph;
-            rd[r] = !imp ? j : (x < ow && r >= rs ? y * ow + x : -1);
+            rd[r] = !imp ? j : (x < ow && r >= rs ? y * opitch + x + ooff : -1);
         }
         __global float* pcb = C + offC + z1 * sC1 + z2 * sC2 + n0 * ldc;
         const __global float* pzb = Z + offZ + z1 * sZ1 + z2 * sZ2 + n0 * ldc;

@@ -99,3 +99,45 @@ def test_residual_updated_in_place_when_nothing_reads_it_later():
         for g, w in zip(sess.run(None, feeds), got):  # a second run: nothing it reads was overwritten
             np.testing.assert_array_equal(g, w)
         assert [s.op_type for s in plan.steps if hasattr(s, "op_type")].count("FusedConv") >= 1
+
+
+def _bottleneck_model(mid_out: bool = False, mid_again: bool = False):
+    """x -> 1x1 conv -> Relu -> mid -> 3x3 conv (pad 1) -> y, three times in a row (the padded
+    activations share buffers); optionally the first mid handed back too, or read again."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(5)
+    inits, nodes, prev = [], [], "x"
+    for i in range(3):
+        inits += [numpy_helper.from_array(rng.standard_normal((16, 8, 1, 1)).astype(np.float32) * 0.3, f"w1_{i}"),
+                  numpy_helper.from_array(rng.standard_normal((8, 16, 3, 3)).astype(np.float32) * 0.1, f"w2_{i}")]
+        nodes += [helper.make_node("Conv", [prev, f"w1_{i}"], [f"c{i}"]),
+                  helper.make_node("Relu", [f"c{i}"], [f"mid{i}"]),
+                  helper.make_node("Conv", [f"mid{i}", f"w2_{i}"], [f"y{i}"], pads=[1, 1, 1, 1])]
+        prev = f"y{i}"
+    f = lambda n, s: helper.make_tensor_value_info(n, TensorProto.FLOAT, s)  # noqa: E731
+    outs = [f("y2", [2, 8, 20, 30])] + ([f("mid0", [2, 16, 20, 30])] if mid_out else [])
+    if mid_again:
+        nodes.append(helper.make_node("ReduceMean", ["mid0"], ["m"], keepdims=0))
+        outs.append(f("m", [2, 20, 30]))
+    g = helper.make_graph(nodes, "bottleneck", [f("x", [2, 8, 20, 30])], outs, inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_conv_writes_the_next_convs_padded_input():
+    """A 1x1 conv's output that only a stride-1 3x3 conv reads is written as that conv's zero-
+    padded image (no conv_phases copy; the three of one layout share a zeroed buffer); not when it
+    is handed back or read elsewhere. Every run computes what onnx.reference does."""
+    from onnx.reference import ReferenceEvaluator
+    feeds = {"x": np.random.default_rng(6).standard_normal((2, 8, 20, 30)).astype(np.float32)}
+    for mid_out, mid_again, copies in [(False, False, 0), (True, False, 1), (False, True, 1)]:
+        model = _bottleneck_model(mid_out, mid_again)
+        sess = clglow.InferenceSession(model.SerializeToString())
+        want = ReferenceEvaluator(model).run(None, feeds)
+        for _ in range(2):  # the second run reuses the padded buffers: their zeros must hold
+            for g, w in zip(sess.run(None, feeds), want):
+                np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+        plan = sess._engine.last_plan
+        kernels = [s.kernel_name for s in plan.steps if hasattr(s, "kernel_name")]
+        assert kernels.count("conv_phases") == copies, (mid_out, mid_again, kernels)
+        if not copies:
+            assert len({id(plan.device_tensors[f"mid{i}"]) for i in range(3)}) == 1

@@ -64,6 +64,28 @@ class ConstBuf:
 Arg = Union[Buf, Scratch, ConstBuf, np.generic]
 
 
+@dataclass(frozen=True)
+class PaddedLayout:
+    """An activation [N, C, H, W] stored as the zero-padded image a stride-1 convolution reads
+    in place (the implicit GEMM's phase image, im2col.cl conv_phases): pixel (y, x) of each
+    channel at (y + top) * pitch + x + left of a rows x pitch plane, zeros everywhere else, planes
+    one after another, then `slack` floats the consumer's last tile may read past the end. Its
+    producer writes it directly (a 1x1 conv's GEMM epilogue), its consumer needs no copy."""
+
+    rows: int
+    pitch: int
+    top: int
+    left: int
+    slack: int
+
+    @property
+    def plane(self) -> int:
+        return self.rows * self.pitch
+
+    def nbytes(self, n: int, c: int) -> int:
+        return 4 * (n * c * self.plane + self.slack)
+
+
 @dataclass
 class Launch:
     """One kernel enqueue."""
@@ -121,6 +143,12 @@ class LowerCtx:
         self._scratch_slots = 0
         # output index -> input index whose buffer that output may take over (see may_update)
         self.inplace: dict[int, int] = {}
+        # Padded activations (PaddedLayout): what this lowering could read or write directly
+        # (offers, made on the first lowering), and what the planner then fixed (layouts).
+        self.offer_padded_in: Optional[PaddedLayout] = None  # for input 0
+        self.offer_padded_out = False  # output 0, in whatever layout its consumer reads
+        self.in_layout: Optional[PaddedLayout] = None
+        self.out_layout: Optional[PaddedLayout] = None
 
     # -- convenience -------------------------------------------------------------------------
     @property

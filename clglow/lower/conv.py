@@ -23,6 +23,12 @@ Paths, by what the node needs (the shape choices for CPU tiles, GemmConfig.cpu_t
       panels, and the tile stored transposed (gemm.cl C_TRANS)
 Weights are packed into A panels once per plan (ctx.derived). 1-D convs run as 2-D with H = 1;
 3-D convs are declined by supports() and go to the host fallback.
+
+Between two convs (LowerCtx offers, fixed by the planner, runtime/executor.py): a stride-1 conv
+offers to read its input as its zero-padded phase image directly (offer_padded_in), a 1x1 conv
+without residual to write its output in such a layout (offer_padded_out: the same GEMM, stored
+remapped, gemm.cl opitch/ooff); where the two meet, the conv_phases copy is gone (ResNet's
+bottlenecks). A FusedConv's output may take its residual's buffer (may_update).
 """
 from __future__ import annotations
 
@@ -33,7 +39,7 @@ import numpy as np
 
 from ..errors import InvalidModel
 from ..ir import Graph, Node
-from .base import Launch, LowerCtx, device_op, f32, float32_only, i32, round_up
+from .base import Launch, LowerCtx, PaddedLayout, device_op, f32, float32_only, i32, round_up
 from .gemm import (ACTIVATIONS, Bias, GemmConfig, Implicit, Operand, act_params, b_unpacked_ok, fit_rows, gemm_config,
                    gemm_launch, pack_a, pack_b, pack_b_launch, transposed_config)
 
@@ -310,6 +316,16 @@ def _lower(ctx: LowerCtx) -> list:
     # 5% of packed panels (e.g. 64x3136x256: 424 vs 433 GFLOP/s), while the pack costs a
     # launch and a pass over X (0.1 ms for ResNet's layer1 conv1).
     if pointwise and b_unpacked_ok(cfg, npix):
+        ctx.offer_padded_out = g == 1 and not has_res
+        if ctx.out_layout is not None:
+            # Y straight into the next conv's zero-padded input: the same GEMM read as an
+            # implicit one over X (row k at k*H*W, no padding columns), stored remapped.
+            koff = ctx.const_buffer((np.arange(cin_g) * hw).astype(np.int32))
+            c, pitch, ooff = _padded_output(ctx, m=m, g=g)
+            return [gemm_launch(cfg, m=m, n=npix, k=kk, batch=n_img, d2=1, a=a,
+                                b=Operand(ctx.buf(0), s1=x_s1, s2=x_s2), c=c, bias=bias, act=act,
+                                act_alpha=act_a, act_beta=act_b, implicit=Implicit(koff, w, w, pitch, ooff),
+                                label=label)]
         # 1x1: B is X itself, [Cin_g, H*W] per (image, group).
         b = Operand(ctx.buf(0), ld=hw, s1=x_s1, s2=x_s2)
         res = Operand(ctx.buf(3), s1=c_s1, s2=c_s2) if has_res else None
@@ -408,6 +424,17 @@ def implicit_offsets(cin_g: int, geom: tuple) -> np.ndarray:
     return (ci + tap[None]).astype(np.int32).ravel()
 
 
+def _padded_output(ctx: LowerCtx, *, m: int, g: int) -> tuple:
+    """(C operand, row pitch, offset of pixel (0, 0)) for writing Y in the PaddedLayout the
+    planner fixed for it (ctx.out_layout): planes of rows x pitch, one image after another."""
+    lay = ctx.out_layout
+    if lay is None or g != 1:
+        raise InvalidModel("a padded output needs a single-group conv", node=ctx.label())
+    cout = m * g
+    return (Operand(ctx.out(0), ld=lay.plane, s1=cout * lay.plane, s2=m * lay.plane), lay.pitch,
+            lay.top * lay.pitch + lay.left)
+
+
 def _phase_pieces(ctx: LowerCtx, *, n_img: int, cin: int, cin_g: int, geom: tuple, slack: int):
     """The input of an implicit GEMM: X copied into zero-padded phase images (conv_phases, about
     1.1 x X where im2col writes KH*KW x X), images in pieces within the scratch cap. A stride-1
@@ -423,6 +450,17 @@ def _phase_pieces(ctx: LowerCtx, *, n_img: int, cin: int, cin_g: int, geom: tupl
     per_img = cin * nh * nw * hph * wph  # floats of one image's phase images
     x_s1 = cin * h * w
     koff = ctx.const_buffer(implicit_offsets(cin_g, geom))
+    if nh == nw == 1 and cin_g == cin:
+        # One phase image per channel (a stride-1 conv): its producer may write X padded like
+        # that in the first place (PaddedLayout), and then there is nothing to copy.
+        layout = PaddedLayout(hph, wph, ph, pw, slack)
+        ctx.offer_padded_in = layout
+        if ctx.in_layout is not None:
+            if ctx.in_layout != layout:
+                raise InvalidModel(f"padded input {ctx.in_layout} differs from the conv's {layout}",
+                                   node=label)
+            yield None, Operand(ctx.buf(0), s1=per_img, s2=per_img), koff, wph, 0, n_img
+            return
     pieces, nbytes = _pieces(n_img, 1, 4 * per_img)
     scratch = ctx.scratch(nbytes + 4 * slack)
     for i0, ni, _, _ in pieces:
@@ -448,7 +486,8 @@ def _lower_implicit(ctx: LowerCtx, cfg: GemmConfig, *, n_img: int, cin: int, cin
     # slack: the last tile's padding columns read up to WPH floats past the last phase image
     for producer, b, koff, wph, i0, ni in _phase_pieces(ctx, n_img=n_img, cin=cin, cin_g=cin_g, geom=geom,
                                                         slack=phase_geometry(geom)[3] + cfg.nr):
-        launches.append(producer)
+        if producer is not None:  # None: X is already the padded image (PaddedLayout)
+            launches.append(producer)
         off = i0 * c_s1
         res = Operand(ctx.buf(3), off=off, s1=c_s1, s2=c_s2) if has_res else None
         launches.append(gemm_launch(cfg, m=m, n=oh * wph, k=kk, batch=ni * g, d2=g, a=a, b=b,
@@ -518,10 +557,14 @@ def _lower_transposed(ctx: LowerCtx, cfg: GemmConfig, *, n_img: int, cin: int, c
                 launches.append(producer)
             off = i0 * c_s1
             res = Operand(ctx.buf(3), off=off, s1=c_s1, s2=c_s2) if has_res else None
+            c, pitch, ooff = Operand(ctx.out(0), off=off, ld=npix, s1=c_s1, s2=c_s2), None, 0
+            if pointwise:
+                ctx.offer_padded_out = g == 1 and not has_res
+                if ctx.out_layout is not None:  # Y straight into the next conv's padded input
+                    c, pitch, ooff = _padded_output(ctx, m=m, g=g)
             launches.append(gemm_launch(cfg, m=oh * wph, n=m, k=kk, batch=ni * g, d2=g, a=a, b=b,
-                                        c=Operand(ctx.out(0), off=off, ld=npix, s1=c_s1, s2=c_s2), bias=bias,
-                                        res=res, act=act_name, act_alpha=act_a, act_beta=act_b, c_trans=True,
-                                        implicit=Implicit(koff, wph, ow), label=label))
+                                        c=c, bias=bias, res=res, act=act_name, act_alpha=act_a, act_beta=act_b,
+                                        c_trans=True, implicit=Implicit(koff, wph, ow, pitch, ooff), label=label))
         return launches
     # Else the pixel panels of A: im2col panels of MR pixels (the waste of the padding rows of
     # phase images too high, or a GPU).

@@ -159,12 +159,15 @@ class Bias:
 class Implicit:
     """An implicit-GEMM convolution's pixel operand and C mapping: row k of the pixel operand
     starts at offset koff[k] of the phase images (or of X itself), pixel n is the padded-linear
-    y*wph + x, and only pixels with x < ow are stored (at y*ow + x). The pixels are B's columns
-    (gemm.cl flag 4), or in a transposed GEMM A's rows (flag 8)."""
+    y*wph + x, and only pixels with x < ow are stored, at y*opitch + x + ooff of each channel
+    (opitch None: ow, the plain layout; else the consumer's padded image, see PaddedLayout). The
+    pixels are B's columns (gemm.cl flag 4), or in a transposed GEMM A's rows (flag 8)."""
 
     koff: Arg
     wph: int
     ow: int
+    opitch: Optional[int] = None
+    ooff: int = 0
 
 
 def gemm_defines(cfg: GemmConfig, *, a_packed: bool, b_packed: bool, act_code: int = 0,
@@ -211,8 +214,10 @@ def gemm_launch(cfg: GemmConfig, *, m: int, n: int, k: int, batch: int, d2: int,
              f32(bias_.beta)]
     args += [res_.arg, i32(res_.off), i32(res_.s1), i32(res_.s2)]
     tail = [i32(max(d2, 1)), f32(alpha), i32(flags)] + [f32(p) for p in act_p]
-    tail += ([implicit.koff, i32(implicit.wph), i32(implicit.ow)] if implicit is not None
-             else [c.arg, i32(1), i32(1)])  # absent: C stands in for the table (never read)
+    tail += ([implicit.koff, i32(implicit.wph), i32(implicit.ow),
+              i32(implicit.ow if implicit.opitch is None else implicit.opitch), i32(implicit.ooff)]
+             if implicit is not None
+             else [c.arg, i32(1), i32(1), i32(1), i32(0)])  # absent: C stands in for the table (never read)
     ls = cfg.lsize
     gsize = (round_up(-(-m // cfg.mr), ls[0]), round_up(-(-n // cfg.nr), ls[1]), round_up(batch, ls[2]))
     return Launch("gemm", "gemm", gsize, args + [i32(m), i32(n), i32(k)] + tail, ls, defines, label,

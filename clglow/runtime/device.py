@@ -415,7 +415,11 @@ class Device:
                               r.exception())
                 else:
                     log.debug("compile helper prepared %s %s %s", program, " ".join(options), kernel)
-                local = pool.submit(self._prepare_one, program, options, kernel, lsize, noop_args, marker)
+                try:
+                    local = pool.submit(self._prepare_one, program, options, kernel, lsize, noop_args, marker)
+                except RuntimeError:  # the process is exiting (pool shut down): nothing left to warm
+                    fut.set_result(None)
+                    return
                 local.add_done_callback(lambda _l: fut.set_result(None))
             remote.add_done_callback(follow)
         else:

@@ -20,7 +20,7 @@ import pyopencl as cl
 from ..errors import DeviceError, InvalidModel, OutOfDeviceMemory
 from ..ir import Graph
 from ..lower import LowerCtx, TensorInfo, lookup
-from ..lower.base import Buf, ConstBuf, Scratch
+from ..lower.base import Buf, ConstBuf, PaddedLayout, Scratch
 from ..errors import UnsupportedNode, UnsupportedOperator
 from ..partition import DEVICE, HOST, Placement, place
 from .host import HostKernel, _outer_scope_names
@@ -205,36 +205,26 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
     lowered: list = []  # (node, launches | None, is_host)
     root: dict[str, str] = {}  # view output (or output updating an input in place) -> underlying tensor
     on_device: set = set()
-    offers: dict[str, dict] = {}  # node name -> {output index: input index} it may update in place
+    ctxs: dict[str, LowerCtx] = {}  # device node name -> its lowering context
     for node in nodes:
         if where[node.name] == DEVICE:
-            op = lookup(node)
-            if op.view:
+            if lookup(node).view:
                 src = node.inputs[0]
                 root[node.outputs[0]] = root.get(src, src)
                 lowered.append((node, [], False))
                 on_device.add(node.outputs[0])
                 continue
-            ctx = LowerCtx(node, graph, [_tensor_info(graph, i) for i in node.inputs],
-                           [_tensor_info(graph, o) for o in node.outputs if o], device.info)
-            try:
-                launches = op.lower(ctx)
-            except (InvalidModel, DeviceError):
-                raise
-            except Exception as e:
-                raise InvalidModel(f"lowering {node.op_type} failed: {e}", node=node.name) from e
-            for launch in launches:  # build (and warm up) programs while the rest loads
-                device.prepare(launch.program, launch.build_options(), launch.kernel, launch.lsize,
-                               launch.noop_args)
+            launches, ctxs[node.name] = _lower_node(node, graph, device)
             lowered.append((node, launches, False))
             on_device.update(o for o in node.outputs if o)
-            if ctx.inplace:
-                offers[node.name] = dict(ctx.inplace)
         else:
             lowered.append((node, None, True))
 
+    pinned = set(graph.inputs) | set(outputs)
+    padded = _take_padded_offers(graph, lowered, ctxs, root, pinned, device)
+    offers = {name: dict(c.inplace) for name, c in ctxs.items() if c.inplace}
     if offers:
-        _take_inplace_offers(graph, lowered, offers, root, set(graph.inputs) | set(outputs))
+        _take_inplace_offers(graph, lowered, offers, root, pinned)
 
     # 2. the step list with transfers at the borders; liveness per root tensor
     def r(name: str) -> str:
@@ -317,7 +307,7 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
     # 3. allocate: activations and scratch planned together by liveness
     intervals = []
     for name in first:
-        if name in consts_on_device:
+        if name in consts_on_device or name in padded:  # padded: a zeroed buffer of its own (below)
             continue
         intervals.append(Interval(name, _nbytes(graph, name), first[name], last.get(name, first[name])))
     intervals.extend(scratch_ivs.values())
@@ -334,6 +324,8 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
     else:
         assignment, slot_sizes = assign_buffers(intervals)
         planned = sum(slot_sizes)
+    pad_slot, pad_sizes = _padded_slots(graph, padded, first, last)
+    planned += sum(pad_sizes)
     if planned > device.info.global_mem_size:
         raise OutOfDeviceMemory(f"the activations need {planned} bytes, more than the device's memory "
                                 f"({device.info.global_mem_size} bytes)", device=device.info.name)
@@ -358,6 +350,15 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
                 device_tensors[name] = b
         for name in consts_on_device:
             device_tensors[name] = weights.get_const(name, graph.values[name].const)
+        pad_bufs = []
+        for nbytes in pad_sizes:
+            b = device_alloc(device.context, nbytes, "a padded activation")
+            buffers.append(b)
+            pad_bufs.append(b)
+            cl_call("zeroing a padded activation", cl.enqueue_fill_buffer, weights.queue, b, np.float32(0), 0,
+                    nbytes).wait()
+        for name, slot in pad_slot.items():
+            device_tensors[name] = pad_bufs[slot]
         for view, src in root.items():
             if src in device_tensors:
                 device_tensors[view] = device_tensors[src]
@@ -413,6 +414,90 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
         for b in buffers:
             device_free(b)
         raise
+
+
+def _lower_node(node, graph: Graph, device, in_layout: Optional[PaddedLayout] = None,
+                out_layout: Optional[PaddedLayout] = None) -> tuple:
+    """(launches, LowerCtx) of one device node; its programs start building (and warming up)
+    while the rest of the model loads."""
+    ctx = LowerCtx(node, graph, [_tensor_info(graph, i) for i in node.inputs],
+                   [_tensor_info(graph, o) for o in node.outputs if o], device.info)
+    ctx.in_layout, ctx.out_layout = in_layout, out_layout
+    try:
+        launches = lookup(node).lower(ctx)
+    except (InvalidModel, DeviceError):
+        raise
+    except Exception as e:
+        raise InvalidModel(f"lowering {node.op_type} failed: {e}", node=node.name) from e
+    for launch in launches:
+        device.prepare(launch.program, launch.build_options(), launch.kernel, launch.lsize, launch.noop_args)
+    return launches, ctx
+
+
+def _padded_slots(graph: Graph, padded: dict, first: dict, last: dict) -> tuple:
+    """Buffers for the padded activations: tensors of one layout and shape whose lifetimes do not
+    overlap share one (their padding is the same zeros, each producer rewrites every pixel):
+    ResNet-50's 11 take 3. Returns ({tensor: slot}, [slot bytes])."""
+    slot_of: dict[str, int] = {}
+    sizes: list = []
+    free_at: dict = {}  # (layout, n, c) -> [(slot, last step using it)]
+    for name in sorted(padded, key=lambda t: first.get(t, 0)):
+        shape = graph.values[name].shape
+        key = (padded[name], int(shape[0]), int(shape[1]))
+        slots = free_at.setdefault(key, [])
+        start, end = first.get(name, 0), last.get(name, first.get(name, 0))
+        for i, (slot, busy_until) in enumerate(slots):
+            if busy_until < start:
+                slots[i] = (slot, end)
+                break
+        else:
+            slot = len(sizes)
+            sizes.append(padded[name].nbytes(key[1], key[2]))
+            slots.append((slot, end))
+        slot_of[name] = slot
+    return slot_of, sizes
+
+
+def _readers(lowered: list) -> dict:
+    """tensor name -> how many times nodes read it (inputs, and outer-scope names of host nodes)."""
+    count: dict[str, int] = {}
+    for node, _, is_host in lowered:
+        for i in list(node.inputs) + (_outer_scope_names(node) if is_host else []):
+            if i:
+                count[i] = count.get(i, 0) + 1
+    return count
+
+
+def _take_padded_offers(graph: Graph, lowered: list, ctxs: dict, root: dict, pinned: set, device) -> dict:
+    """Pair a conv that reads its input as a zero-padded image (LowerCtx.offer_padded_in: a
+    stride-1 implicit GEMM, which would copy X into that image first, im2col.cl conv_phases)
+    with the 1x1 conv producing X (offer_padded_out: its GEMM can store there directly) when X
+    has no other reader, is not handed back and shares no buffer. Both are lowered again with the
+    layout fixed; X then gets a buffer of its own, zeroed once (only the pixels are ever written).
+    Returns {tensor: PaddedLayout}. ResNet's bottlenecks: one launch and one pass over X fewer per
+    stride-1 3x3."""
+    maker = {o: k for k, (node, _, is_host) in enumerate(lowered) if not is_host for o in node.outputs if o}
+    readers = _readers(lowered)
+    shared = set(root) | set(root.values())
+    padded: dict[str, PaddedLayout] = {}
+    for k, (node, _, is_host) in enumerate(lowered):
+        ctx = ctxs.get(node.name)
+        layout = ctx.offer_padded_in if ctx is not None else None
+        x = node.inputs[0] if node.inputs else ""
+        if layout is None or not x or x in pinned or x in shared or readers.get(x) != 1 or x not in maker:
+            continue
+        pk = maker[x]
+        producer = lowered[pk][0]
+        pctx = ctxs.get(producer.name)
+        if pctx is None or not pctx.offer_padded_out or producer.outputs[0] != x:
+            continue
+        launches, pctx2 = _lower_node(producer, graph, device, out_layout=layout)
+        lowered[pk], ctxs[producer.name] = (producer, launches, False), pctx2
+        launches, ctx2 = _lower_node(node, graph, device, in_layout=layout)
+        lowered[k], ctxs[node.name] = (node, launches, False), ctx2
+        padded[x] = layout
+        log.debug("%s writes %s as %s's padded input", producer.name, x, node.name)
+    return padded
 
 
 def _take_inplace_offers(graph: Graph, lowered: list, offers: dict, root: dict, pinned: set) -> None:

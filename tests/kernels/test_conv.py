@@ -248,6 +248,62 @@ def test_residual_updated_in_place(x_shape, w_shape, attrs, first):
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
+PADDED = [  # (x, 1x1 producer's W, 3x3 consumer's W, consumer attrs, transposed GEMMs)
+    ((2, 8, 20, 30), (13, 8, 1, 1), (7, 13, 3, 3), dict(pads=[1, 1, 1, 1]), False),    # N = 600 columns
+    ((2, 16, 14, 14), (64, 16, 1, 1), (64, 64, 3, 3), dict(pads=[1, 1, 1, 1]), True),  # 196 pixel rows
+    ((1, 5, 9, 40), (6, 5, 1, 1), (5, 6, 5, 3), dict(pads=[2, 1, 2, 1]), False),       # 5x3 taps
+]
+
+
+@pytest.mark.parametrize("x_shape,w1_shape,w2_shape,attrs,trans", PADDED, ids=[str(i) for i in range(len(PADDED))])
+def test_padded_activation_between_convs(x_shape, w1_shape, w2_shape, attrs, trans):
+    """A 1x1 conv writes its output straight into the zero-padded image the next stride-1 conv
+    reads (PaddedLayout: the consumer's conv_phases copy is gone); the pair computes what
+    onnx.reference does for the two convs."""
+    dev = _default_tiles()
+    x, w1, b1, w2, b2 = rand(*x_shape), rand(*w1_shape), rand(w1_shape[0]), rand(*w2_shape), rand(w2_shape[0])
+    conv1 = helper.make_node("FusedConv", ["x", "w1", "b1"], ["mid"], domain="clglow", activation="Relu")
+    conv2 = helper.make_node("Conv", ["mid", "w2", "b2"], ["y"], **attrs)
+    mid = np.maximum(reference(helper.make_node("Conv", ["x", "w1", "b1"], ["m"]), {"x": x}, {"w1": w1, "b1": b1},
+                               17)[0], 0).astype(np.float32)
+    y = reference(helper.make_node("Conv", ["mid", "w2", "b2"], ["y"], **attrs), {"mid": mid}, {"w2": w2, "b2": b2},
+                  17)[0]
+    op2, ctx2 = lower_ctx(conv2, {"mid": mid}, {"w2": w2, "b2": b2}, {"y": (y.shape, np.float32)}, 17, dev)
+    op2.lower(ctx2)
+    layout = ctx2.offer_padded_in
+    assert layout is not None
+    op1, ctx1 = lower_ctx(conv1, {"x": x}, {"w1": w1, "b1": b1}, {"mid": (mid.shape, np.float32)}, 17, dev)
+    op1.lower(ctx1)
+    assert ctx1.offer_padded_out
+    ctx1.out_layout, ctx2.in_layout = layout, layout
+    first, second = op1.lower(ctx1), op2.lower(ctx2)
+    assert [ln.kernel for ln in first] == ["gemm"] and [ln.kernel for ln in second] == ["gemm"], (first, second)
+    assert all(("-DC_TRANS=1" in ln.build_options()) == trans for ln in first + second), (first, second)
+    zeros = np.zeros(layout.nbytes(x_shape[0], w1_shape[0]) // 4, np.float32)
+    got = execute(first + second, {"x": x, "mid": zeros, "w1": w1, "b1": b1, "w2": w2, "b2": b2},
+                  {"y": y.astype(np.float32)})["y"]
+    np.testing.assert_allclose(got, y, rtol=1e-4, atol=1e-4)
+
+
+def test_padded_offers_only_where_supported():
+    """No padded output from a conv with a residual or groups, no padded input for a strided or
+    pointwise conv."""
+    dev = _default_tiles()
+    x = rand(1, 8, 20, 30)
+    cases = [(helper.make_node("FusedConv", ["x", "w", "", "z"], ["y"], domain="clglow"), (8, 8, 1, 1), True, False),
+             (helper.make_node("Conv", ["x", "w"], ["y"], group=2), (8, 4, 1, 1), False, False),
+             (helper.make_node("Conv", ["x", "w"], ["y"], strides=[2, 2], pads=[1, 1, 1, 1]), (8, 8, 3, 3), False, False),
+             (helper.make_node("Conv", ["x", "w"], ["y"]), (8, 8, 1, 1), False, True)]
+    for node, w_shape, residual, padded_out in cases:
+        w = rand(*w_shape)
+        yref = reference(helper.make_node("Conv", ["x", "w"], ["y"], **{a.name: helper.get_attribute_value(a)
+                                                                        for a in node.attribute}), {"x": x}, {"w": w}, 17)[0]
+        feeds = {"x": x, **({"z": rand(*yref.shape)} if residual else {})}
+        op, ctx = lower_ctx(node, feeds, {"w": w}, {"y": (yref.shape, np.float32)}, 17, dev)
+        op.lower(ctx)
+        assert ctx.offer_padded_in is None and ctx.offer_padded_out == padded_out, node
+
+
 @pytest.mark.parametrize("act,alpha,beta", ACTS, ids=[a[0] or "none" for a in ACTS])
 def test_fused_activations(act, alpha, beta):
     fused_check((2, 5, 9, 11), (7, 5, 3, 3), act, alpha, beta, pads=[1, 1, 1, 1])
