@@ -163,8 +163,16 @@ __kernel void gemm(
     /* A ragged last column tile of an in-place B computes the last NR columns instead: whole
      * vector loads on every tile (the element-wise path below is left for N < NR). It overlaps
      * its neighbour and stores only its own columns, from cs on: every output is read (Z) and
-     * written (C) by one work-item, so C may be Z itself (a residual updated in place). */
-    const int n0 = (tn + 1) * NR > N && N >= NR ? N - NR : tn * NR;
+     * written (C) by one work-item, so C may be Z itself (a residual updated in place). When at
+     * most one vector of columns is left (tail1: ResNet's 196-pixel layers, 6 x 32 + 4), it
+     * computes just the last VW columns: half or a third of a tile's FMAs. */
+    const int rem = N - tn * NR;
+#if HAS_IMPLICIT
+    const bool tail1 = NV > 1 && !(flags & FLAG_IMPLICIT) && rem > 0 && rem <= VW && N >= NR;
+#else
+    const bool tail1 = false;  /* C_TRANS: its epilogue stores whole columns */
+#endif
+    const int n0 = tail1 ? N - VW : (tn + 1) * NR > N && N >= NR ? N - NR : tn * NR;
 #endif
     const int cs = tn * NR - n0;  /* columns of a shifted tile its neighbour stores */
     if (tm * MR >= M || tn * NR >= N)
@@ -263,7 +271,16 @@ __kernel void gemm(
         }
     } else
 #endif
-    if (n0 + NR <= N) {
+    if (tail1) {
+        for (int k = 0; k < K; ++k) {  /* the first vector of accumulators only */
+            const floatv b0 = *(const __global floatv_u*)pb;
+            pb += ldb;
+#pragma unroll
+            for (int r = 0; r < MR; ++r)
+                acc[r][0] += A_AT(r) * b0;
+            A_NEXT();
+        }
+    } else if (n0 + NR <= N) {
         for (int k = 0; k < K; ++k) {
             floatv b[NV];
             LOAD_B(b, pb, floatv_u);
