@@ -458,13 +458,18 @@ def _padded_slots(graph: Graph, padded: dict, first: dict, last: dict) -> tuple:
     return slot_of, sizes
 
 
+def _reads(node, is_host: bool) -> list:
+    """The tensors a node reads: its inputs, and for a host node the outer-scope names its
+    subgraphs (If/Loop/Scan bodies) use."""
+    return [i for i in list(node.inputs) + (_outer_scope_names(node) if is_host else []) if i]
+
+
 def _readers(lowered: list) -> dict:
-    """tensor name -> how many times nodes read it (inputs, and outer-scope names of host nodes)."""
+    """tensor name -> how many times nodes read it."""
     count: dict[str, int] = {}
     for node, _, is_host in lowered:
-        for i in list(node.inputs) + (_outer_scope_names(node) if is_host else []):
-            if i:
-                count[i] = count.get(i, 0) + 1
+        for i in _reads(node, is_host):
+            count[i] = count.get(i, 0) + 1
     return count
 
 
@@ -510,12 +515,7 @@ def _take_inplace_offers(graph: Graph, lowered: list, offers: dict, root: dict, 
     def r(name: str) -> str:
         return root.get(name, name)
 
-    last_read: dict[str, int] = {}
-    for idx, (node, _, is_host) in enumerate(lowered):
-        names = list(node.inputs) + (_outer_scope_names(node) if is_host else [])
-        for i in names:
-            if i:
-                last_read[i] = idx
+    last_read = {i: idx for idx, (node, _, is_host) in enumerate(lowered) for i in _reads(node, is_host)}
     made_on_device: set = set()
     for idx, (node, _, is_host) in enumerate(lowered):
         for j, i in offers.get(node.name, {}).items():
