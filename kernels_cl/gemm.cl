@@ -170,7 +170,7 @@ __kernel void gemm(
 #if HAS_IMPLICIT
     const bool tail1 = NV > 1 && !(flags & FLAG_IMPLICIT) && rem > 0 && rem <= VW && N >= NR;
 #else
-    const bool tail1 = false;  /* C_TRANS: its epilogue stores whole columns */
+    const bool tail1 = false;  /* C_TRANS with an in-place B: not launched (its B is packed weights) */
 #endif
     const int n0 = tail1 ? N - VW : (tn + 1) * NR > N && N >= NR ? N - NR : tn * NR;
 #endif
