@@ -32,7 +32,7 @@
  * work-item, and a tile overlapping its neighbour (ragged in-place B, implicit A) stores only its
  * own outputs. BIAS is read at bias[m*bias_sm + n*bias_sn] with bias_sn in {0, 1}.
  *
- * The batch index z (global dim 2) is split as z1 = z / D2, z2 = z % D2 and every
+ * The batch index z (global dim 2; dim 1 in the C_TRANS programs) is split as z1 = z / D2, z2 = z % D2 and every
  * operand offset is off + z1*s1 + z2*s2 (batch x group for convs; broadcast operands use stride 0).
  *
  * Written for pocl's CPU device first: no local memory, no builtin calls in the
@@ -147,8 +147,16 @@ __kernel void gemm(
     /* Row tiles vary fastest: consecutive work-items (run back to back by a CPU thread) share
      * one B panel, which then streams from memory once while the A panels stay in cache. */
     const int tm = get_global_id(0);
+#if C_TRANS
+    /* Transposed (B = weight panels, pixels as rows): images before column tiles, so a weight
+     * panel serves every image's pixel tiles while it is in cache (gsize = (tiles, batch,
+     * column tiles); ResNet-50 at batch 8: 1% in alternating runs). */
+    const int tn = get_global_id(2);
+    const int z = get_global_id(1);
+#else
     const int tn = get_global_id(1);
     const int z = get_global_id(2);
+#endif
 #if C_TRANS
     /* An implicit A (pixels as rows, flag 8): a ragged last row tile computes the last MR rows
      * instead, overlapping its neighbour as an in-place B's last column tile does below. */
