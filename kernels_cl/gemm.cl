@@ -213,13 +213,14 @@ __kernel void gemm(
 #endif
 
 /* One k step of the tile: row r's A value AT(r) times the NV vectors of B. */
-#define FMA_TILE(bv, AT) do {                               \
+#define FMA_TILE_N(bv, AT, NVEC) do {                       \
         _Pragma("unroll") for (int r = 0; r < MR; ++r) {    \
             const float a_ = AT(r);                         \
-            _Pragma("unroll") for (int v = 0; v < NV; ++v)  \
+            _Pragma("unroll") for (int v = 0; v < NVEC; ++v) \
                 acc[r][v] += a_ * bv[v];                    \
         }                                                   \
     } while (0)
+#define FMA_TILE(bv, AT) FMA_TILE_N(bv, AT, NV)
 #define FMA_STEP(bv) do { FMA_TILE(bv, A_AT); A_NEXT(); } while (0)
 /* The accumulators into a private MR x NR tile (vector stores; the scalar epilogues then read
  * it from L1: cheaper than extracting each lane from the registers). */
@@ -240,10 +241,11 @@ __kernel void gemm(
     act_s(tile[(r) * NR + (c)] * alpha + (has_bias ? beta * pbias[(r) * bias_sm + (c) * bias_sn] : 0.0f) \
           + (has_res ? (ZVAL) : 0.0f), act_a, act_b, act_c)
 /* The NV vectors of B at p (VECT: floatv for an aligned panel, floatv_u for a row in place). */
-#define LOAD_B(bv, p, VECT) do {                            \
-        _Pragma("unroll") for (int v = 0; v < NV; ++v)      \
+#define LOAD_B_N(bv, p, VECT, NVEC) do {                    \
+        _Pragma("unroll") for (int v = 0; v < NVEC; ++v)    \
             bv[v] = *(const __global VECT*)((p) + v * VW);  \
     } while (0)
+#define LOAD_B(bv, p, VECT) LOAD_B_N(bv, p, VECT, NV)
 
 #if B_PACKED
     const __global float* pb = B + offB + z1 * sB1 + z2 * sB2 + tn * (K * NR);
@@ -281,11 +283,10 @@ __kernel void gemm(
 #endif
     if (tail1) {
         for (int k = 0; k < K; ++k) {  /* the first vector of accumulators only */
-            const floatv b0 = *(const __global floatv_u*)pb;
+            floatv b[1];
+            LOAD_B_N(b, pb, floatv_u, 1);
             pb += ldb;
-#pragma unroll
-            for (int r = 0; r < MR; ++r)
-                acc[r][0] += A_AT(r) * b0;
+            FMA_TILE_N(b, A_AT, 1);
             A_NEXT();
         }
     } else if (n0 + NR <= N) {

@@ -219,11 +219,12 @@ def gemm_launch(cfg: GemmConfig, *, m: int, n: int, k: int, batch: int, d2: int,
              if implicit is not None
              else [c.arg, i32(1), i32(1), i32(1), i32(0)])  # absent: C stands in for the table (never read)
     ls = cfg.lsize
-    gsize = (round_up(-(-m // cfg.mr), ls[0]), round_up(-(-n // cfg.nr), ls[1]), round_up(batch, ls[2]))
     if c_trans:  # gemm.cl: the transposed programs walk the images before the column tiles
         if tuple(ls[1:]) != (1, 1):
             raise ValueError("transposed GEMMs take CPU tiles (one work-item per group)")
-        gsize = (gsize[0], batch, -(-n // cfg.nr))
+        gsize = (round_up(-(-m // cfg.mr), ls[0]), batch, -(-n // cfg.nr))
+    else:
+        gsize = (round_up(-(-m // cfg.mr), ls[0]), round_up(-(-n // cfg.nr), ls[1]), round_up(batch, ls[2]))
     return Launch("gemm", "gemm", gsize, args + [i32(m), i32(n), i32(k)] + tail, ls, defines, label,
                   noop_args=args + [i32(0), i32(0), i32(0)] + tail)
 

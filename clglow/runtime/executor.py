@@ -222,9 +222,7 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
 
     pinned = set(graph.inputs) | set(outputs)
     padded = _take_padded_offers(graph, lowered, ctxs, root, pinned, device)
-    offers = {name: dict(c.inplace) for name, c in ctxs.items() if c.inplace}
-    if offers:
-        _take_inplace_offers(graph, lowered, offers, root, pinned)
+    _take_inplace_offers(graph, lowered, ctxs, root, pinned)
 
     # 2. the step list with transfers at the borders; liveness per root tensor
     def r(name: str) -> str:
@@ -505,7 +503,7 @@ def _take_padded_offers(graph: Graph, lowered: list, ctxs: dict, root: dict, pin
     return padded
 
 
-def _take_inplace_offers(graph: Graph, lowered: list, offers: dict, root: dict, pinned: set) -> None:
+def _take_inplace_offers(graph: Graph, lowered: list, ctxs: dict, root: dict, pinned: set) -> None:
     """Let an output take over an input's buffer where its lowering offered it (LowerCtx.may_update,
     e.g. a FusedConv's residual: the GEMM adds Z and writes Y in place, no separate Y to allocate
     and fill) and it is safe: the input is an activation made on the device (not a constant, a
@@ -515,10 +513,13 @@ def _take_inplace_offers(graph: Graph, lowered: list, offers: dict, root: dict, 
     def r(name: str) -> str:
         return root.get(name, name)
 
+    if not any(c.inplace for c in ctxs.values()):
+        return
     last_read = {i: idx for idx, (node, _, is_host) in enumerate(lowered) for i in _reads(node, is_host)}
     made_on_device: set = set()
     for idx, (node, _, is_host) in enumerate(lowered):
-        for j, i in offers.get(node.name, {}).items():
+        ctx = ctxs.get(node.name)
+        for j, i in (ctx.inplace if ctx is not None else {}).items():
             out, src = node.outputs[j], node.inputs[i]
             if not out or not src or out in root:
                 continue
