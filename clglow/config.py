@@ -59,3 +59,13 @@ def max_tensor_bytes() -> int:
         return int(os.environ.get("CLGLOW_MAX_TENSOR_BYTES", str(16 << 30)))
     except ValueError:
         return 16 << 30
+
+
+def sub_batch_bytes() -> int | None:
+    """CLGLOW_SUB_BATCH_BYTES: the activation bytes per sub-batch piece (runtime.sub_batch); 0
+    turns sub-batches off. None (unset or not a number): chosen from the device's cache."""
+    value = (os.environ.get("CLGLOW_SUB_BATCH_BYTES") or "").strip()
+    try:
+        return max(0, int(value)) if value else None
+    except ValueError:
+        return None

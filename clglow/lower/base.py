@@ -127,6 +127,7 @@ class DeviceInfo:
     preferred_vector_width_float: int = 4
     float16_math_split: bool = False  # builtin math on float16 as float8 halves (kernels_cl/vmath.h)
     base_align: int = 256  # bytes; sub-buffer offsets must be multiples (CL_DEVICE_MEM_BASE_ADDR_ALIGN)
+    cache_bytes: int = 0  # CL_DEVICE_GLOBAL_MEM_CACHE_SIZE (pocl: the CPU's last-level cache); 0 unknown
     gemm_tiles: Optional[tuple] = None  # (MR, VW, NV, local size) measured by runtime.tuning
 
 
@@ -149,6 +150,10 @@ class LowerCtx:
         self.offer_padded_out = False  # output 0, in whatever layout its consumer reads
         self.in_layout: Optional[PaddedLayout] = None
         self.out_layout: Optional[PaddedLayout] = None
+        # derived constants already computed while building this plan (key -> array): the
+        # executor shares one dict across a plan's nodes, so a weight lowered again (padded
+        # pairing, sub-batch pieces) is packed once
+        self.derived_memo: Optional[dict] = None
 
     # -- convenience -------------------------------------------------------------------------
     @property
@@ -197,7 +202,13 @@ class LowerCtx:
         if src is None:
             raise ValueError(f"input {i} of {self.node.name} is not constant")
         # id(src): a constant folded per input shape keeps its name but not its value
-        return ConstBuf(f"{self.node.inputs[i]}@{id(src):x}#{tag}", np.ascontiguousarray(fn(src)))
+        key = f"{self.node.inputs[i]}@{id(src):x}#{tag}"
+        arr = None if self.derived_memo is None else self.derived_memo.get(key)
+        if arr is None:
+            arr = np.ascontiguousarray(fn(src))
+            if self.derived_memo is not None:
+                self.derived_memo[key] = arr
+        return ConstBuf(key, arr)
 
     def label(self) -> str:
         return self.node.name

@@ -258,7 +258,8 @@ def _device_info(d: cl.Device) -> DeviceInfo:
         # the GEMM tiles follow the width the compiler really has (AVX2: float8)
         preferred_vector_width_float=min(width, 8) if split else width,
         float16_math_split=split,
-        base_align=max(256, int(d.mem_base_addr_align) // 8))
+        base_align=max(256, int(d.mem_base_addr_align) // 8),
+        cache_bytes=int(d.global_mem_cache_size) if d.global_mem_cache_type != cl.device_mem_cache_type.NONE else 0)
 
 
 class Device:

@@ -24,7 +24,9 @@ from ..lower.base import Buf, ConstBuf, PaddedLayout, Scratch
 from ..errors import UnsupportedNode, UnsupportedOperator
 from ..partition import DEVICE, HOST, Placement, place
 from .host import HostKernel, _outer_scope_names
+from . import sub_batch
 from .memory import Interval, assign_buffers, plan_offsets
+from .sub_batch import Slice
 
 log = logging.getLogger(__name__)
 
@@ -200,12 +202,23 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
                                                        "output shape depends on data; host fallback is disabled")])
         placement[-1] = Placement(last_node.name, last_node.op_type, HOST, "output shape depends on data")
     where = {p.node: p.where for p in placement}
+    slices: dict[str, Slice] = {}
+    if stop is None:  # per-image stretches of a batch run a few images at a time (runtime.sub_batch)
+        split_graph, slices = sub_batch.split(sub, {n for n, w in where.items() if w == DEVICE}, outputs,
+                                              device.info)
+        if slices:
+            graph = sub = split_graph
+            nodes = sub.nodes
+            where = {n.name: where[n.name] if n.name in where else DEVICE for n in nodes}
 
     # 1. lower every node; work out which tensors live on the device
     lowered: list = []  # (node, launches | None, is_host)
-    root: dict[str, str] = {}  # view output (or output updating an input in place) -> underlying tensor
+    # view output (or output updating an input in place, or a sub-batch piece that is a slice of a
+    # whole tensor) -> underlying tensor
+    root: dict[str, str] = {name: sl.whole for name, sl in slices.items()}
     on_device: set = set()
     ctxs: dict[str, LowerCtx] = {}  # device node name -> its lowering context
+    memo: dict = {}  # derived constants (packed weights) computed for this plan, by key
     for node in nodes:
         if where[node.name] == DEVICE:
             if lookup(node).view:
@@ -214,15 +227,20 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
                 lowered.append((node, [], False))
                 on_device.add(node.outputs[0])
                 continue
-            launches, ctxs[node.name] = _lower_node(node, graph, device)
+            launches, ctxs[node.name] = _lower_node(node, graph, device, memo=memo)
             lowered.append((node, launches, False))
             on_device.update(o for o in node.outputs if o)
         else:
             lowered.append((node, None, True))
 
     pinned = set(graph.inputs) | set(outputs)
-    padded = _take_padded_offers(graph, lowered, ctxs, root, pinned, device)
+    padded = _take_padded_offers(graph, lowered, ctxs, root, pinned, device, memo)
     _take_inplace_offers(graph, lowered, ctxs, root, pinned)
+    for name in slices:  # a whole tensor that is itself a view: its slices are of the owner's buffer
+        while root[name] in root:
+            root[name] = root[root[name]]
+        if name in on_device:  # written by a piece: the whole tensor is made on the device
+            on_device.add(root[name])
 
     # 2. the step list with transfers at the borders; liveness per root tensor
     def r(name: str) -> str:
@@ -264,21 +282,22 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
                 if i in bound:  # constants a kernel reads as they are (packed copies come as ConstBuf)
                     consts_on_device.add(i)
                 continue
-            if r(i) not in on_device and i not in uploaded:  # produced on the host or a graph input
-                uploaded.add(i)
-                on_device.add(i)
-                first[i] = idx
-                if i in graph_inputs:  # uploaded before the first step
-                    first[i] = 0
-                    device_inputs.append(i)
+            t = r(i) if i in slices else i  # a piece's slice: its whole tensor is what comes in
+            if r(t) not in on_device and t not in uploaded:  # produced on the host or a graph input
+                uploaded.add(t)
+                on_device.add(t)
+                first[t] = idx
+                if t in graph_inputs:  # uploaded before the first step
+                    first[t] = 0
+                    device_inputs.append(t)
                 else:
-                    steps.append(("upload", i))
+                    steps.append(("upload", t))
                     idx = len(steps)
             use(i, idx)
         for o in node.outputs:
-            if o and r(o) == o:
-                first.setdefault(o, idx)
-                last[o] = max(last.get(o, -1), idx)
+            if o and (r(o) == o or o in slices):  # a slice's first writer starts its whole tensor
+                first.setdefault(r(o), idx)
+                last[r(o)] = max(last.get(r(o), -1), idx)
         node_first = len(steps)
         for launch in launches:
             for a in launch.args:
@@ -335,6 +354,7 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
             buffers.append(arena)
             for name, (off, size) in offsets.items():
                 region[name] = cl_call(f"carving {name!r} from the arena", arena.get_sub_region, off, size)
+            place_of = {name: (arena, off) for name, (off, _) in offsets.items()}
         else:
             slots = []
             for size in slot_sizes:
@@ -342,6 +362,14 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
                 buffers.append(b)
                 slots.append(b)
             region = {name: slots[s] for name, s in assignment.items()}
+            place_of = {name: (slots[s], 0) for name, s in assignment.items()}
+        for name, sl in slices.items():  # images [i0, i0 + n) of the whole tensor, in place
+            owner = r(name)
+            if owner not in place_of:
+                raise InvalidModel(f"sub-batch piece {name!r} of {owner!r} has no device buffer")
+            base, off = place_of[owner]
+            region[name] = cl_call(f"carving {name!r} from {owner!r}", base.get_sub_region, off + sl.offset,
+                                   sl.nbytes)
         device_tensors: dict = {}
         for name, b in region.items():
             if not name.startswith("\0"):  # scratch buffers are bound by their own name
@@ -358,6 +386,8 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
         for name, slot in pad_slot.items():
             device_tensors[name] = pad_bufs[slot]
         for view, src in root.items():
+            if view in slices:
+                continue  # bound to its own sub-region above
             if src in device_tensors:
                 device_tensors[view] = device_tensors[src]
             elif graph.values[src].const is not None:
@@ -415,12 +445,13 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
 
 
 def _lower_node(node, graph: Graph, device, in_layout: Optional[PaddedLayout] = None,
-                out_layout: Optional[PaddedLayout] = None) -> tuple:
+                out_layout: Optional[PaddedLayout] = None, memo: Optional[dict] = None) -> tuple:
     """(launches, LowerCtx) of one device node; its programs start building (and warming up)
-    while the rest of the model loads."""
+    while the rest of the model loads. `memo`: the plan's derived constants (LowerCtx.derived)."""
     ctx = LowerCtx(node, graph, [_tensor_info(graph, i) for i in node.inputs],
                    [_tensor_info(graph, o) for o in node.outputs if o], device.info)
     ctx.in_layout, ctx.out_layout = in_layout, out_layout
+    ctx.derived_memo = memo
     try:
         launches = lookup(node).lower(ctx)
     except (InvalidModel, DeviceError):
@@ -471,7 +502,8 @@ def _readers(lowered: list) -> dict:
     return count
 
 
-def _take_padded_offers(graph: Graph, lowered: list, ctxs: dict, root: dict, pinned: set, device) -> dict:
+def _take_padded_offers(graph: Graph, lowered: list, ctxs: dict, root: dict, pinned: set, device,
+                        memo: Optional[dict] = None) -> dict:
     """Pair a conv that reads its input as a zero-padded image (LowerCtx.offer_padded_in: a
     stride-1 implicit GEMM, which would copy X into that image first, im2col.cl conv_phases)
     with the 1x1 conv producing X (offer_padded_out: its GEMM can store there directly) when X
@@ -494,9 +526,9 @@ def _take_padded_offers(graph: Graph, lowered: list, ctxs: dict, root: dict, pin
         pctx = ctxs.get(producer.name)
         if pctx is None or not pctx.offer_padded_out or producer.outputs[0] != x:
             continue
-        launches, pctx2 = _lower_node(producer, graph, device, out_layout=layout)
+        launches, pctx2 = _lower_node(producer, graph, device, out_layout=layout, memo=memo)
         lowered[pk], ctxs[producer.name] = (producer, launches, False), pctx2
-        launches, ctx2 = _lower_node(node, graph, device, in_layout=layout)
+        launches, ctx2 = _lower_node(node, graph, device, in_layout=layout, memo=memo)
         lowered[k], ctxs[node.name] = (node, launches, False), ctx2
         padded[x] = layout
         log.debug("%s writes %s as %s's padded input", producer.name, x, node.name)
