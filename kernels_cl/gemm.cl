@@ -25,8 +25,9 @@
  *               opitch = ow, ooff = 0, or the next conv's zero-padded input image (a 1x1 conv
  *               read as an implicit GEMM over X itself, koff[k] = k*H*W, wph = ow = W).
  *   implicit A  (flag 8, in the C_TRANS programs) the same for a transposed conv: row k of A^T
- *               starts at koff[k] (X itself for a 1x1 conv), row m is the padded-linear pixel
- *               and goes to y*opitch + x + ooff of each channel.
+ *               starts at koff[k] (X itself for a 1x1 conv), row m is output pixel (y, x) =
+ *               (m / ow, m % ow), read at y*wph + x (no padding rows computed), and goes to
+ *               y*opitch + x + ooff of each channel.
  * C, Z (residual) are row-major with leading dimension ldc. C may be Z itself (a residual
  * updated in place, no restrict on either): every output is read from Z and written to C by one
  * work-item, and a tile overlapping its neighbour (ragged in-place B, implicit A) stores only its
@@ -252,14 +253,22 @@ __kernel void gemm(
 #if C_TRANS
     if (flags & FLAG_IMPLICIT_A) {
         /* Implicit A: row k of A^T starts at koff[k] (X in place for a 1x1 conv, the phase
-         * images otherwise); the tile's MR pixels are consecutive there. */
-        const __global float* pi = A + offA + z1 * sA1 + z2 * sA2 + m0;
+         * images otherwise) and the tile's rows are output pixels p, at (p / ow) * wph + p % ow
+         * there: one pointer per row, so no padding column is computed (ResNet-50's 14x14 3x3s:
+         * 196 rows, not 14 x 15 = 210). */
+        const __global float* pr[MR];
+#pragma unroll
+        for (int r = 0; r < MR; ++r) {
+            const int p = min(m0 + r, M - 1);
+            const int y = p / ow;
+            pr[r] = A + offA + z1 * sA1 + z2 * sA2 + y * wph + (p - y * ow);
+        }
         for (int k = 0; k < K; ++k) {
             floatv b[NV];
             LOAD_B(b, pb, floatv);
             pb += NR;
-            const __global float* ar = pi + koff[k];
-#define AR_AT(r) ar[r]
+            const int o = koff[k];
+#define AR_AT(r) pr[r][o]
             FMA_TILE(b, AR_AT);
         }
     } else
@@ -377,16 +386,16 @@ __kernel void gemm(
 #if C_TRANS
     {
         /* Transposed: column c of the tile is MR consecutive floats of C (pixels), written from a
-         * private tile. With an implicit A the rows are padded-linear pixels: row r goes
-         * to y*ow + x of its channel, or nowhere (rd = -1) for a padding column. */
+         * private tile. With an implicit A row r is pixel (y, x) and goes to y*opitch + x + ooff
+         * of its channel, or nowhere (rd = -1) when the tile's neighbour stores it. */
         const bool imp = (flags & FLAG_IMPLICIT_A) != 0;
         int rd[MR];
 #pragma unroll
         for (int r = 0; r < MR; ++r) {
             const int j = m0 + r;
-            const int y = imp ? j / wph : 0;
-            const int x = j - y * wph;
-            rd[r] = !imp ? j : (x < ow && r >= rs ? y * opitch + x + ooff : -1);
+            const int y = imp ? j / ow : 0;
+            const int x = j - y * ow;
+            rd[r] = !imp ? j : (r >= rs && j < M ? y * opitch + x + ooff : -1);
         }
         __global float* pcb = C + offC + z1 * sC1 + z2 * sC2 + n0 * ldc;
         const __global float* pzb = Z + offZ + z1 * sZ1 + z2 * sZ2 + n0 * ldc;

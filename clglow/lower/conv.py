@@ -499,8 +499,10 @@ def _lower_implicit(ctx: LowerCtx, cfg: GemmConfig, *, n_img: int, cin: int, cin
 
 def implicit_rows_ok(cfg: GemmConfig, geom: tuple, pointwise: bool, m: int) -> bool:
     """Whether a transposed conv (pixels as the MR rows) reads its pixels in place: a 1x1 conv
-    X itself (no pack), others the phase images (as implicit_ok) when the padding rows waste
-    little (ResNet-50's 14x14 3x3: 210 rows for 196 pixels, 7%; its 7x7 ones 14%: im2col).
+    X itself (no pack), others the phase images (as implicit_ok). The rows are the output
+    pixels themselves, each read through its own pointer (gemm.cl flag 8), so the phase
+    images' padding columns cost no FMAs (ResNet-50's 14x14 3x3s: 196 rows, where padded-linear
+    rows were 14 x 15 = 210).
 
     Only for at most 8 column tiles of output channels (`m`): read in place, a pixel tile
     costs a cache line per k where its packed panel costs MR floats, paid again for every
@@ -514,10 +516,7 @@ def implicit_rows_ok(cfg: GemmConfig, geom: tuple, pointwise: bool, m: int) -> b
     if pointwise:
         return True
     h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw = geom
-    if _phases_read(kh, dh, sh) is None or _phases_read(kw, dw, sw) is None:
-        return False
-    rows = oh * phase_geometry(geom)[3]
-    return round_up(rows, cfg.mr) <= (1 + _IMPLICIT_WASTE) * round_up(oh * ow, cfg.mr)
+    return _phases_read(kh, dh, sh) is not None and _phases_read(kw, dw, sw) is not None
 
 
 def _lower_transposed(ctx: LowerCtx, cfg: GemmConfig, *, n_img: int, cin: int, cin_g: int, g: int, m: int,
@@ -562,7 +561,7 @@ def _lower_transposed(ctx: LowerCtx, cfg: GemmConfig, *, n_img: int, cin: int, c
                 ctx.offer_padded_out = g == 1 and not has_res
                 if ctx.out_layout is not None:  # Y straight into the next conv's padded input
                     c, pitch, ooff = _padded_output(ctx, m=m, g=g)
-            launches.append(gemm_launch(cfg, m=oh * wph, n=m, k=kk, batch=ni * g, d2=g, a=a, b=b,
+            launches.append(gemm_launch(cfg, m=oh * ow, n=m, k=kk, batch=ni * g, d2=g, a=a, b=b,
                                         c=c, bias=bias, res=res, act=act_name, act_alpha=act_a, act_beta=act_b,
                                         c_trans=True, implicit=Implicit(koff, wph, ow, pitch, ooff), label=label))
         return launches

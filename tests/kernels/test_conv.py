@@ -380,9 +380,12 @@ def test_small_n_implicit_rows(x_shape, w_shape, attrs, phases):
     assert cfg is not None and conv_mod.implicit_rows_ok(cfg, geom, pointwise, w_shape[0] // g)
     x, w, b = rand(*x_shape), rand(*w_shape), rand(w_shape[0])
     node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
-    names = [l.kernel for l in lower(node, {"x": x}, {"w": w, "b": b},
-                                     {"y": ((x_shape[0], w_shape[0], geom[2], geom[3]), np.float32)}, device=dev)]
+    launches = lower(node, {"x": x}, {"w": w, "b": b},
+                     {"y": ((x_shape[0], w_shape[0], geom[2], geom[3]), np.float32)}, device=dev)
+    names = [l.kernel for l in launches]
     assert names.count("conv_phases") == (1 if phases else 0) and not {"im2col", "pack_b"} & set(names), names
+    # the rows are the output pixels: no tile for the phase images' padding columns
+    assert [l.gsize[0] for l in launches if l.kernel == "gemm"] == [-(-geom[2] * geom[3] // cfg.mr)]
     check(node, {"x": x}, {"w": w, "b": b}, device=dev)
     fused_check(x_shape, w_shape, "Relu", 0.0, 0.0, device=dev, **attrs)
     fused_check(x_shape, w_shape, "Clip", -0.5, 0.7, residual=False, device=dev, **attrs)
