@@ -549,6 +549,9 @@ def _take_inplace_offers(graph: Graph, lowered: list, ctxs: dict, root: dict, pi
         return
     last_read = {i: idx for idx, (node, _, is_host) in enumerate(lowered) for i in _reads(node, is_host)}
     made_on_device: set = set()
+    members: dict[str, set] = {}  # buffer owner -> the tensors sharing its buffer (views, slices)
+    for t, owner in root.items():
+        members.setdefault(owner, set()).add(t)
     for idx, (node, _, is_host) in enumerate(lowered):
         ctx = ctxs.get(node.name)
         for j, i in (ctx.inplace if ctx is not None else {}).items():
@@ -556,7 +559,7 @@ def _take_inplace_offers(graph: Graph, lowered: list, ctxs: dict, root: dict, pi
             if not out or not src or out in root:
                 continue
             owner = r(src)
-            sharing = [t for t in graph.values if t != out and r(t) == owner]
+            sharing = [t for t in members.get(owner, set()) | {owner} if t != out]
             if (owner not in made_on_device or owner in pinned or any(t in pinned for t in sharing)
                     or graph.values[src].const is not None
                     or sum(r(x) == owner for x in node.inputs if x) != 1
@@ -564,6 +567,7 @@ def _take_inplace_offers(graph: Graph, lowered: list, ctxs: dict, root: dict, pi
                     or _nbytes(graph, out) != _nbytes(graph, owner) or _nbytes(graph, out) == 0):
                 continue
             root[out] = owner
+            members.setdefault(owner, set()).add(out)
             log.debug("%s: %s written in place of %s", node.name, out, src)
         if not is_host:
             made_on_device.update(r(o) for o in node.outputs if o)
