@@ -5,7 +5,9 @@ CLGLOW_SUB_BATCH_BYTES (the per-piece activation budget) and compared with the s
 options and the split off."""
 from __future__ import annotations
 
+import os
 import re
+import sys
 
 import numpy as np
 import onnx
@@ -18,7 +20,9 @@ from clglow.ir import Graph, Node, Value
 from clglow.lower.base import DeviceInfo
 from clglow.models.resnet import resnet
 from clglow.runtime import sub_batch
-from tests.models import mobilenet_se, ort_run
+
+sys.path.insert(0, os.path.dirname(__file__))
+from models import mobilenet_se, ort_run  # noqa: E402  (tests/models.py)
 
 _TAG = re.compile(r"\[(\d+):(\d+)\]$")
 
