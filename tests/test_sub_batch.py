@@ -135,6 +135,25 @@ def test_constant_with_a_batch_axis_is_not_split(monkeypatch):
     assert _pieces(sess)
 
 
+def test_live_weights_are_not_images(monkeypatch):
+    """A conv whose weights are a graph input shaped [N, ...] (Cout = N) is not per-image: it runs
+    whole, and the result is the reference's."""
+    f = lambda n, s: helper.make_tensor_value_info(n, TensorProto.FLOAT, s)  # noqa: E731
+    # sizes whose per-image slices would be sub-buffer aligned (W: 1 KB per "image")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 2, 2]),
+                           helper.make_node("Relu", ["c"], ["r"]),
+                           helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+                           helper.make_node("Sigmoid", ["p"], ["y"])], "live_w",
+                          [f("x", [4, 16, 8, 8]), f("w", [4, 16, 4, 4])], [f("y", [4, 4, 4, 4])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    rng = np.random.default_rng(7)
+    feeds = {"x": rng.standard_normal((4, 16, 8, 8)).astype(np.float32),
+             "w": rng.standard_normal((4, 16, 4, 4)).astype(np.float32)}
+    sess = _session(model, 1, monkeypatch)
+    _run_twice(sess, feeds, ReferenceEvaluator(model).run(None, feeds))
+    assert "Conv_0" not in _pieces(sess)
+
+
 def test_mobilenet_se_in_pieces(monkeypatch):
     """Depthwise convs, squeeze-excite gates and residual Adds inside pieces (batch 2)."""
     model = mobilenet_se(batch=2, image_size=32, num_classes=10, seed=3)

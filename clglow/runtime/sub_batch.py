@@ -99,7 +99,9 @@ def _batch(graph: Graph, node: Node) -> Optional[int]:
         v = graph.values[i]
         if not v.is_static or v.dtype is None:
             return None
-        if v.const is not None and k in params:
+        if k in params:  # weights and biases: constants only (a live W with Cout = N is no batch)
+            if v.const is None:
+                return None
             continue
         if v.const is not None:
             # a constant broadcasts the same to every image unless it has a batch axis of its own
