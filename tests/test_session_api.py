@@ -111,6 +111,25 @@ def test_enqueue_is_gated_by_user_event(sess):
     np.testing.assert_allclose(z, ref[1], rtol=1e-5, atol=1e-6)
 
 
+def test_enqueue_gate_orders_device_buffer_reads(sess):
+    """With a device-buffer input and a gate, nothing reads the input before the gate opens: data
+    written into the caller's buffer after enqueue (from another queue) is what the run sees."""
+    feeds = _feeds()
+    ref = ReferenceEvaluator(_model()).run(None, feeds)
+    ctx = sess.device.context
+    xbuf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
+                     hostbuf=np.full((3, 4), np.nan, np.float32))
+    gate = cl.UserEvent(ctx)
+    y, z = np.empty((3, 4), np.float32), np.empty((3, 4), np.float32)
+    h = sess.enqueue({"x": (xbuf, np.float32, (3, 4)), "b": feeds["b"]}, {"y": y, "z": z}, wait_for=[gate])
+    other = cl.CommandQueue(ctx)
+    cl.enqueue_copy(other, xbuf, feeds["x"], is_blocking=True)
+    gate.set_status(cl.command_execution_status.COMPLETE)
+    h.wait()
+    np.testing.assert_allclose(y, ref[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(z, ref[1], rtol=1e-5, atol=1e-6)
+
+
 def test_enqueue_device_buffer_input(sess):
     feeds = _feeds()
     ref = ReferenceEvaluator(_model()).run(None, feeds)
