@@ -504,18 +504,14 @@ def implicit_rows_ok(cfg: GemmConfig, geom: tuple, pointwise: bool, m: int) -> b
     images' padding columns cost no FMAs (ResNet-50's 14x14 3x3s: 196 rows, where padded-linear
     rows were 14 x 15 = 210).
 
-    Only for a few column tiles of output channels (`m`): read in place, a pixel tile costs a
-    cache line per k where its packed panel costs MR floats, paid again for every column tile.
-    At most 8 tiles for a KxK conv, 16 for a 1x1. Measured in ResNet-50 on pocl (Zen 5 at
-    first): 256-channel layers faster in place (1x1 conv1 0.280 -> 0.260 ms with its pack, 3x3
-    0.595 -> 0.570 with im2col), 1024- and 2048-channel ones slower (conv3 0.31 -> 0.34 ms).
-    Since the rows became pixel pointers (Zen 4, A/B in one process): layer4's 512-channel 1x1s
-    faster in place (layer4.0.conv1 paired 0.77, its pack launch gone for the 7x7 ones, kernel
-    span 0.990), layer3's 1024-channel conv3s still 24% slower; 512-channel 3x3s (layer4) the
-    same either way (0.999), so they keep im2col. Walking the column tiles first was slower
-    still (weight panels streamed once per pixel tile)."""
+    Only for at most 8 column tiles of output channels (`m`): read in place, a pixel tile
+    costs a cache line per k where its packed panel costs MR floats, paid again for every
+    column tile. Measured in ResNet-50 on pocl: 256-channel layers faster in place (1x1 conv1
+    0.280 -> 0.260 ms with its pack, 3x3 0.595 -> 0.570 with im2col), 1024- and 2048-channel
+    ones slower (conv3 0.31 -> 0.34 ms, layer4 1x1s +0.03..0.06 ms). Walking the column tiles
+    first was slower still (weight panels streamed once per pixel tile)."""
     h, w, oh, ow = geom[:4]
-    if not cfg.cpu_tiles or oh * ow < cfg.mr or m > (16 if pointwise else 8) * cfg.nr:
+    if not cfg.cpu_tiles or oh * ow < cfg.mr or m > 8 * cfg.nr:
         return False
     if pointwise:
         return True

@@ -510,8 +510,6 @@ def test_implicit_choice_resnet50():
     assert conv_mod.implicit_rows_ok(tcfg, (14, 14, 14, 14, 3, 3, 1, 1, 1, 1, 1, 1), False, 256)  # 210 rows
     assert conv_mod.implicit_rows_ok(tcfg, (14, 14, 14, 14, 1, 1, 1, 1, 0, 0, 1, 1), True, 256)   # X in place
     assert not conv_mod.implicit_rows_ok(tcfg, (14, 14, 14, 14, 1, 1, 1, 1, 0, 0, 1, 1), True, 1024)  # conv3
-    assert conv_mod.implicit_rows_ok(tcfg, (14, 14, 14, 14, 1, 1, 1, 1, 0, 0, 1, 1), True, 512)  # layer4.0.conv1
-    assert not conv_mod.implicit_rows_ok(tcfg, (14, 14, 14, 14, 3, 3, 1, 1, 1, 1, 1, 1), False, 512)  # 3x3: 8 tiles
     tcfg = conv_mod.transposed_config(cfg, 512, 7 * 7)
     assert not conv_mod.implicit_rows_ok(tcfg, (7, 7, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1), False, 512)  # 56 rows
     assert conv_mod.implicit_ok(cfg, (56, 56, 28, 28, 1, 1, 2, 2, 0, 0, 1, 1))  # downsample: one phase
