@@ -132,8 +132,7 @@ class KernelStep:
     kernel: cl.Kernel
     gsize: tuple
     lsize: Optional[tuple]
-    reads: list  # tensor names
-    writes: list
+    writes: list  # the tensors (buffer owners) it writes: their events are kept for readers
     label: str
     kernel_name: str
     op_type: str
@@ -419,13 +418,14 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
                     raise InvalidModel(f"kernel {launch.kernel!r} not found in {launch.program}.cl: {e}",
                                        node=node.name) from None
                 args = []
-                reads, writes = [], []
+                writes = []
                 for a in launch.args:
                     if isinstance(a, Buf):
                         if a.name not in device_tensors:
                             raise InvalidModel(f"tensor {a.name!r} has no device buffer", node=node.name)
                         args.append(device_tensors[a.name])
-                        (writes if a.name in node.outputs else reads).append(r(a.name))
+                        if a.name in node.outputs:
+                            writes.append(r(a.name))
                     elif isinstance(a, Scratch):
                         args.append(region[_scratch_name(node.name, a.slot)])
                     elif isinstance(a, ConstBuf):
@@ -439,7 +439,7 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
                                        node=node.name) from None
                 final_steps.append(KernelStep(knl, tuple(int(x) for x in launch.gsize),
                                               None if launch.lsize is None else tuple(int(x) for x in launch.lsize),
-                                              reads, writes, node.name, launch.kernel, node.op_type))
+                                              writes, node.name, launch.kernel, node.op_type))
                 n_launches += 1
         return Plan(sub, placement, final_steps, device_tensors, host_inputs, device_inputs, out_set, stop,
                     planned, sum(iv.nbytes for iv in scratch_ivs.values()), n_launches, root=root,

@@ -191,8 +191,8 @@ def split(graph: Graph, device_nodes: set, outputs: Sequence[str], info: DeviceI
     new_nodes: list[Node] = []
     slices: dict[str, Slice] = {}
     pos = 0
+    align = info.base_align
     for b0, b1, s, n in segments:
-        align = info.base_align
         seg = graph.nodes[b0:b1]
         made = {o for nd in seg for o in nd.outputs if o}
         read_later = {i for nd in graph.nodes[b1:] for i in nd.inputs if i} | set(outputs)
