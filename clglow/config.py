@@ -69,3 +69,9 @@ def sub_batch_bytes() -> int | None:
         return max(0, int(value)) if value else None
     except ValueError:
         return None
+
+
+def zero_copy() -> bool:
+    """CLGLOW_ZERO_COPY=0 copies every graph input into device memory, even on a device that
+    could read the caller's array in place (runtime.executor._zero_copy_binds)."""
+    return _flag("CLGLOW_ZERO_COPY", True)

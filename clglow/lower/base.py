@@ -15,7 +15,7 @@ Arguments are symbolic here; the executor binds them to OpenCL memory:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
@@ -42,7 +42,18 @@ class TensorInfo:
 
 @dataclass(frozen=True)
 class Buf:
+    """A tensor's device buffer. `unaligned`: the kernel reads it only with scalar loads or
+    vector types of 4-byte alignment (`floatN_u`), so any float-aligned address will do; a graph
+    input that only such reads consume may be the caller's own array, bound without a copy on a
+    device that uses host memory in place (DeviceInfo.host_memory, see executor.execute)."""
+
     name: str
+    unaligned: bool = False
+
+
+def unaligned(a: "Arg") -> "Arg":
+    """`a` marked as read with unaligned loads (Buf.unaligned); other arguments unchanged."""
+    return replace(a, unaligned=True) if isinstance(a, Buf) else a
 
 
 @dataclass(frozen=True)
@@ -129,6 +140,9 @@ class DeviceInfo:
     base_align: int = 256  # bytes; sub-buffer offsets must be multiples (CL_DEVICE_MEM_BASE_ADDR_ALIGN)
     cache_bytes: int = 0  # CL_DEVICE_GLOBAL_MEM_CACHE_SIZE (pocl: the CPU's last-level cache); 0 unknown
     gemm_tiles: Optional[tuple] = None  # (MR, VW, NV, local size) measured by runtime.tuning
+    # CL_MEM_USE_HOST_PTR buffers are the caller's memory itself (a CPU device with host-unified
+    # memory: pocl), so graph inputs can be read where they lie instead of copied in
+    host_memory: bool = False
 
 
 class LowerCtx:

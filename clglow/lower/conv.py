@@ -39,7 +39,7 @@ import numpy as np
 
 from ..errors import InvalidModel
 from ..ir import Graph, Node
-from .base import Launch, LowerCtx, PaddedLayout, device_op, f32, float32_only, i32, round_up
+from .base import Launch, LowerCtx, PaddedLayout, device_op, f32, float32_only, i32, round_up, unaligned
 from .gemm import (ACTIVATIONS, Bias, GemmConfig, Implicit, Operand, act_params, b_unpacked_ok, fit_rows, gemm_config,
                    gemm_launch, pack_a, pack_b, pack_b_launch, transposed_config)
 
@@ -93,8 +93,8 @@ def _pixel_panels(ctx: LowerCtx, width: int, *, n_img: int, g: int, kk: int, cin
             producer = pack_b_launch(width, src=ctx.buf(0), off=i0 * x_s1 + p0, s1=x_s1, s2=x_s2, s_k=hw,
                                      s_n=1, k=kk, n=pn, batch=ni * g, d2=g, dst=scratch, label=label)
         else:  # panels q0 .. q0+nq-1 of the table into panels 0 .. nq-1 of the scratch
-            head = [ctx.buf(0), i32(i0 * x_s1), i32(x_s1), i32(x_s2), i32(g), tab, scratch, i32(pstride), i32(hw),
-                    i32(kh * kw), i32(np_)]
+            head = [unaligned(ctx.buf(0)), i32(i0 * x_s1), i32(x_s1), i32(x_s2), i32(g), tab, scratch,
+                    i32(pstride), i32(hw), i32(kh * kw), i32(np_)]
             producer = Launch("im2col", "im2col", (nq, round_up(cin_g, ly), ni * g),
                               head + [i32(cin_g), i32(q0)], (1, ly, 1), {"NR": width}, label,
                               noop_args=head + [i32(0), i32(q0)])  # Cg = 0: returns at once
@@ -466,7 +466,7 @@ def _phase_pieces(ctx: LowerCtx, *, n_img: int, cin: int, cin_g: int, geom: tupl
     for i0, ni, _, _ in pieces:
         tail = [i32(h), i32(w), scratch, i32(per_img), i32(hph), i32(wph), i32(sh), i32(sw), i32(ph), i32(pw),
                 i32(nh), i32(nw)]
-        head = [ctx.buf(0), i32(i0 * x_s1), i32(x_s1)]
+        head = [unaligned(ctx.buf(0)), i32(i0 * x_s1), i32(x_s1)]
         producer = Launch("im2col", "conv_phases", (-(-hph // 8), round_up(cin * nh * nw, 16), ni),
                           head + [i32(cin)] + tail, (1, 16, 1), {}, label,
                           noop_args=head + [i32(0)] + tail)  # Cin = 0: returns at once

@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import InvalidModel
 from ..ir import Graph, Node
 from .base import (Arg, DeviceInfo, Launch, LowerCtx, Scratch, device_op, f32, float32_only, i32,
-                   round_up)
+                   round_up, unaligned)
 
 log = logging.getLogger(__name__)
 
@@ -202,8 +202,9 @@ def gemm_launch(cfg: GemmConfig, *, m: int, n: int, k: int, batch: int, d2: int,
     # a transposed implicit GEMM is a flag of the packed-A program (no program of its own)
     defines = gemm_defines(cfg, a_packed=a.packed or (implicit is not None and c_trans), b_packed=b.packed,
                            act_code=act_code, c_trans=c_trans)
-    args: list = [a.arg, i32(a.off), i32(a.s1), i32(a.s2), i32(a.ld), i32(a.ld2),
-                  b.arg, i32(b.off), i32(b.s1), i32(b.s2), i32(b.ld),
+    # operands read in place (not panels) go through scalar or floatv_u loads: any alignment
+    args: list = [a.arg if a.packed else unaligned(a.arg), i32(a.off), i32(a.s1), i32(a.s2), i32(a.ld), i32(a.ld2),
+                  b.arg if b.packed else unaligned(b.arg), i32(b.off), i32(b.s1), i32(b.s2), i32(b.ld),
                   c.arg, i32(c.off), i32(c.s1), i32(c.s2), i32(c.ld)]
     # Absent bias / residual: the flags say so and C stands in for the pointer (never read).
     bias_ = bias if bias is not None else Bias(c.arg, sm=0, sn=0, beta=0.0)
@@ -237,7 +238,7 @@ def pack_b_launch(nr: int, *, src: Arg, off: int, s1: int, s2: int, s_k: int, s_
     (pixels as rows). One fixed local size (64 k-rows per group, the kernel skips k >= K: pocl
     pays per group, so fewer larger groups; one work-group function per panel width)."""
     np_ = round_up(n, nr)
-    head = [src, i32(off), i32(s1), i32(s2), i32(s_k), i32(s_n), dst, i32(np_ * k), i32(n)]
+    head = [unaligned(src), i32(off), i32(s1), i32(s2), i32(s_k), i32(s_n), dst, i32(np_ * k), i32(n)]
     return Launch("im2col", "pack_b", (np_ // nr, round_up(k, 64), batch), head + [i32(k), i32(max(d2, 1))],
                   (1, 64, 1), {"NR": nr}, label, noop_args=head + [i32(0), i32(max(d2, 1))])  # K = 0
 
@@ -247,7 +248,7 @@ def pack_rows_launch(nr: int, *, src: Arg, s2: int, s_m: int, m: int, k: int, ba
     """Pack `batch` row-major [M, K] matrices (rows s_m apart, s2 apart per batch) into
     `nr`-row panels (im2col.cl pack_rows: 16 k per work-item, read as one vector per row)."""
     ls = 16  # 256 k per group (pocl pays per group)
-    head = [src, i32(0), i32(0), i32(s2), i32(s_m), dst, i32(round_up(m, nr) * k), i32(m)]
+    head = [unaligned(src), i32(0), i32(0), i32(s2), i32(s_m), dst, i32(round_up(m, nr) * k), i32(m)]
     return Launch("im2col", "pack_rows", (-(-m // nr), round_up(-(-k // 16), ls), batch),
                   head + [i32(k), i32(max(batch, 1))], (1, ls, 1), {"NR": nr}, label,
                   noop_args=head + [i32(0), i32(max(batch, 1))])  # K = 0

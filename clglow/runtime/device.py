@@ -247,6 +247,16 @@ def _float16_math_split(d: cl.Device) -> bool:
     return cpu is not None and "avx512" not in cpu and not any(cpu.startswith(c) for c in _AVX512_CPUS)
 
 
+def _host_memory(d: cl.Device) -> bool:
+    """Whether a CL_MEM_USE_HOST_PTR buffer is the host memory itself: a CPU device that reports
+    host-unified memory (pocl uses the pointer as the buffer's storage, unaligned too). GPUs
+    that share memory with the host still copy or need page-aligned pointers: left out."""
+    try:
+        return _type_name(d) == "cpu" and bool(d.host_unified_memory)
+    except cl.Error:
+        return False
+
+
 def _device_info(d: cl.Device) -> DeviceInfo:
     split = _float16_math_split(d)
     width = max(1, int(d.preferred_vector_width_float))
@@ -259,7 +269,8 @@ def _device_info(d: cl.Device) -> DeviceInfo:
         preferred_vector_width_float=min(width, 8) if split else width,
         float16_math_split=split,
         base_align=max(256, int(d.mem_base_addr_align) // 8),
-        cache_bytes=int(d.global_mem_cache_size) if d.global_mem_cache_type != cl.device_mem_cache_type.NONE else 0)
+        cache_bytes=int(d.global_mem_cache_size) if d.global_mem_cache_type != cl.device_mem_cache_type.NONE else 0,
+        host_memory=_host_memory(d))
 
 
 class Device:

@@ -140,9 +140,12 @@ class Engine:
             record = RunRecord() if self.profiling else None
             values = dict(feeds)
             while True:
-                outs, pending = execute(plan, self.device, self.queue, values, wait_for, record, device_feeds)
+                hold: list = []  # the run's events and the arrays it reads (zero copy): kept until it is done
+                outs, pending = execute(plan, self.device, self.queue, values, wait_for, record, device_feeds,
+                                        hold=hold)
                 if pending:
                     cl.wait_for_events(pending)
+                del hold
                 if plan.stop is None:
                     break
                 values = outs

@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import pyopencl as cl
 
+from .. import config
 from ..errors import DeviceError, InvalidModel, OutOfDeviceMemory
 from ..ir import Graph
 from ..lower import LowerCtx, TensorInfo, lookup
@@ -163,6 +164,10 @@ class Plan:
     scratch_bytes: int  # the scratch buffers' sizes summed (informative: they live inside the arena)
     n_launches: int
     root: dict = field(default_factory=dict)  # view tensor -> tensor owning the buffer
+    # graph input -> every (kernel, argument position) holding its buffer, for the inputs that
+    # are bound to the caller's array without a copy (see _zero_copy_binds, execute)
+    host_binds: dict = field(default_factory=dict)
+    bound_to_host: set = field(default_factory=set)  # inputs whose kernels now hold a caller's array
     next_stages: dict = field(default_factory=dict)
     _buffers: list = field(default_factory=list)
 
@@ -400,6 +405,7 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
 
         # 4. kernels bound to their arguments, once
         final_steps: list = []
+        buf_uses: dict = {}  # tensor -> [(kernel, argument position, read unaligned)]
         n_launches = 0
         for st in steps:
             kind = st[0]
@@ -423,6 +429,7 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
                     if isinstance(a, Buf):
                         if a.name not in device_tensors:
                             raise InvalidModel(f"tensor {a.name!r} has no device buffer", node=node.name)
+                        buf_uses.setdefault(a.name, []).append((knl, len(args), a.unaligned))
                         args.append(device_tensors[a.name])
                         if a.name in node.outputs:
                             writes.append(r(a.name))
@@ -441,13 +448,67 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
                                               None if launch.lsize is None else tuple(int(x) for x in launch.lsize),
                                               writes, node.name, launch.kernel, node.op_type))
                 n_launches += 1
+        host_binds = _zero_copy_binds(device, device_inputs, device_tensors, buf_uses, slices, out_set,
+                                      final_steps) if config.zero_copy() else {}
         return Plan(sub, placement, final_steps, device_tensors, host_inputs, device_inputs, out_set, stop,
                     planned, sum(iv.nbytes for iv in scratch_ivs.values()), n_launches, root=root,
-                    _buffers=buffers)
+                    host_binds=host_binds, _buffers=buffers)
     except BaseException:  # a failed plan gives back what it allocated: the session stays usable
         for b in buffers:
             device_free(b)
         raise
+
+
+def _zero_copy_binds(device, device_inputs: Sequence[str], device_tensors: dict, buf_uses: dict,
+                     slices: dict, outputs: Sequence[str], steps: Sequence) -> dict:
+    """The graph inputs a run may bind to the caller's array instead of copying it in (zero copy,
+    as onnxruntime's CPU provider reads a numpy input where it lies): on a device whose
+    CL_MEM_USE_HOST_PTR buffers are host memory itself, for an input whose buffer (itself or a
+    view's) only kernels read, each through unaligned loads (Buf.unaligned: a caller's array is
+    aligned to its element only). Not when the buffer is handed back as an output, read back for
+    the host, or sliced into sub-batch pieces (those are sub-buffers of the arena's copy).
+    Returns input -> [(kernel, argument position)]."""
+    if not device.info.host_memory:
+        return {}
+    host_read = {i for st in steps if isinstance(st, HostStep) for i in st.inputs if i}
+    host_read |= {st[1] for st in steps if isinstance(st, tuple)}
+    sliced = {sl.whole for sl in slices.values()}
+    binds: dict = {}
+    for name in device_inputs:
+        buf = device_tensors.get(name)
+        if buf is None or name in sliced:
+            continue
+        aliases = [t for t, b in device_tensors.items() if b is buf]
+        uses = [u for t in aliases for u in buf_uses.get(t, [])]
+        if (not uses or not all(ok for _, _, ok in uses)
+                or any(t in outputs or t in host_read or t in slices for t in aliases)):
+            continue
+        binds[name] = [(knl, pos) for knl, pos, _ in uses]
+    return binds
+
+
+def _host_buffer(context: cl.Context, arr: np.ndarray) -> Optional[cl.Buffer]:
+    """A read-only buffer that is `arr`'s memory itself (CL_MEM_USE_HOST_PTR), or None when the
+    array cannot be one (not float-aligned, read-only memory pyopencl will not wrap)."""
+    if arr.ctypes.data % 4:
+        return None
+    try:
+        return cl.Buffer(context, cl.mem_flags.READ_ONLY | cl.mem_flags.USE_HOST_PTR, hostbuf=arr)
+    except (cl.Error, TypeError, ValueError, BufferError):
+        return None
+
+
+def _bind_input(plan: Plan, name: str, buf: cl.Buffer, host: bool) -> None:
+    """Point the kernels that read input `name` at `buf`: a caller's array (`host`) or the
+    input's own device buffer again."""
+    if not host and name not in plan.bound_to_host:
+        return  # already bound to its device buffer
+    for knl, pos in plan.host_binds[name]:
+        knl.set_arg(pos, buf)
+    if host:
+        plan.bound_to_host.add(name)
+    else:
+        plan.bound_to_host.discard(name)
 
 
 def _lower_node(node, graph: Graph, device, in_layout: Optional[PaddedLayout] = None,
@@ -609,9 +670,13 @@ def execute(plan: Plan, device, queue: cl.CommandQueue, feeds: dict, wait_for: S
     kernel_wait: Optional[list] = ext_wait or None
 
     device_feeds = device_feeds or {}
+    zero_copied = False
     for name in plan.device_inputs:
         buf = plan.device_tensors[name]
+        zero_copy = name in plan.host_binds
         if name in device_feeds:
+            if zero_copy:
+                _bind_input(plan, name, buf, host=False)
             src = device_feeds[name]
             nb = _nbytes(graph, name)
             if nb:
@@ -623,6 +688,14 @@ def execute(plan: Plan, device, queue: cl.CommandQueue, feeds: dict, wait_for: S
         if arr.dtype == np.bool_:
             arr = arr.view(np.uint8)
         keepalive.append(arr)
+        if zero_copy:  # the kernels read the caller's array where it lies (kept until the run ends)
+            host_buf = _host_buffer(device.context, arr) if arr.nbytes else None
+            if host_buf is not None:
+                _bind_input(plan, name, host_buf, host=True)
+                keepalive.append(host_buf)
+                zero_copied = True
+                continue
+            _bind_input(plan, name, buf, host=False)
         if arr.nbytes:
             events[name] = cl_call(f"uploading input {name!r}", cl.enqueue_copy, queue, buf, arr,
                                    is_blocking=False, wait_for=ext_wait or None)
@@ -696,6 +769,8 @@ def execute(plan: Plan, device, queue: cl.CommandQueue, feeds: dict, wait_for: S
         arr = _read(plan, queue, name, events, wait=False, out=target)
         results[name] = arr
     pending += [events[n] for n in events if n.startswith("__read:")]
+    if zero_copied and not pending:  # the caller's arrays stay in use until the kernels are done
+        pending.append(cl_call("enqueueing a marker", cl.enqueue_marker, queue))
     if hold is not None:  # pyopencl's events of host copies block when dropped: the caller keeps them
         hold.extend(events.values())
         hold.extend(keepalive)

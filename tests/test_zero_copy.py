@@ -1,0 +1,172 @@
+"""Zero-copy inputs (runtime.executor._zero_copy_binds): on a device whose CL_MEM_USE_HOST_PTR
+buffers are host memory (pocl), kernels that read a graph input with unaligned loads read the
+caller's array where it lies instead of a copy.
+
+Inputs are placed at addresses only 4-byte aligned on purpose (a numpy array is 16-byte aligned
+at best; the kernels' aligned loads would fault there). Oracles: numpy, onnx.reference."""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import onnx
+import pyopencl as cl
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import clglow
+
+
+def _misaligned(arr: np.ndarray, at: int = 4) -> np.ndarray:
+    """A copy of `arr` whose data starts `at` bytes past a 64-byte boundary."""
+    raw = np.empty(arr.nbytes + 128, np.uint8)
+    start = (at - raw.ctypes.data) % 64
+    out = raw[start:start + arr.nbytes].view(arr.dtype).reshape(arr.shape)
+    out[...] = arr
+    assert out.ctypes.data % 64 == at
+    return out
+
+
+def _matmul(m: int, k: int, n: int) -> onnx.ModelProto:
+    g = helper.make_graph([helper.make_node("MatMul", ["A", "B"], ["Y"])], "mm",
+                          [helper.make_tensor_value_info("A", TensorProto.FLOAT, [m, k]),
+                           helper.make_tensor_value_info("B", TensorProto.FLOAT, [k, n])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [m, n])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def _expect_bound(sess: clglow.InferenceSession, names: set) -> None:
+    """On a host-memory device exactly `names` are bound in place; elsewhere none are."""
+    plan = sess._engine.last_plan
+    want = names if sess.device.info.host_memory else set()
+    assert set(plan.host_binds) == want
+    assert plan.bound_to_host == want
+
+
+@pytest.mark.parametrize("m,k,n", [
+    (40, 1024, 96),  # rows 4 KiB apart: A packed by pack_rows; B (3 column tiles) read in place by the GEMM
+    (30, 200, 40),  # A read in place by the GEMM (strided rows); B (ragged, narrow) packed by pack_b
+])
+def test_matmul_reads_both_inputs_in_place(m, k, n):
+    sess = clglow.InferenceSession(_matmul(m, k, n).SerializeToString())
+    rng = np.random.default_rng([m, k, n])
+    for at in (4, 36):  # two runs, new arrays at other offsets: each run reads its own arrays
+        a = _misaligned(rng.standard_normal((m, k), dtype=np.float32), at)
+        b = _misaligned(rng.standard_normal((k, n), dtype=np.float32), at + 8)
+        (y,) = sess.run(None, {"A": a, "B": b})
+        np.testing.assert_allclose(y, a @ b, rtol=1e-4, atol=1e-4)
+        _expect_bound(sess, {"A", "B"})
+
+
+def _conv_model() -> tuple:
+    rng = np.random.default_rng(3)
+    w1 = rng.standard_normal((8, 3, 7, 7)).astype(np.float32) * 0.1
+    w2 = rng.standard_normal((8, 3, 3, 3)).astype(np.float32) * 0.1
+    w3 = rng.standard_normal((4, 3, 1, 1)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["y1"], pads=[3, 3, 3, 3], strides=[2, 2]),
+             helper.make_node("Conv", ["x", "w2"], ["y2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["x", "w3"], ["y3"])]
+    g = helper.make_graph(nodes, "convs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 20, 20])],
+                          [helper.make_tensor_value_info(y, TensorProto.FLOAT, shape) for y, shape in
+                           (("y1", [2, 8, 10, 10]), ("y2", [2, 8, 20, 20]), ("y3", [2, 4, 20, 20]))],
+                          [numpy_helper.from_array(w, n) for w, n in ((w1, "w1"), (w2, "w2"), (w3, "w3"))])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_convolutions_read_the_image_in_place():
+    """A 7x7 stride-2 stem, a 3x3 and a 1x1 conv on one misaligned image (their im2col / phase
+    image / pointwise producers all read it unaligned) match onnx.reference."""
+    model = _conv_model()
+    x = _misaligned(np.random.default_rng(4).standard_normal((2, 3, 20, 20)).astype(np.float32), 20)
+    want = ReferenceEvaluator(model).run(None, {"x": np.array(x)})
+    sess = clglow.InferenceSession(model.SerializeToString())
+    for got, ref in zip(sess.run(None, {"x": x}), want):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    _expect_bound(sess, {"x"})
+
+
+def test_inputs_that_are_not_read_in_place():
+    """Copied, not bound: an input handed back as an output (as is and through a Reshape view),
+    and one an elementwise kernel reads with aligned vector loads."""
+    nodes = [helper.make_node("Identity", ["a"], ["a_out"]),
+             helper.make_node("Reshape", ["b", "shape"], ["b_view"]),
+             helper.make_node("Relu", ["c"], ["c_relu"]),
+             helper.make_node("MatMul", ["a", "b"], ["ab"])]
+    g = helper.make_graph(nodes, "edges",
+                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, [8, 16]),
+                           helper.make_tensor_value_info("b", TensorProto.FLOAT, [16, 32]),
+                           helper.make_tensor_value_info("c", TensorProto.FLOAT, [64])],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n, shape in
+                           (("a_out", [8, 16]), ("b_view", [32, 16]), ("c_relu", [64]), ("ab", [8, 32]))],
+                          [numpy_helper.from_array(np.array([32, 16], np.int64), "shape")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    rng = np.random.default_rng(5)
+    feeds = {"a": rng.standard_normal((8, 16), dtype=np.float32),
+             "b": rng.standard_normal((16, 32), dtype=np.float32),
+             "c": rng.standard_normal(64, dtype=np.float32)}
+    sess = clglow.InferenceSession(model.SerializeToString())
+    got = sess.run(None, feeds)
+    for g_, ref in zip(got, ReferenceEvaluator(model).run(None, feeds)):
+        np.testing.assert_allclose(g_, ref, rtol=1e-4, atol=1e-4)
+    _expect_bound(sess, set())
+
+
+def test_device_buffer_and_host_array_inputs_alternate(device):
+    """A cl.Buffer input (copied on the device) after runs that bound the kernels to a caller's
+    array, and back: each run reads the input it was given."""
+    sess = clglow.InferenceSession(_matmul(16, 64, 32).SerializeToString())
+    rng = np.random.default_rng(6)
+    a1, b1 = rng.standard_normal((16, 64), dtype=np.float32), rng.standard_normal((64, 32), dtype=np.float32)
+    a2, b2 = rng.standard_normal((16, 64), dtype=np.float32), rng.standard_normal((64, 32), dtype=np.float32)
+    np.testing.assert_allclose(sess.run(None, {"A": _misaligned(a1), "B": b1})[0], a1 @ b1, rtol=1e-4, atol=1e-4)
+    ctx = sess.device.context
+    abuf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=a2)
+    out = np.empty((16, 32), np.float32)
+    h = sess.enqueue({"A": (abuf, np.float32, (16, 64)), "B": b2}, {"Y": out})
+    h.wait()
+    np.testing.assert_allclose(out, a2 @ b2, rtol=1e-4, atol=1e-4)
+    assert "A" not in sess._engine.last_plan.bound_to_host  # the kernels read the device copy again
+    np.testing.assert_allclose(sess.run(None, {"A": a1, "B": b2})[0], a1 @ b2, rtol=1e-4, atol=1e-4)
+    _expect_bound(sess, {"A", "B"})
+
+
+def test_read_only_and_strided_inputs():
+    sess = clglow.InferenceSession(_matmul(24, 48, 64).SerializeToString())
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((24, 48), dtype=np.float32)
+    a.flags.writeable = False
+    bt = rng.standard_normal((64, 48), dtype=np.float32)
+    (y,) = sess.run(None, {"A": a, "B": bt.T})  # B transposed: a contiguous copy is what is bound
+    np.testing.assert_allclose(y, a @ bt.T, rtol=1e-4, atol=1e-4)
+
+
+def test_zero_copy_off(monkeypatch):
+    monkeypatch.setenv("CLGLOW_ZERO_COPY", "0")
+    sess = clglow.InferenceSession(_matmul(40, 1024, 96).SerializeToString())
+    rng = np.random.default_rng(8)
+    a, b = rng.standard_normal((40, 1024), dtype=np.float32), rng.standard_normal((1024, 96), dtype=np.float32)
+    np.testing.assert_allclose(sess.run(None, {"A": _misaligned(a), "B": b})[0], a @ b, rtol=1e-4, atol=1e-4)
+    assert sess._engine.last_plan.host_binds == {}
+
+
+def test_queued_runs_keep_their_arrays_alive():
+    """run_async and a gated enqueue with arrays nobody else holds: the run keeps them until its
+    kernels are done. The gated run reads the input as it is when the gate opens (ONNXIFI's
+    input fence: the host may still write the input until then)."""
+    sess = clglow.InferenceSession(_matmul(64, 1024, 128).SerializeToString())
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((64, 1024), dtype=np.float32), rng.standard_normal((1024, 128), dtype=np.float32)
+    fut = sess.run_async(None, {"A": _misaligned(a), "B": _misaligned(b, 12)})
+    gc.collect()
+    np.testing.assert_allclose(fut.result()[0], a @ b, rtol=1e-4, atol=1e-4)
+
+    gate = cl.UserEvent(sess.device.context)
+    a_in = _misaligned(a)
+    out = np.empty((64, 128), np.float32)
+    h = sess.enqueue({"A": a_in, "B": _misaligned(b, 8)}, {"Y": out}, wait_for=[gate])
+    gc.collect()
+    a_in *= 2.0  # written before the gate opens: the run reads these values
+    gate.set_status(cl.command_execution_status.COMPLETE)
+    h.wait()
+    np.testing.assert_allclose(out, (2.0 * a) @ b, rtol=1e-4, atol=1e-4)
