@@ -68,14 +68,14 @@ def bench_shape(m: int, k: int, n: int, repeat: int, warmup: int) -> dict:
         "onnxruntime_const_a": lambda: ort_c.run(None, feeds_const),
         "clglow_const_a": lambda: ours_c.run(None, feeds_const),
     }, repeat, warmup)
-    # numpy on its own, after the others: OpenBLAS's worker threads busy-wait for a while after
-    # each call (OPENBLAS_THREAD_TIMEOUT, ~0.1 s by default), which would take the cores from
-    # whatever ran next in an alternation (measured: clglow's 1024^3 kernels 490 GFLOP/s alone,
-    # 180-260 right after numpy).
-    timings.update(alternate({"numpy": lambda: a @ b}, repeat, warmup))
     ours.release()
     ours_c.release()
     kernel = _kernel_ms(both, feeds_both, max(3, repeat // 2))
+    # numpy on its own, after the others: OpenBLAS's worker threads busy-wait for a while after
+    # each call (OPENBLAS_THREAD_TIMEOUT, ~0.1 s by default), which would take the cores from
+    # whatever ran next in an alternation (measured: clglow's 1024^3 kernels 490 GFLOP/s alone,
+    # 180-260 right after numpy; the kernel times above were 25% longer when taken after it).
+    timings.update(alternate({"numpy": lambda: a @ b}, repeat, warmup))
     return {"shape": (m, k, n), "flops": 2.0 * m * k * n,
             "median_s": {name: t.median for name, t in timings.items()},
             "min_s": {name: t.min for name, t in timings.items()},
