@@ -1,6 +1,7 @@
-"""Zero-copy inputs (runtime.executor._zero_copy_binds): on a device whose CL_MEM_USE_HOST_PTR
-buffers are host memory (pocl), kernels that read a graph input with unaligned loads read the
-caller's array where it lies instead of a copy.
+"""Zero copy (runtime.executor._zero_copy_binds): on a device whose CL_MEM_USE_HOST_PTR buffers
+are host memory (pocl), kernels that read a graph input with unaligned loads read the caller's
+array where it lies instead of a copy, and outputs are written straight into the arrays a run
+returns.
 
 Inputs are placed at addresses only 4-byte aligned on purpose (a numpy array is 16-byte aligned
 at best; the kernels' aligned loads would fault there). Oracles: numpy, onnx.reference."""
@@ -37,7 +38,8 @@ def _matmul(m: int, k: int, n: int) -> onnx.ModelProto:
 
 
 def _expect_bound(sess: clglow.InferenceSession, names: set) -> None:
-    """On a host-memory device exactly `names` are bound in place; elsewhere none are."""
+    """On a host-memory device exactly `names` (inputs and outputs) are bound to host arrays;
+    elsewhere none are."""
     plan = sess._engine.last_plan
     want = names if sess.device.info.host_memory else set()
     assert set(plan.host_binds) == want
@@ -56,7 +58,7 @@ def test_matmul_reads_both_inputs_in_place(m, k, n):
         b = _misaligned(rng.standard_normal((k, n), dtype=np.float32), at + 8)
         (y,) = sess.run(None, {"A": a, "B": b})
         np.testing.assert_allclose(y, a @ b, rtol=1e-4, atol=1e-4)
-        _expect_bound(sess, {"A", "B"})
+        _expect_bound(sess, {"A", "B", "Y"})
 
 
 def _conv_model() -> tuple:
@@ -83,12 +85,13 @@ def test_convolutions_read_the_image_in_place():
     sess = clglow.InferenceSession(model.SerializeToString())
     for got, ref in zip(sess.run(None, {"x": x}), want):
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
-    _expect_bound(sess, {"x"})
+    _expect_bound(sess, {"x", "y1", "y2", "y3"})
 
 
-def test_inputs_that_are_not_read_in_place():
-    """Copied, not bound: an input handed back as an output (as is and through a Reshape view),
-    and one an elementwise kernel reads with aligned vector loads."""
+def test_tensors_that_are_copied():
+    """Copied, not bound: an input handed back as an output (as is and through a Reshape view,
+    so neither the input nor that output), and an input an elementwise kernel reads with aligned
+    vector loads (its output is bound)."""
     nodes = [helper.make_node("Identity", ["a"], ["a_out"]),
              helper.make_node("Reshape", ["b", "shape"], ["b_view"]),
              helper.make_node("Relu", ["c"], ["c_relu"]),
@@ -109,7 +112,7 @@ def test_inputs_that_are_not_read_in_place():
     got = sess.run(None, feeds)
     for g_, ref in zip(got, ReferenceEvaluator(model).run(None, feeds)):
         np.testing.assert_allclose(g_, ref, rtol=1e-4, atol=1e-4)
-    _expect_bound(sess, set())
+    _expect_bound(sess, {"c_relu", "ab"})
 
 
 def test_device_buffer_and_host_array_inputs_alternate(device):
@@ -126,9 +129,10 @@ def test_device_buffer_and_host_array_inputs_alternate(device):
     h = sess.enqueue({"A": (abuf, np.float32, (16, 64)), "B": b2}, {"Y": out})
     h.wait()
     np.testing.assert_allclose(out, a2 @ b2, rtol=1e-4, atol=1e-4)
-    assert "A" not in sess._engine.last_plan.bound_to_host  # the kernels read the device copy again
+    # the kernels read A's device copy again and write Y's device buffer (copied into `out`)
+    assert not {"A", "Y"} & sess._engine.last_plan.bound_to_host
     np.testing.assert_allclose(sess.run(None, {"A": a1, "B": b2})[0], a1 @ b2, rtol=1e-4, atol=1e-4)
-    _expect_bound(sess, {"A", "B"})
+    _expect_bound(sess, {"A", "B", "Y"})
 
 
 def test_read_only_and_strided_inputs():
@@ -170,3 +174,52 @@ def test_queued_runs_keep_their_arrays_alive():
     gate.set_status(cl.command_execution_status.COMPLETE)
     h.wait()
     np.testing.assert_allclose(out, (2.0 * a) @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_each_run_returns_arrays_of_its_own():
+    """Outputs written in place: a run does not overwrite what an earlier run returned; every
+    array starts at the device's buffer alignment (kernels store aligned vectors)."""
+    sess = clglow.InferenceSession(_matmul(32, 64, 48).SerializeToString())
+    rng = np.random.default_rng(10)
+    runs = [(rng.standard_normal((32, 64), dtype=np.float32), rng.standard_normal((64, 48), dtype=np.float32))
+            for _ in range(3)]
+    outs = [sess.run(None, {"A": a, "B": b})[0] for a, b in runs]
+    for (a, b), y in zip(runs, outs):
+        np.testing.assert_allclose(y, a @ b, rtol=1e-4, atol=1e-4)
+        assert y.ctypes.data % sess.device.info.base_align == 0
+    _expect_bound(sess, {"A", "B", "Y"})
+
+
+def test_outputs_sharing_a_buffer_and_bool_outputs():
+    """Two outputs on one buffer (a tensor and its Reshape view) are copied out as two arrays;
+    an output another kernel also reads is bound (its reader reads the host array), and a bool
+    output comes back as bool."""
+    nodes = [helper.make_node("MatMul", ["A", "B"], ["Y"]),
+             helper.make_node("Reshape", ["Y", "shape"], ["Y_flat"]),
+             helper.make_node("MatMul", ["A", "C"], ["Z"]),
+             helper.make_node("Relu", ["Z"], ["Z_relu"]),
+             helper.make_node("Greater", ["Z", "zero"], ["Z_pos"])]
+    g = helper.make_graph(nodes, "shared",
+                          [helper.make_tensor_value_info("A", TensorProto.FLOAT, [8, 16]),
+                           helper.make_tensor_value_info("B", TensorProto.FLOAT, [16, 32]),
+                           helper.make_tensor_value_info("C", TensorProto.FLOAT, [16, 32])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [8, 32]),
+                           helper.make_tensor_value_info("Y_flat", TensorProto.FLOAT, [256]),
+                           helper.make_tensor_value_info("Z", TensorProto.FLOAT, [8, 32]),
+                           helper.make_tensor_value_info("Z_relu", TensorProto.FLOAT, [8, 32]),
+                           helper.make_tensor_value_info("Z_pos", TensorProto.BOOL, [8, 32])],
+                          [numpy_helper.from_array(np.array([256], np.int64), "shape"),
+                           numpy_helper.from_array(np.array(0.0, np.float32), "zero")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    rng = np.random.default_rng(11)
+    feeds = {n: rng.standard_normal(s, dtype=np.float32) for n, s in (("A", (8, 16)), ("B", (16, 32)), ("C", (16, 32)))}
+    sess = clglow.InferenceSession(model.SerializeToString())
+    got = sess.run(None, feeds)
+    for g_, ref in zip(got, ReferenceEvaluator(model).run(None, feeds)):
+        assert g_.dtype == ref.dtype
+        np.testing.assert_allclose(g_, ref, rtol=1e-4, atol=1e-4)
+    y, y_flat = got[0], got[1]
+    y_flat[:] = 0.0  # two arrays, not one memory
+    assert np.abs(y).max() > 0
+    bound = set(sess._engine.last_plan.host_binds)
+    assert bound == ({"A", "B", "C", "Z", "Z_relu", "Z_pos"} if sess.device.info.host_memory else set())

@@ -164,10 +164,10 @@ class Plan:
     scratch_bytes: int  # the scratch buffers' sizes summed (informative: they live inside the arena)
     n_launches: int
     root: dict = field(default_factory=dict)  # view tensor -> tensor owning the buffer
-    # graph input -> every (kernel, argument position) holding its buffer, for the inputs that
-    # are bound to the caller's array without a copy (see _zero_copy_binds, execute)
+    # graph input or output -> every (kernel, argument position) holding its buffer, for those
+    # bound to host arrays without a copy (see _zero_copy_binds, execute)
     host_binds: dict = field(default_factory=dict)
-    bound_to_host: set = field(default_factory=set)  # inputs whose kernels now hold a caller's array
+    bound_to_host: set = field(default_factory=set)  # inputs/outputs whose kernels now hold a host array
     next_stages: dict = field(default_factory=dict)
     _buffers: list = field(default_factory=list)
 
@@ -461,46 +461,64 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
 
 def _zero_copy_binds(device, device_inputs: Sequence[str], device_tensors: dict, buf_uses: dict,
                      slices: dict, outputs: Sequence[str], steps: Sequence) -> dict:
-    """The graph inputs a run may bind to the caller's array instead of copying it in (zero copy,
-    as onnxruntime's CPU provider reads a numpy input where it lies): on a device whose
-    CL_MEM_USE_HOST_PTR buffers are host memory itself, for an input whose buffer (itself or a
-    view's) only kernels read, each through unaligned loads (Buf.unaligned: a caller's array is
-    aligned to its element only). Not when the buffer is handed back as an output, read back for
-    the host, or sliced into sub-batch pieces (those are sub-buffers of the arena's copy).
-    Returns input -> [(kernel, argument position)]."""
+    """The graph inputs and outputs a run may bind to host arrays instead of copying them (zero
+    copy, as onnxruntime's CPU provider reads a numpy input where it lies and writes its outputs
+    into the arrays it returns), on a device whose CL_MEM_USE_HOST_PTR buffers are host memory
+    itself (DeviceInfo.host_memory). Bound, per run:
+    - an input whose buffer (itself or a view's) only kernels read, each through unaligned loads
+      (Buf.unaligned: a caller's array is aligned to its element only), to the caller's array;
+    - an output whose buffer no other output, graph input or host step shares, to the array the
+      run returns, allocated aligned like a device buffer (so any kernel may write it).
+    Neither when the buffer is sliced into sub-batch pieces (sub-buffers of the arena's copy).
+    Returns name -> [(kernel, argument position)] for every kernel argument holding its buffer."""
     if not device.info.host_memory:
         return {}
     host_read = {i for st in steps if isinstance(st, HostStep) for i in st.inputs if i}
-    host_read |= {st[1] for st in steps if isinstance(st, tuple)}
-    sliced = {sl.whole for sl in slices.values()}
+    host_read |= {st[1] for st in steps if isinstance(st, tuple)}  # uploads: written from the host
+    sliced = {sl.whole for sl in slices.values()} | set(slices)
+    inputs = set(device_inputs)
     binds: dict = {}
-    for name in device_inputs:
+    for name in list(device_inputs) + [o for o in outputs if o not in inputs]:
         buf = device_tensors.get(name)
-        if buf is None or name in sliced:
+        if buf is None:
             continue
         aliases = [t for t, b in device_tensors.items() if b is buf]
         uses = [u for t in aliases for u in buf_uses.get(t, [])]
-        if (not uses or not all(ok for _, _, ok in uses)
-                or any(t in outputs or t in host_read or t in slices for t in aliases)):
+        if not uses or any(t in host_read or t in sliced for t in aliases):
+            continue
+        if name in inputs:
+            if not all(ok for _, _, ok in uses) or any(t in outputs for t in aliases):
+                continue
+        elif sum(t in outputs for t in aliases) > 1 or any(t in inputs for t in aliases):
             continue
         binds[name] = [(knl, pos) for knl, pos, _ in uses]
     return binds
 
 
-def _host_buffer(context: cl.Context, arr: np.ndarray) -> Optional[cl.Buffer]:
-    """A read-only buffer that is `arr`'s memory itself (CL_MEM_USE_HOST_PTR), or None when the
-    array cannot be one (not float-aligned, read-only memory pyopencl will not wrap)."""
+def _host_buffer(context: cl.Context, arr: np.ndarray, writable: bool = False) -> Optional[cl.Buffer]:
+    """A buffer that is `arr`'s memory itself (CL_MEM_USE_HOST_PTR), or None when the array
+    cannot be one (not float-aligned, read-only memory pyopencl will not wrap)."""
     if arr.ctypes.data % 4:
         return None
+    flags = (cl.mem_flags.READ_WRITE if writable else cl.mem_flags.READ_ONLY) | cl.mem_flags.USE_HOST_PTR
     try:
-        return cl.Buffer(context, cl.mem_flags.READ_ONLY | cl.mem_flags.USE_HOST_PTR, hostbuf=arr)
+        return cl.Buffer(context, flags, hostbuf=arr)
     except (cl.Error, TypeError, ValueError, BufferError):
         return None
 
 
-def _bind_input(plan: Plan, name: str, buf: cl.Buffer, host: bool) -> None:
-    """Point the kernels that read input `name` at `buf`: a caller's array (`host`) or the
-    input's own device buffer again."""
+def _aligned_empty(shape: tuple, dtype: np.dtype, align: int) -> np.ndarray:
+    """An uninitialised array whose data starts on an `align`-byte boundary (a device buffer's
+    base alignment: kernels may store aligned vectors into it)."""
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + align, np.uint8)
+    start = -raw.ctypes.data % align
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def _bind(plan: Plan, name: str, buf: cl.Buffer, host: bool) -> None:
+    """Point the kernels that hold `name`'s buffer at `buf`: a host array's (`host`) or the
+    tensor's own device buffer again."""
     if not host and name not in plan.bound_to_host:
         return  # already bound to its device buffer
     for knl, pos in plan.host_binds[name]:
@@ -676,7 +694,7 @@ def execute(plan: Plan, device, queue: cl.CommandQueue, feeds: dict, wait_for: S
         zero_copy = name in plan.host_binds
         if name in device_feeds:
             if zero_copy:
-                _bind_input(plan, name, buf, host=False)
+                _bind(plan, name, buf, host=False)
             src = device_feeds[name]
             nb = _nbytes(graph, name)
             if nb:
@@ -691,17 +709,34 @@ def execute(plan: Plan, device, queue: cl.CommandQueue, feeds: dict, wait_for: S
         if zero_copy:  # the kernels read the caller's array where it lies (kept until the run ends)
             host_buf = _host_buffer(device.context, arr) if arr.nbytes else None
             if host_buf is not None:
-                _bind_input(plan, name, host_buf, host=True)
+                _bind(plan, name, host_buf, host=True)
                 keepalive.append(host_buf)
                 zero_copied = True
                 continue
-            _bind_input(plan, name, buf, host=False)
+            _bind(plan, name, buf, host=False)
         if arr.nbytes:
             events[name] = cl_call(f"uploading input {name!r}", cl.enqueue_copy, queue, buf, arr,
                                    is_blocking=False, wait_for=ext_wait or None)
             kernel_wait = None
     for name in plan.host_inputs:
         values[name] = feeds[name] if feeds.get(name) is not None else _download_now(plan, queue, name, device_feeds)
+    direct: dict = {}  # outputs the kernels write straight into the arrays this run returns
+    for name in plan.outputs:
+        if name not in plan.host_binds or name in plan.device_inputs:
+            continue
+        if (dest or {}).get(name) is None:
+            v = graph.values[name]
+            dtype = np.dtype(v.dtype)
+            arr = _aligned_empty(tuple(int(d) for d in v.shape), np.dtype(np.uint8) if dtype == np.bool_ else dtype,
+                                 device.info.base_align)
+            host_buf = _host_buffer(device.context, arr, writable=True) if arr.nbytes else None
+            if host_buf is not None:
+                _bind(plan, name, host_buf, host=True)
+                keepalive.append(host_buf)
+                direct[name] = arr.view(np.bool_) if dtype == np.bool_ else arr
+                zero_copied = True
+                continue
+        _bind(plan, name, plan.device_tensors[name], host=False)
 
     def host_value(name: str) -> np.ndarray:
         if name in values:
@@ -756,6 +791,9 @@ def execute(plan: Plan, device, queue: cl.CommandQueue, feeds: dict, wait_for: S
         if name in feeds and name not in plan.device_tensors:
             results[name] = np.array(feeds[name])
             continue
+        if name in direct:
+            results[name] = direct[name]
+            continue
         target = (dest or {}).get(name)
         if isinstance(target, cl.Buffer):
             nb = _nbytes(graph, name)
@@ -769,7 +807,7 @@ def execute(plan: Plan, device, queue: cl.CommandQueue, feeds: dict, wait_for: S
         arr = _read(plan, queue, name, events, wait=False, out=target)
         results[name] = arr
     pending += [events[n] for n in events if n.startswith("__read:")]
-    if zero_copied and not pending:  # the caller's arrays stay in use until the kernels are done
+    if zero_copied and not pending:  # the host arrays are in use until the kernels are done
         pending.append(cl_call("enqueueing a marker", cl.enqueue_marker, queue))
     if hold is not None:  # pyopencl's events of host copies block when dropped: the caller keeps them
         hold.extend(events.values())
