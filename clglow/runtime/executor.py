@@ -168,6 +168,7 @@ class Plan:
     # bound to host arrays without a copy (see _zero_copy_binds, execute)
     host_binds: dict = field(default_factory=dict)
     bound_to_host: set = field(default_factory=set)  # inputs/outputs whose kernels now hold a host array
+    bind_outputs_at: int = -1  # the first step touching a bound output's buffer (-1: none)
     next_stages: dict = field(default_factory=dict)
     _buffers: list = field(default_factory=list)
 
@@ -450,9 +451,13 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
                 n_launches += 1
         host_binds = _zero_copy_binds(device, device_inputs, device_tensors, buf_uses, slices, out_set,
                                       final_steps) if config.zero_copy() else {}
+        out_kernels = {id(knl) for o in out_set if o in host_binds and o not in device_inputs
+                       for knl, _ in host_binds[o]}
+        bind_at = next((i for i, st in enumerate(final_steps)
+                        if isinstance(st, KernelStep) and id(st.kernel) in out_kernels), -1)
         return Plan(sub, placement, final_steps, device_tensors, host_inputs, device_inputs, out_set, stop,
                     planned, sum(iv.nbytes for iv in scratch_ivs.values()), n_launches, root=root,
-                    host_binds=host_binds, _buffers=buffers)
+                    host_binds=host_binds, bind_outputs_at=bind_at, _buffers=buffers)
     except BaseException:  # a failed plan gives back what it allocated: the session stays usable
         for b in buffers:
             device_free(b)
@@ -720,23 +725,28 @@ def execute(plan: Plan, device, queue: cl.CommandQueue, feeds: dict, wait_for: S
             kernel_wait = None
     for name in plan.host_inputs:
         values[name] = feeds[name] if feeds.get(name) is not None else _download_now(plan, queue, name, device_feeds)
-    direct: dict = {}  # outputs the kernels write straight into the arrays this run returns
-    for name in plan.outputs:
-        if name not in plan.host_binds or name in plan.device_inputs:
-            continue
-        if (dest or {}).get(name) is None:
-            v = graph.values[name]
-            dtype = np.dtype(v.dtype)
-            arr = _aligned_empty(tuple(int(d) for d in v.shape), np.dtype(np.uint8) if dtype == np.bool_ else dtype,
-                                 device.info.base_align)
-            host_buf = _host_buffer(device.context, arr, writable=True) if arr.nbytes else None
-            if host_buf is not None:
-                _bind(plan, name, host_buf, host=True)
-                keepalive.append(host_buf)
-                direct[name] = arr.view(np.bool_) if dtype == np.bool_ else arr
-                zero_copied = True
+    # Outputs the kernels write straight into the arrays this run returns, allocated and bound
+    # just before the first kernel that touches them: a run's first kernels are enqueued sooner
+    # (ResNet-50 b1: 0.29 ms from run() to the first enqueue when allocated up front; the
+    # interpreter's memory is cold after a run has streamed the weights through the caches).
+    direct: dict = {}
+
+    def bind_outputs() -> None:
+        for name in plan.outputs:
+            if name not in plan.host_binds or name in plan.device_inputs:
                 continue
-        _bind(plan, name, plan.device_tensors[name], host=False)
+            if (dest or {}).get(name) is None:
+                v = graph.values[name]
+                dtype = np.dtype(v.dtype)
+                arr = _aligned_empty(tuple(int(d) for d in v.shape),
+                                     np.dtype(np.uint8) if dtype == np.bool_ else dtype, device.info.base_align)
+                host_buf = _host_buffer(device.context, arr, writable=True) if arr.nbytes else None
+                if host_buf is not None:
+                    _bind(plan, name, host_buf, host=True)
+                    keepalive.append(host_buf)
+                    direct[name] = arr.view(np.bool_) if dtype == np.bool_ else arr
+                    continue
+            _bind(plan, name, plan.device_tensors[name], host=False)
 
     def host_value(name: str) -> np.ndarray:
         if name in values:
@@ -747,7 +757,10 @@ def execute(plan: Plan, device, queue: cl.CommandQueue, feeds: dict, wait_for: S
         values[name] = _read(plan, queue, name, events, wait=True)
         return values[name]
 
-    for st in plan.steps:
+    bind_at = plan.bind_outputs_at
+    for i, st in enumerate(plan.steps):
+        if i == bind_at:
+            bind_outputs()
         if isinstance(st, KernelStep):
             try:
                 ev = cl.enqueue_nd_range_kernel(queue, st.kernel, st.gsize, st.lsize, wait_for=kernel_wait)
@@ -807,7 +820,7 @@ def execute(plan: Plan, device, queue: cl.CommandQueue, feeds: dict, wait_for: S
         arr = _read(plan, queue, name, events, wait=False, out=target)
         results[name] = arr
     pending += [events[n] for n in events if n.startswith("__read:")]
-    if zero_copied and not pending:  # the host arrays are in use until the kernels are done
+    if (zero_copied or direct) and not pending:  # the host arrays are in use until the kernels are done
         pending.append(cl_call("enqueueing a marker", cl.enqueue_marker, queue))
     if hold is not None:  # pyopencl's events of host copies block when dropped: the caller keeps them
         hold.extend(events.values())
