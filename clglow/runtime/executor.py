@@ -523,7 +523,9 @@ def _aligned_empty(shape: tuple, dtype: np.dtype, align: int) -> np.ndarray:
 
 def _bind(plan: Plan, name: str, buf: cl.Buffer, host: bool) -> None:
     """Point the kernels that hold `name`'s buffer at `buf`: a host array's (`host`) or the
-    tensor's own device buffer again."""
+    tensor's own device buffer again. execute() binds every name of plan.host_binds each run
+    before the first step touching it, so no kernel is enqueued still holding an earlier run's
+    host buffer (released, its memory the caller's again); nothing else enqueues plan steps."""
     if not host and name not in plan.bound_to_host:
         return  # already bound to its device buffer
     for knl, pos in plan.host_binds[name]:
