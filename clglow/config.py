@@ -72,6 +72,7 @@ def sub_batch_bytes() -> int | None:
 
 
 def zero_copy() -> bool:
-    """CLGLOW_ZERO_COPY=0 copies every graph input into device memory, even on a device that
-    could read the caller's array in place (runtime.executor._zero_copy_binds)."""
+    """CLGLOW_ZERO_COPY=0 copies every graph input into device memory and every output out of it,
+    even on a device whose kernels could read the caller's arrays and write the returned ones in
+    place (runtime.executor._zero_copy_binds)."""
     return _flag("CLGLOW_ZERO_COPY", True)

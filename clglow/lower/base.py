@@ -141,7 +141,8 @@ class DeviceInfo:
     cache_bytes: int = 0  # CL_DEVICE_GLOBAL_MEM_CACHE_SIZE (pocl: the CPU's last-level cache); 0 unknown
     gemm_tiles: Optional[tuple] = None  # (MR, VW, NV, local size) measured by runtime.tuning
     # CL_MEM_USE_HOST_PTR buffers are the caller's memory itself (a CPU device with host-unified
-    # memory: pocl), so graph inputs can be read where they lie instead of copied in
+    # memory: pocl), so kernels can read graph inputs where they lie and write outputs into the
+    # arrays a run returns instead of copying them
     host_memory: bool = False
 
 
