@@ -60,6 +60,9 @@
 #ifndef C_TRANS
 #define C_TRANS 0
 #endif
+#ifndef PF_NEXT
+#define PF_NEXT 1
+#endif
 /* The implicit GEMM is a run-time flag of the in-place-B programs, not a define: it shares their
  * code generation at a cold start (two programs fewer for ResNet-50). */
 #define HAS_IMPLICIT (!B_PACKED && !C_TRANS)
@@ -250,6 +253,20 @@ __kernel void gemm(
 
 #if B_PACKED
     const __global float* pb = B + offB + z1 * sB1 + z2 * sB2 + tn * (K * NR);
+#if C_TRANS && PF_NEXT
+    /* The weight panels stream from DRAM (ResNet-50's layer4: 60 MB of weights a run): the
+     * first row tile of a panel would fetch all of it at once while the panel's other row
+     * tiles find it in cache. Each group prefetches its share of the next panel instead, one
+     * line every 4 k steps, so the fetch spreads over the current panel's groups. */
+    const int n_rt = (M + MR - 1) / MR, n_z = get_global_size(1);
+    const int share = (K * NR + n_rt * n_z * 16 - 1) / (n_rt * n_z * 16) * 16;
+    const __global float* pf = pb + K * NR + (z + n_z * tm) * share;
+    const __global float* pf_end = (tn + 1) * NR >= N ? pf
+                                   : pf + share < pb + 2 * K * NR ? pf + share : pb + 2 * K * NR;
+#define PREFETCH_NEXT(k) do { if (((k) & 1) == 0 && pf < pf_end) { __builtin_prefetch(pf); pf += 16; } } while (0)
+#else
+#define PREFETCH_NEXT(k) do { } while (0)
+#endif
 #if C_TRANS
     if (flags & FLAG_IMPLICIT_A) {
         /* Implicit A: row k of A^T starts at koff[k] (X in place for a 1x1 conv, the phase
@@ -270,6 +287,7 @@ __kernel void gemm(
             const int o = koff[k];
 #define AR_AT(r) pr[r][o]
             FMA_TILE(b, AR_AT);
+            PREFETCH_NEXT(k);
         }
     } else
 #endif
@@ -278,6 +296,7 @@ __kernel void gemm(
         LOAD_B(b, pb, floatv);
         pb += NR;
         FMA_STEP(b);
+        PREFETCH_NEXT(k);
     }
 #else
     const __global float* pb = B + offB + z1 * sB1 + z2 * sB2 + n0;
