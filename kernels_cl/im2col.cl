@@ -117,30 +117,23 @@ __kernel void pack_b(__global const float* restrict src, int off, int s1, int s2
 typedef float16 float16_u __attribute__((aligned(4)));
 typedef float8 float8_u __attribute__((aligned(4)));
 
-/* One row of a phase image: WPH floats, X's row iy (every SW-th input from phase column px)
- * between the padding columns, zeros elsewhere. */
+/* One row of a phase image: WPH floats, X's row iy (every SW-th input, from column s0 on) in
+ * columns [lo, hi), zeros elsewhere (see conv_phases). */
 inline void phase_row(__global float* restrict d, const __global float* restrict xr, int iy, int H, int W,
-                      int WPH, int SW, int px, int PW)
+                      int WPH, int SW, int s0, int lo, int hi)
 {
     if (iy < 0 || iy >= H) {
         for (int xx = 0; xx < WPH; ++xx)
             d[xx] = 0.0f;
         return;
     }
-    xr += iy * W;
-    /* columns xx with 0 <= xx*SW + px - PW < W come from X, the others are padding */
-    const int lo = min(WPH, max(0, (PW - px + SW - 1) / SW));
-    const int last = W - 1 + PW - px;  /* xx <= last / SW reads inside X */
-    const int hi = last < 0 ? lo : max(lo, min(WPH, last / SW + 1));
+    const __global float* s = xr + iy * W + s0;  /* the input of column lo */
     for (int xx = 0; xx < lo; ++xx)
         d[xx] = 0.0f;
     if (SW == 1) {
-        const __global float* s = xr + lo + px - PW;
         for (int xx = lo; xx < hi; ++xx)
             d[xx] = s[xx - lo];
     } else if (SW == 2) {  /* every other input: 16 loaded, the even 8 stored */
-        const int s0 = lo * 2 + px - PW;
-        const __global float* s = xr + s0;
         int xx = lo;
         for (; xx + 8 <= hi && s0 + 2 * (xx - lo) + 16 <= W; xx += 8) {
             const float16 v = *(const __global float16_u*)(s + 2 * (xx - lo));
@@ -150,7 +143,7 @@ inline void phase_row(__global float* restrict d, const __global float* restrict
             d[xx] = s[2 * (xx - lo)];
     } else {
         for (int xx = lo; xx < hi; ++xx)
-            d[xx] = xr[xx * SW + px - PW];
+            d[xx] = s[(xx - lo) * SW];
     }
     for (int xx = hi; xx < WPH; ++xx)
         d[xx] = 0.0f;
@@ -185,9 +178,17 @@ __kernel void conv_phases(__global const float* restrict X, int offX, int sX1, i
     const int px = p - py * NPX;
     const __global float* xc = X + offX + z * sX1 + ci * H * W;
     __global float* d = dst + z * dst_s + cp * HPH * WPH;
+    /* Columns xx with 0 <= xx*SW + px - PW < W come from X, [lo, hi); the others are padding:
+     * the same for every row of the plane, so worked out once per work-item instead of per row
+     * (alone, hot, alternating: 20-25% faster for ResNet-50's 28x28 and 56x56 strided inputs,
+     * 9-11% for the stem's). */
+    const int lo = min(WPH, max(0, (PW - px + SW - 1) / SW));
+    const int last = W - 1 + PW - px;  /* xx <= last / SW reads inside X */
+    const int hi = last < 0 ? lo : max(lo, min(WPH, last / SW + 1));
+    const int s0 = lo * SW + px - PW;
     const int y1 = min(HPH, y0 + RB);
     for (int yy = y0; yy < y1; ++yy)
-        phase_row(d + yy * WPH, xc, yy * SH + py - PH, H, W, WPH, SW, px, PW);
+        phase_row(d + yy * WPH, xc, yy * SH + py - PH, H, W, WPH, SW, s0, lo, hi);
 }
 
 /* Pack the rows of row-major matrices (a live GEMM A: rows s_m apart, k contiguous) into panels
