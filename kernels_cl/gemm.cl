@@ -257,7 +257,7 @@ __kernel void gemm(
     /* The weight panels stream from DRAM (ResNet-50's layer4: 60 MB of weights a run): the
      * first row tile of a panel would fetch all of it at once while the panel's other row
      * tiles find it in cache. Each group prefetches its share of the next panel instead, one
-     * line every 4 k steps, so the fetch spreads over the current panel's groups. */
+     * line every 2 k steps, so the fetch spreads over the current panel's groups. */
     const int n_rt = (M + MR - 1) / MR, n_z = get_global_size(1);
     const int share = (K * NR + n_rt * n_z * 16 - 1) / (n_rt * n_z * 16) * 16;
     const __global float* pf = pb + K * NR + (z + n_z * tm) * share;
