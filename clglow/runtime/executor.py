@@ -822,7 +822,9 @@ def execute(plan: Plan, device, queue: cl.CommandQueue, feeds: dict, wait_for: S
         arr = _read(plan, queue, name, events, wait=False, out=target)
         results[name] = arr
     pending += [events[n] for n in events if n.startswith("__read:")]
-    if (zero_copied or direct) and not pending:  # the host arrays are in use until the kernels are done
+    if zero_copied or direct:
+        # The kernels read and write host arrays: the run is done when the queue's last command
+        # is (the reads in `pending` may all have come before it: a host step's blocking read).
         pending.append(cl_call("enqueueing a marker", cl.enqueue_marker, queue))
     if hold is not None:  # pyopencl's events of host copies block when dropped: the caller keeps them
         hold.extend(events.values())
