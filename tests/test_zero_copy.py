@@ -249,3 +249,39 @@ def test_run_waits_for_outputs_written_in_place_after_a_host_step():
         d, y = sess.run(None, {"A": a, "B": b, "C": c})
         np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-3)  # checked at once: no sleep
     np.testing.assert_allclose(d, np.linalg.det(np.maximum(c, 0)), rtol=1e-4, atol=1e-6)
+
+
+def test_a_run_failing_after_kernels_were_enqueued(monkeypatch):
+    """A host step that raises after a MatMul writing in place was enqueued: the error reaches
+    the caller once those kernels are done with the run's arrays, and the session stays usable."""
+    from clglow.runtime.host import HostKernel
+
+    nodes = [helper.make_node("MatMul", ["A", "B"], ["Y"]),
+             helper.make_node("Relu", ["C"], ["r"]),
+             helper.make_node("Det", ["r"], ["d"])]
+    g = helper.make_graph(nodes, "fails_late",
+                          [helper.make_tensor_value_info("A", TensorProto.FLOAT, [512, 512]),
+                           helper.make_tensor_value_info("B", TensorProto.FLOAT, [512, 512]),
+                           helper.make_tensor_value_info("C", TensorProto.FLOAT, [3, 3])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [512, 512]),
+                           helper.make_tensor_value_info("d", TensorProto.FLOAT, [])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    sess = clglow.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(13)
+    feeds = {"A": rng.standard_normal((512, 512), dtype=np.float32),
+             "B": rng.standard_normal((512, 512), dtype=np.float32),
+             "C": rng.standard_normal((3, 3), dtype=np.float32)}
+    sess.run(None, feeds)
+    run = HostKernel.run
+
+    def failing(self, arrays):
+        raise RuntimeError("host step failed")
+
+    monkeypatch.setattr(HostKernel, "run", failing)
+    with pytest.raises(RuntimeError, match="host step failed"):
+        sess.run(None, {k: v.copy() for k, v in feeds.items()})  # arrays only this run holds
+    gc.collect()
+    monkeypatch.setattr(HostKernel, "run", run)
+    y, d = sess.run(None, feeds)
+    np.testing.assert_allclose(y, feeds["A"] @ feeds["B"], rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(d, np.linalg.det(np.maximum(feeds["C"], 0)), rtol=1e-4, atol=1e-6)

@@ -169,6 +169,7 @@ class Plan:
     host_binds: dict = field(default_factory=dict)
     bound_to_host: set = field(default_factory=set)  # inputs/outputs whose kernels now hold a host array
     bind_outputs_at: int = -1  # the first step touching a bound output's buffer (-1: none)
+    orphans: list = field(default_factory=list)  # (marker, host buffers) of failed runs still in flight
     next_stages: dict = field(default_factory=dict)
     _buffers: list = field(default_factory=list)
 
@@ -695,6 +696,9 @@ def execute(plan: Plan, device, queue: cl.CommandQueue, feeds: dict, wait_for: S
     kernel_wait: Optional[list] = ext_wait or None
 
     device_feeds = device_feeds or {}
+    if plan.orphans:  # host buffers of failed runs, kept until their kernels are done
+        done = cl.command_execution_status.COMPLETE
+        plan.orphans[:] = [o for o in plan.orphans if o[0].command_execution_status != done]
     zero_copied = False
     for name in plan.device_inputs:
         buf = plan.device_tensors[name]
@@ -760,36 +764,51 @@ def execute(plan: Plan, device, queue: cl.CommandQueue, feeds: dict, wait_for: S
         return values[name]
 
     bind_at = plan.bind_outputs_at
-    for i, st in enumerate(plan.steps):
-        if i == bind_at:
-            bind_outputs()
-        if isinstance(st, KernelStep):
-            try:
-                ev = cl.enqueue_nd_range_kernel(queue, st.kernel, st.gsize, st.lsize, wait_for=kernel_wait)
-            except cl.Error as e:
-                raise cl_error(f"enqueueing {st.kernel_name} for node {st.label!r}", e) from None
-            kernel_wait = None
-            for w in st.writes:
-                events[w] = ev
-            if record is not None:
-                record.kernel_events.append((st.label, st.kernel_name, st.op_type, ev))
-        elif isinstance(st, HostStep):
-            if ext_wait:
-                cl.wait_for_events(ext_wait)
-            arrays = [host_value(i) if i else None for i in st.impl.input_names]
-            outs = st.impl.run(arrays)
-            for name, arr in zip(st.impl.output_names, outs):
-                values[name] = arr
-        elif isinstance(st, tuple) and st[0] == "upload":
-            name = st[1]
-            arr = np.ascontiguousarray(values[name])
-            if arr.dtype == np.bool_:
-                arr = arr.view(np.uint8)
-            keepalive.append(arr)
-            if arr.nbytes:
-                events[name] = cl_call(f"uploading {name!r}", cl.enqueue_copy, queue, plan.device_tensors[name],
-                                       arr, is_blocking=False, wait_for=ext_wait or None)
+    try:
+        for step_index, st in enumerate(plan.steps):
+            if step_index == bind_at:
+                bind_outputs()
+            if isinstance(st, KernelStep):
+                try:
+                    ev = cl.enqueue_nd_range_kernel(queue, st.kernel, st.gsize, st.lsize, wait_for=kernel_wait)
+                except cl.Error as e:
+                    raise cl_error(f"enqueueing {st.kernel_name} for node {st.label!r}", e) from None
                 kernel_wait = None
+                for w in st.writes:
+                    events[w] = ev
+                if record is not None:
+                    record.kernel_events.append((st.label, st.kernel_name, st.op_type, ev))
+            elif isinstance(st, HostStep):
+                if ext_wait:
+                    cl.wait_for_events(ext_wait)
+                arrays = [host_value(i) if i else None for i in st.impl.input_names]
+                outs = st.impl.run(arrays)
+                for name, arr in zip(st.impl.output_names, outs):
+                    values[name] = arr
+            elif isinstance(st, tuple) and st[0] == "upload":
+                name = st[1]
+                arr = np.ascontiguousarray(values[name])
+                if arr.dtype == np.bool_:
+                    arr = arr.view(np.uint8)
+                keepalive.append(arr)
+                if arr.nbytes:
+                    events[name] = cl_call(f"uploading {name!r}", cl.enqueue_copy, queue, plan.device_tensors[name],
+                                           arr, is_blocking=False, wait_for=ext_wait or None)
+                    kernel_wait = None
+    except BaseException:
+        # Kernels already enqueued may still read the caller's arrays or write ours: their host
+        # buffers outlive the exception until those kernels are done (waited for here, or, when
+        # the caller's gate has not opened yet, kept with a marker until a later run sees it done).
+        if zero_copied or direct:
+            try:
+                done = cl.command_execution_status.COMPLETE
+                if any(e.command_execution_status != done for e in ext_wait):
+                    plan.orphans.append((cl.enqueue_marker(queue), keepalive))
+                else:
+                    queue.finish()
+            except cl.Error:
+                pass
+        raise
     results: dict = {}
     pending: list = []
     for name in plan.outputs:
