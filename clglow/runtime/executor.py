@@ -452,8 +452,7 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
                 n_launches += 1
         host_binds = _zero_copy_binds(device, device_inputs, device_tensors, buf_uses, slices, out_set,
                                       final_steps) if config.zero_copy() else {}
-        out_kernels = {id(knl) for o in out_set if o in host_binds and o not in device_inputs
-                       for knl, _ in host_binds[o]}
+        out_kernels = {id(knl) for o in out_set if o in host_binds for knl, _ in host_binds[o]}
         bind_at = next((i for i, st in enumerate(final_steps)
                         if isinstance(st, KernelStep) and id(st.kernel) in out_kernels), -1)
         return Plan(sub, placement, final_steps, device_tensors, host_inputs, device_inputs, out_set, stop,
@@ -476,6 +475,7 @@ def _zero_copy_binds(device, device_inputs: Sequence[str], device_tensors: dict,
     - an output whose buffer no other output, graph input or host step shares, to the array the
       run returns, allocated aligned like a device buffer (so any kernel may write it).
     Neither when the buffer is sliced into sub-batch pieces (sub-buffers of the arena's copy).
+    No name is bound both ways: an input handed back as an output is copied.
     Returns name -> [(kernel, argument position)] for every kernel argument holding its buffer."""
     if not device.info.host_memory:
         return {}
@@ -739,7 +739,7 @@ def execute(plan: Plan, device, queue: cl.CommandQueue, feeds: dict, wait_for: S
 
     def bind_outputs() -> None:
         for name in plan.outputs:
-            if name not in plan.host_binds or name in plan.device_inputs:
+            if name not in plan.host_binds:
                 continue
             if (dest or {}).get(name) is None:
                 v = graph.values[name]
