@@ -63,6 +63,9 @@
 #ifndef PF_NEXT
 #define PF_NEXT 1
 #endif
+#ifndef TC_VEC
+#define TC_VEC 1
+#endif
 /* The implicit GEMM is a run-time flag of the in-place-B programs, not a define: it shares their
  * code generation at a cold start (two programs fewer for ResNet-50). */
 #define HAS_IMPLICIT (!B_PACKED && !C_TRANS)
@@ -91,6 +94,41 @@ typedef floatv floatv_u __attribute__((aligned(4)));
 #include "activation.h"
 DEFINE_ACT(act_v, floatv)
 DEFINE_ACT(act_s, float)
+
+#if C_TRANS && MR >= 6 && MR <= 12 && TC_VEC
+/* A column of a transposed tile (MR pixels of one channel, consecutive in C) as one vector,
+ * moved to and from memory as the parts of MR: X(lanes, width, offset). */
+#define HAS_COLV 1
+#if MR <= 8
+typedef float8 colv;
+#else
+typedef float16 colv;
+#endif
+DEFINE_ACT(act_col, colv)
+typedef float fu1;
+typedef float2 fu2 __attribute__((aligned(4)));
+typedef float4 fu4 __attribute__((aligned(4)));
+typedef float8 fu8 __attribute__((aligned(4)));
+#if MR == 6
+#define COL_PARTS(X) X(s0123, 4, 0) X(s45, 2, 4)
+#elif MR == 7
+#define COL_PARTS(X) X(s0123, 4, 0) X(s45, 2, 4) X(s6, 1, 6)
+#elif MR == 8
+#define COL_PARTS(X) X(s01234567, 8, 0)
+#elif MR == 9
+#define COL_PARTS(X) X(s01234567, 8, 0) X(s8, 1, 8)
+#elif MR == 10
+#define COL_PARTS(X) X(s01234567, 8, 0) X(s89, 2, 8)
+#elif MR == 11
+#define COL_PARTS(X) X(s01234567, 8, 0) X(s89, 2, 8) X(sa, 1, 10)
+#else
+#define COL_PARTS(X) X(s01234567, 8, 0) X(s89ab, 4, 8)
+#endif
+#define COL_ADD(S, W, O) col.S += *(const __global fu##W*)(pzc + (O));
+#define COL_STORE(S, W, O) *(__global fu##W*)(pcc + (O)) = col.S;
+#else
+#define HAS_COLV 0
+#endif
 
 #if !B_PACKED && !C_TRANS
 /* The lanes of a tile row as runs of an implicit GEMM's output pixels: padded-linear column j
@@ -422,6 +460,37 @@ __kernel void gemm(
         float tile[MR * NR] __attribute__((aligned(64)));
         const int mr = min(MR, M - m0);
         const int nr = min(NR, N - n0);
+#if HAS_COLV
+        /* The tile's rows as consecutive outputs (every one stored here, no row end between them
+         * in a padded output): each channel's MR pixels are one vector, built from the tile's
+         * column in L1, and its residual, activation and store are a few vector moves (the
+         * general path below moves every output as a scalar, with a test). */
+        if (mr == MR && nr == NR && rd[0] >= 0 && rd[MR - 1] - rd[0] == MR - 1) {
+#pragma unroll
+            for (int r = 0; r < MR; ++r) {
+#pragma unroll
+                for (int v = 0; v < NV; ++v) {
+                    *(floatv*)(tile + r * NR + v * VW) = ALPHA_BIAS_V(r, v);
+                }
+            }
+            pcb += rd[0];
+            pzb += rd[0];
+#pragma unroll 2
+            for (int c = 0; c < NR; ++c) {
+                colv col = (colv)0.0f;
+#pragma unroll
+                for (int r = 0; r < MR; ++r)
+                    col[r] = tile[r * NR + c];
+                const __global float* pzc = pzb + c * ldc;
+                if (has_res) {
+                    COL_PARTS(COL_ADD)
+                }
+                col = act_col(col, act_a, act_b, act_c);
+                __global float* pcc = pcb + c * ldc;
+                COL_PARTS(COL_STORE)
+            }
+        } else
+#endif
         if (mr == MR && nr == NR) {
             /* alpha and bias on the accumulator vectors, the (transposed) residual added in the
              * private tile, the activation on the tile's vectors (a Swish is one vector exp per
