@@ -76,3 +76,9 @@ def zero_copy() -> bool:
     even on a device whose kernels could read the caller's arrays and write the returned ones in
     place (runtime.executor._zero_copy_binds)."""
     return _flag("CLGLOW_ZERO_COPY", True)
+
+
+def winograd() -> bool:
+    """CLGLOW_WINOGRAD=0 runs stride-1 3x3 convolutions as (implicit) GEMMs instead of Winograd
+    F(2x2, 3x3) (lower.winograd), e.g. to compare the two or to rule the transform's rounding out."""
+    return _flag("CLGLOW_WINOGRAD", True)

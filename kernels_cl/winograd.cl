@@ -1,0 +1,184 @@
+/* Winograd F(2x2, 3x3) convolution: the input and output transforms around a batched GEMM.
+ *
+ * A stride-1 3x3 convolution computes each 2x2 block of output pixels from a 4x4 patch d of
+ * the input as Y = A^T [U (.) V] A with U = G g G^T (the 3x3 filter g transformed once, at plan
+ * time: lower/winograd.py) and V = B^T d B: 16 products per output block instead of 36.
+ * Summed over the input channels, the 16 element-wise products are 16 independent GEMMs
+ * M[xi] = U[xi] (Cout x Cin) @ V[xi] (Cin x tiles), run by gemm.cl with xi as a batch index.
+ *
+ *   wino_in   X [N][Cin][H][W] -> V [N][16][Cin][LDV]: for image i and xi a row-major Cin x tiles
+ *             matrix with rows LDV >= tiles apart, the GEMM's B read in place
+ *   wino_out  M [N][16][Cout][tiles] -> Y [N][Cout][OH][OW], with the conv's epilogue: bias,
+ *             residual Z, activation (activation.h)
+ * Each work-item takes 8 consecutive tiles of one tile row (one channel, one image) as float8
+ * lanes: a patch row's 18 input columns are two loads split into even and odd columns, and the
+ * 16 values of the 8 tiles' 2x2 blocks in an output row one float16 store. Pocl runs a
+ * work-item's code as written (no builtins inlined, no vectorising across scalar work-items
+ * with scattered stores): one tile per work-item ran 5x slower.
+ *
+ * Tile (ty, tx) covers output rows 2*ty, 2*ty+1 and columns 2*tx, 2*tx+1 and reads input rows
+ * 2*ty - ph .. +3 and columns 2*tx - pw .. +3, zero outside X. A launch covers the tile rows
+ * TY0 .. TY0 + TH - 1 (a piece of the image: the scratch stays small), tile t = (ty - TY0) *
+ * TW + tx of V and M.
+ *
+ *   B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]      A^T = [1 1 1 0; 0 1 -1 -1]
+ */
+#include "activation.h"
+DEFINE_ACT(act_s, float)
+DEFINE_ACT(act_16, float16)
+
+typedef float16 f16u __attribute__((aligned(4)));
+typedef float8 f8u __attribute__((aligned(4)));
+typedef float2 f2u __attribute__((aligned(4)));
+
+/* B^T applied to 4 values (a row or a column of the patch; scalars or vectors). */
+#define BT4(o0, o1, o2, o3, d0, d1, d2, d3) do { \
+        o0 = (d0) - (d2); o1 = (d1) + (d2); o2 = (d2) - (d1); o3 = (d1) - (d3); } while (0)
+
+/* Work-item (image * Cin + channel): its channel's tile rows in order, 8 tiles at a time.
+ * Each tile row's 4 input rows are first copied into a private zero-padded row buffer (column
+ * c is input column c - pw): no bounds tests after that, and no scalar stores just before
+ * vector loads (each such load waits for the stores to drain: an edge path built that way
+ * took 34% of the kernel). Along the columns B^T works on shifted rows: with R0, R1, R2 the 16
+ * buffer columns from 2 * tx0, + 1, + 2, tile t's four column sums are lanes of
+ *   R0 - R2 (even lane 2t: d0 - d2, odd lane 2t + 1: d1 - d3), R1 + R2 (lane 2t: d1 + d2),
+ *   R2 - R1 (lane 2t: d2 - d1),
+ * so a patch row costs three loads and three vector ops; B^T along the rows is then lane-wise.
+ * Every segment stores 8 tiles: a tile row's last segment spills into the next tile row's
+ * first tiles, which this work-item writes next, or past the last tile into the row's
+ * padding (LDV >= tiles + 8).
+ * WINO_ROW (lower/winograd.py checks it): the buffer's floats per row, at least
+ * max(pw + W, 2 * TW rounded up to 8) + 18. */
+#define WINO_ROW 512
+__kernel void wino_in(__global const float* X, int offX, int x_s1, int cin, int h, int w, int ph, int pw,
+                      int tw, int ty0, int th, int ldv, __global float* V, int v_s1)
+{
+    const int zc = get_global_id(0);
+    if (cin == 0)
+        return;
+    const int i = zc / cin;
+    const int ci = zc - i * cin;
+    const __global float* xp = X + offX + i * x_s1 + ci * (h * w);
+    const int plane = ldv * cin;
+    __global float* vrow = V + i * v_s1 + ci * ldv;
+    const int span = 2 * ((tw + 7) & ~7) + 18;  /* buffer columns the segments read */
+    /* Padded input row yy = y + ph lives in slot yy & 7. Tile row ty reads padded rows 2 ty ..
+     * 2 ty + 3, copied while the tile row before it was computed: a vector load of a row just
+     * copied waits for the copy's stores to drain (half the kernel's time when each tile row
+     * copied its own rows). The columns outside [pw, pw + W) are zeroed once and never written
+     * after. */
+    float buf[8][WINO_ROW] __attribute__((aligned(64)));
+#pragma unroll 1
+    for (int r = 0; r < 8; ++r)
+#pragma unroll 1
+        for (int c = 0; c < span; c += 16)
+            *(float16*)(buf[r] + c) = (float16)0.0f;
+
+#pragma unroll 1
+    for (int ty = ty0; ty < ty0 + th; ++ty) {
+        /* the next tile row's two new rows (and at the start this one's four) */
+#pragma unroll 1
+        for (int yy = ty == ty0 ? 2 * ty : 2 * ty + 4; yy < 2 * ty + 6 && yy < 2 * (ty0 + th) + 2; ++yy) {
+            const int y = yy - ph;
+            float* dst = buf[yy & 7] + pw;
+            const __global float* row = xp + y * w;
+            const bool in = y >= 0 && y < h;
+            if (w >= 16) {
+#pragma unroll 1
+                for (int c = 0; c < w - 16; c += 16)
+                    *(f16u*)(dst + c) = in ? *(const __global f16u*)(row + c) : (float16)0.0f;
+                *(f16u*)(dst + w - 16) = in ? *(const __global f16u*)(row + w - 16) : (float16)0.0f;  /* the last 16, overlapping */
+            } else {
+#pragma unroll 1
+                for (int c = 0; c < w; ++c)
+                    dst[c] = in ? row[c] : 0.0f;
+            }
+        }
+        const int s0 = 2 * ty;  /* the tile row's first padded row */
+#pragma unroll 1
+        for (int tx0 = 0; tx0 < tw; tx0 += 8) {
+            float16 e[4], f[4], g[4];  /* per patch row: R0 - R2, R1 + R2, R2 - R1 */
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const float* src = buf[(s0 + r) & 7] + 2 * tx0;
+                const float16 r0 = *(const f16u*)src;
+                const float16 r1 = *(const f16u*)(src + 1);
+                const float16 r2 = *(const f16u*)(src + 2);
+                e[r] = r0 - r2;
+                f[r] = r1 + r2;
+                g[r] = r2 - r1;
+            }
+            __global float* vb = vrow + (ty - ty0) * tw + tx0;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {  /* row k of B^T, on the column sums */
+                float16 ek, fk, gk;
+                if (k == 0) { ek = e[0] - e[2]; fk = f[0] - f[2]; gk = g[0] - g[2]; }
+                else if (k == 1) { ek = e[1] + e[2]; fk = f[1] + f[2]; gk = g[1] + g[2]; }
+                else if (k == 2) { ek = e[2] - e[1]; fk = f[2] - f[1]; gk = g[2] - g[1]; }
+                else { ek = e[1] - e[3]; fk = f[1] - f[3]; gk = g[1] - g[3]; }
+                *(__global f8u*)(vb + (4 * k + 0) * plane) = ek.even;
+                *(__global f8u*)(vb + (4 * k + 1) * plane) = fk.even;
+                *(__global f8u*)(vb + (4 * k + 2) * plane) = gk.even;
+                *(__global f8u*)(vb + (4 * k + 3) * plane) = ek.odd;
+            }
+        }
+    }
+}
+
+/* Work-item (segment, tile row, image * Cout + channel). M has 8 floats of slack past its end
+ * (a last segment's loads past the last tile). flags: 1 = bias (per output channel), 2 =
+ * residual Z (Y's layout). */
+__kernel void wino_out(__global const float* Mt, int m_s1, int cout, int tw, int ty0, int th, int oh, int ow,
+                       __global float* Y, int offY, int y_s1, __global const float* bias,
+                       __global const float* Z, int flags, float act_a, float act_b, float act_c)
+{
+    const int tx0 = 8 * get_global_id(0);
+    const int tr = get_global_id(1);  /* tile row ty0 + tr */
+    const int zc = get_global_id(2);
+    if (tr >= th || cout == 0)
+        return;
+    const int i = zc / cout;
+    const int co = zc - i * cout;
+    const int ntiles = th * tw;
+    const int plane = cout * ntiles;
+    const __global float* mp = Mt + i * m_s1 + co * ntiles + tr * tw + tx0;
+    float8 s[2][4];  /* A^T M */
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+        const float8 m0 = *(const __global f8u*)(mp + c * plane);
+        const float8 m1 = *(const __global f8u*)(mp + (4 + c) * plane);
+        const float8 m2 = *(const __global f8u*)(mp + (8 + c) * plane);
+        const float8 m3 = *(const __global f8u*)(mp + (12 + c) * plane);
+        s[0][c] = m0 + m1 + m2;
+        s[1][c] = m1 - m2 - m3;
+    }
+    const float b = (flags & 1) ? bias[co] : 0.0f;
+    const int n = min(16, ow - 2 * tx0);  /* output columns of this segment */
+    const int base = offY + i * y_s1 + co * (oh * ow) + 2 * tx0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int y = 2 * (ty0 + tr) + r;
+        if (y >= oh)
+            break;
+        const float8 e = s[r][0] + s[r][1] + s[r][2] + b;  /* even output columns */
+        const float8 o = s[r][1] - s[r][2] - s[r][3] + b;  /* odd ones */
+        float16 v = (float16)(e.s0, o.s0, e.s1, o.s1, e.s2, o.s2, e.s3, o.s3,
+                              e.s4, o.s4, e.s5, o.s5, e.s6, o.s6, e.s7, o.s7);
+        const int at = base + y * ow;
+        if (n == 16) {
+            if (flags & 2)
+                v += *(const __global f16u*)(Z + at);
+            *(__global f16u*)(Y + at) = act_16(v, act_a, act_b, act_c);
+        } else {
+            float t[16] __attribute__((aligned(64)));
+            *(float16*)t = v;
+#pragma unroll 1
+            for (int c = 0; c < n; ++c) {
+                float u = t[c];
+                if (flags & 2)
+                    u += Z[at + c];
+                Y[at + c] = act_s(u, act_a, act_b, act_c);
+            }
+        }
+    }
+}
