@@ -67,8 +67,8 @@ def _pieces(n_img: int, th: int, tw: int, per_row: int, min_rows: int) -> list:
     if per_img <= cap:
         ni = max(1, min(n_img, cap // per_img))
         return [(i0, min(ni, n_img - i0), 0, th) for i0 in range(0, n_img, ni)]
-    n = -(-per_img // cap)
-    rows = min(th, max(-(-th // n), min_rows))
+    n = min(-(-per_img // cap), max(1, th // min_rows))  # balanced runs, none below min_rows
+    rows = -(-th // n)
     return [(i, 1, r0, min(rows, th - r0)) for i in range(n_img) for r0 in range(0, th, rows)]
 
 
