@@ -1,4 +1,5 @@
-/* Winograd F(2x2, 3x3) convolution: the input and output transforms around a batched GEMM.
+/* Winograd F(2x2, 3x3) and F(4x4, 3x3) convolutions: the input and output transforms around a
+ * batched GEMM (F(4x4) at the end of the file).
  *
  * A stride-1 3x3 convolution computes each 2x2 block of output pixels from a 4x4 patch d of
  * the input as Y = A^T [U (.) V] A with U = G g G^T (the 3x3 filter g transformed once, at plan
@@ -125,59 +126,220 @@ __kernel void wino_in(__global const float* X, int offX, int x_s1, int cin, int 
     }
 }
 
-/* Work-item (segment, tile row, image * Cout + channel). M has 8 floats of slack past its end
- * (a last segment's loads past the last tile). flags: 1 = bias (per output channel), 2 =
- * residual Z (Y's layout). */
+/* Work-item (tile row, image * Cout + channel): the row's tiles 8 at a time. M has 8 floats of
+ * slack past its end (a last segment's loads past the last tile). flags: 1 = bias (per output
+ * channel), 2 = residual Z (Y's layout). */
 __kernel void wino_out(__global const float* Mt, int m_s1, int cout, int tw, int ty0, int th, int oh, int ow,
                        __global float* Y, int offY, int y_s1, __global const float* bias,
                        __global const float* Z, int flags, float act_a, float act_b, float act_c)
 {
-    const int tx0 = 8 * get_global_id(0);
-    const int tr = get_global_id(1);  /* tile row ty0 + tr */
-    const int zc = get_global_id(2);
+    const int tr = get_global_id(0);  /* tile row ty0 + tr */
+    const int zc = get_global_id(1);
     if (tr >= th || cout == 0)
         return;
     const int i = zc / cout;
     const int co = zc - i * cout;
     const int ntiles = th * tw;
     const int plane = cout * ntiles;
-    const __global float* mp = Mt + i * m_s1 + co * ntiles + tr * tw + tx0;
-    float8 s[2][4];  /* A^T M */
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-        const float8 m0 = *(const __global f8u*)(mp + c * plane);
-        const float8 m1 = *(const __global f8u*)(mp + (4 + c) * plane);
-        const float8 m2 = *(const __global f8u*)(mp + (8 + c) * plane);
-        const float8 m3 = *(const __global f8u*)(mp + (12 + c) * plane);
-        s[0][c] = m0 + m1 + m2;
-        s[1][c] = m1 - m2 - m3;
-    }
     const float b = (flags & 1) ? bias[co] : 0.0f;
-    const int n = min(16, ow - 2 * tx0);  /* output columns of this segment */
-    const int base = offY + i * y_s1 + co * (oh * ow) + 2 * tx0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int y = 2 * (ty0 + tr) + r;
-        if (y >= oh)
-            break;
-        const float8 e = s[r][0] + s[r][1] + s[r][2] + b;  /* even output columns */
-        const float8 o = s[r][1] - s[r][2] - s[r][3] + b;  /* odd ones */
-        float16 v = (float16)(e.s0, o.s0, e.s1, o.s1, e.s2, o.s2, e.s3, o.s3,
-                              e.s4, o.s4, e.s5, o.s5, e.s6, o.s6, e.s7, o.s7);
-        const int at = base + y * ow;
-        if (n == 16) {
-            if (flags & 2)
-                v += *(const __global f16u*)(Z + at);
-            *(__global f16u*)(Y + at) = act_16(v, act_a, act_b, act_c);
-        } else {
-            float t[16] __attribute__((aligned(64)));
-            *(float16*)t = v;
+    const int y0 = 2 * (ty0 + tr);
+    const int rows = min(2, oh - y0);
 #pragma unroll 1
-            for (int c = 0; c < n; ++c) {
-                float u = t[c];
+    for (int tx0 = 0; tx0 < tw; tx0 += 8) {
+        const __global float* mp = Mt + i * m_s1 + co * ntiles + tr * tw + tx0;
+        float8 s[2][4];  /* A^T M */
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            const float8 m0 = *(const __global f8u*)(mp + c * plane);
+            const float8 m1 = *(const __global f8u*)(mp + (4 + c) * plane);
+            const float8 m2 = *(const __global f8u*)(mp + (8 + c) * plane);
+            const float8 m3 = *(const __global f8u*)(mp + (12 + c) * plane);
+            s[0][c] = m0 + m1 + m2;
+            s[1][c] = m1 - m2 - m3;
+        }
+        const int n = min(16, ow - 2 * tx0);  /* output columns of this segment */
+#pragma unroll 1
+        for (int r = 0; r < rows; ++r) {
+            const float8 e = s[r][0] + s[r][1] + s[r][2] + b;  /* even output columns */
+            const float8 o = s[r][1] - s[r][2] - s[r][3] + b;  /* odd ones */
+            float16 v = (float16)(e.s0, o.s0, e.s1, o.s1, e.s2, o.s2, e.s3, o.s3,
+                                  e.s4, o.s4, e.s5, o.s5, e.s6, o.s6, e.s7, o.s7);
+            const int at = offY + i * y_s1 + co * (oh * ow) + (y0 + r) * ow + 2 * tx0;
+            if (n == 16) {
                 if (flags & 2)
-                    u += Z[at + c];
-                Y[at + c] = act_s(u, act_a, act_b, act_c);
+                    v += *(const __global f16u*)(Z + at);
+                *(__global f16u*)(Y + at) = act_16(v, act_a, act_b, act_c);
+            } else {
+                float t[16] __attribute__((aligned(64)));
+                *(float16*)t = v;
+#pragma unroll 1
+                for (int c = 0; c < n; ++c) {
+                    float u = t[c];
+                    if (flags & 2)
+                        u += Z[at + c];
+                    Y[at + c] = act_s(u, act_a, act_b, act_c);
+                }
+            }
+        }
+    }
+}
+
+/* --- F(4x4, 3x3): 6x6 patches, 4x4 output blocks, 36 GEMMs (4x fewer multiplies than direct) --
+ *
+ *   B^T = [4  0 -5  0 1 0;  0 -4 -4  1 1 0;  0 4 -4 -1 1 0;
+ *          0 -2 -1  2 1 0;  0  2 -1 -2 1 0;  0 4  0 -5 0 1]
+ *   A^T = [1 1  1 1  1 0;  0 1 -1 2 -2 0;  0 1 1 4 4 0;  0 1 -1 8 -8 1]
+ * Same layouts as above with 36 planes (xi = 6 * row + column); tile (ty, tx) covers output rows
+ * 4*ty .. +3 and columns 4*tx .. +3 and reads input rows 4*ty - ph .. +5, columns 4*tx - pw .. +5.
+ */
+
+/* B^T applied to 6 values. */
+#define BT6(o, d) do {                                              \
+        o[0] = 4.0f * d[0] - 5.0f * d[2] + d[4];                    \
+        o[1] = d[3] + d[4] - 4.0f * (d[1] + d[2]);                  \
+        o[2] = d[4] - d[3] + 4.0f * (d[1] - d[2]);                  \
+        o[3] = d[4] - d[2] + 2.0f * (d[3] - d[1]);                  \
+        o[4] = d[4] - d[2] + 2.0f * (d[1] - d[3]);                  \
+        o[5] = 4.0f * d[1] - 5.0f * d[3] + d[5];                    \
+    } while (0)
+
+/* Work-item (image * Cin + channel), as wino_in: a private ring of 16 zero-padded input rows
+ * (tile row ty reads padded rows 4 ty .. 4 ty + 5; the next tile row's 4 new rows are copied
+ * before this one is computed). For 8 tiles the patch column c is lanes c, c + 4, .., c + 28
+ * of the buffer's 48 columns from 4 * tx0. WINO_ROW >= max(pw + W, 4 * TW rounded up to 8 + 16). */
+__kernel void wino4_in(__global const float* X, int offX, int x_s1, int cin, int h, int w, int ph, int pw,
+                       int tw, int ty0, int th, int ldv, __global float* V, int v_s1)
+{
+    const int zc = get_global_id(0);
+    if (cin == 0)
+        return;
+    const int i = zc / cin;
+    const int ci = zc - i * cin;
+    const __global float* xp = X + offX + i * x_s1 + ci * (h * w);
+    const int plane = ldv * cin;
+    __global float* vrow = V + i * v_s1 + ci * ldv;
+    const int span = 4 * ((tw + 7) & ~7) + 16;
+    float buf[16][WINO_ROW] __attribute__((aligned(64)));
+#pragma unroll 1
+    for (int r = 0; r < 16; ++r)
+#pragma unroll 1
+        for (int c = 0; c < span; c += 16)
+            *(float16*)(buf[r] + c) = (float16)0.0f;
+
+#pragma unroll 1
+    for (int ty = ty0; ty < ty0 + th; ++ty) {
+#pragma unroll 1
+        for (int yy = ty == ty0 ? 4 * ty : 4 * ty + 6; yy < 4 * ty + 10 && yy < 4 * (ty0 + th) + 2; ++yy) {
+            const int y = yy - ph;
+            float* dst = buf[yy & 15] + pw;
+            const __global float* row = xp + y * w;
+            const bool in = y >= 0 && y < h;
+            if (w >= 16) {
+#pragma unroll 1
+                for (int c = 0; c < w - 16; c += 16)
+                    *(f16u*)(dst + c) = in ? *(const __global f16u*)(row + c) : (float16)0.0f;
+                *(f16u*)(dst + w - 16) = in ? *(const __global f16u*)(row + w - 16) : (float16)0.0f;
+            } else {
+#pragma unroll 1
+                for (int c = 0; c < w; ++c)
+                    dst[c] = in ? row[c] : 0.0f;
+            }
+        }
+#pragma unroll 1
+        for (int tx0 = 0; tx0 < tw; tx0 += 8) {
+            float8 u[6][6];  /* u[r][k]: B^T along the columns of patch row r */
+#pragma unroll
+            for (int r = 0; r < 6; ++r) {
+                const float* src = buf[(4 * ty + r) & 15] + 4 * tx0;
+                const float16 a = *(const f16u*)src, b = *(const f16u*)(src + 16);
+                const float2 c = *(const f2u*)(src + 32);
+                float8 d[6];
+                d[0] = (float8)(a.s0, a.s4, a.s8, a.sc, b.s0, b.s4, b.s8, b.sc);
+                d[1] = (float8)(a.s1, a.s5, a.s9, a.sd, b.s1, b.s5, b.s9, b.sd);
+                d[2] = (float8)(a.s2, a.s6, a.sa, a.se, b.s2, b.s6, b.sa, b.se);
+                d[3] = (float8)(a.s3, a.s7, a.sb, a.sf, b.s3, b.s7, b.sb, b.sf);
+                d[4] = (float8)(a.s4, a.s8, a.sc, b.s0, b.s4, b.s8, b.sc, c.s0);
+                d[5] = (float8)(a.s5, a.s9, a.sd, b.s1, b.s5, b.s9, b.sd, c.s1);
+                BT6(u[r], d);
+            }
+            __global float* vb = vrow + (ty - ty0) * tw + tx0;
+#pragma unroll
+            for (int k = 0; k < 6; ++k) {  /* B^T along the rows, column k */
+                float8 col[6], v[6];
+#pragma unroll
+                for (int r = 0; r < 6; ++r)
+                    col[r] = u[r][k];
+                BT6(v, col);
+#pragma unroll
+                for (int j = 0; j < 6; ++j)
+                    *(__global f8u*)(vb + (6 * j + k) * plane) = v[j];
+            }
+        }
+    }
+}
+
+/* Work-item (tile row, image * Cout + channel): the row's tiles 8 at a time, each output row of
+ * them 32 pixels (two float16 stores). M has 8 floats of slack past its end. */
+__kernel void wino4_out(__global const float* Mt, int m_s1, int cout, int tw, int ty0, int th, int oh, int ow,
+                        __global float* Y, int offY, int y_s1, __global const float* bias,
+                        __global const float* Z, int flags, float act_a, float act_b, float act_c)
+{
+    const int tr = get_global_id(0);
+    const int zc = get_global_id(1);
+    if (tr >= th || cout == 0)
+        return;
+    const int i = zc / cout;
+    const int co = zc - i * cout;
+    const int ntiles = th * tw;
+    const int plane = cout * ntiles;
+    const float b = (flags & 1) ? bias[co] : 0.0f;
+    const int y0 = 4 * (ty0 + tr);
+    const int rows = min(4, oh - y0);
+#pragma unroll 1
+    for (int tx0 = 0; tx0 < tw; tx0 += 8) {
+        const __global float* mp = Mt + i * m_s1 + co * ntiles + tr * tw + tx0;
+        float8 s[4][6];  /* A^T M (over the rows j), column k */
+#pragma unroll
+        for (int k = 0; k < 6; ++k) {
+            float8 m[6];
+#pragma unroll
+            for (int j = 0; j < 6; ++j)
+                m[j] = *(const __global f8u*)(mp + (6 * j + k) * plane);
+            s[0][k] = m[0] + m[1] + m[2] + m[3] + m[4];
+            s[1][k] = m[1] - m[2] + 2.0f * (m[3] - m[4]);
+            s[2][k] = m[1] + m[2] + 4.0f * (m[3] + m[4]);
+            s[3][k] = m[1] - m[2] + 8.0f * (m[3] - m[4]) + m[5];
+        }
+        const int n = min(32, ow - 4 * tx0);  /* output columns of this segment */
+#pragma unroll 1
+        for (int r = 0; r < rows; ++r) {
+            const float8 y0v = s[r][0] + s[r][1] + s[r][2] + s[r][3] + s[r][4] + b;
+            const float8 y1v = s[r][1] - s[r][2] + 2.0f * (s[r][3] - s[r][4]) + b;
+            const float8 y2v = s[r][1] + s[r][2] + 4.0f * (s[r][3] + s[r][4]) + b;
+            const float8 y3v = s[r][1] - s[r][2] + 8.0f * (s[r][3] - s[r][4]) + s[r][5] + b;
+            float16 lo = (float16)(y0v.s0, y1v.s0, y2v.s0, y3v.s0, y0v.s1, y1v.s1, y2v.s1, y3v.s1,
+                                   y0v.s2, y1v.s2, y2v.s2, y3v.s2, y0v.s3, y1v.s3, y2v.s3, y3v.s3);
+            float16 hi = (float16)(y0v.s4, y1v.s4, y2v.s4, y3v.s4, y0v.s5, y1v.s5, y2v.s5, y3v.s5,
+                                   y0v.s6, y1v.s6, y2v.s6, y3v.s6, y0v.s7, y1v.s7, y2v.s7, y3v.s7);
+            const int at = offY + i * y_s1 + co * (oh * ow) + (y0 + r) * ow + 4 * tx0;
+            if (n == 32) {
+                if (flags & 2) {
+                    lo += *(const __global f16u*)(Z + at);
+                    hi += *(const __global f16u*)(Z + at + 16);
+                }
+                *(__global f16u*)(Y + at) = act_16(lo, act_a, act_b, act_c);
+                *(__global f16u*)(Y + at + 16) = act_16(hi, act_a, act_b, act_c);
+            } else {
+                float t[32] __attribute__((aligned(64)));
+                *(float16*)t = lo;
+                *(float16*)(t + 16) = hi;
+#pragma unroll 1
+                for (int c = 0; c < n; ++c) {
+                    float u = t[c];
+                    if (flags & 2)
+                        u += Z[at + c];
+                    Y[at + c] = act_s(u, act_a, act_b, act_c);
+                }
             }
         }
     }

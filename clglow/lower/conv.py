@@ -42,7 +42,7 @@ from ..ir import Graph, Node
 from .base import Launch, LowerCtx, PaddedLayout, device_op, f32, float32_only, i32, round_up, unaligned
 from .gemm import (ACTIVATIONS, Bias, GemmConfig, Implicit, Operand, act_params, b_unpacked_ok, fit_rows, gemm_config,
                    gemm_launch, pack_a, pack_b, pack_b_launch, transposed_config)
-from .winograd import lower_winograd, winograd_ok
+from .winograd import lower_winograd, winograd_variant
 
 log = logging.getLogger(__name__)
 
@@ -297,8 +297,9 @@ def _lower(ctx: LowerCtx) -> list:
         # convs (224 columns computed for 196 pixels), A/B on pocl: 0.1-0.3 ms faster per image
         # than packed and stored transposed, 6 launches fewer.
         tcfg = None
-    if ctx.const(1) is not None and winograd_ok(cfg, geom, g, cin_g, m):
-        return lower_winograd(ctx, cfg, n_img=n_img, cin=cin, m=m, geom=geom, has_bias=has_bias,
+    wino = winograd_variant(cfg, geom, g, cin_g, m) if ctx.const(1) is not None else None
+    if wino is not None:
+        return lower_winograd(ctx, cfg, wino, n_img=n_img, cin=cin, m=m, geom=geom, has_bias=has_bias,
                               has_res=has_res, act=(act, act_a, act_b))
     cfg = _fit_tiles(cfg, m, geom, pointwise)
     if tcfg is not None:
