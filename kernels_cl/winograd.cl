@@ -99,7 +99,7 @@ __kernel void wino_in(__global const float* X, int offX, int x_s1, int cin, int 
 #pragma unroll 1
         for (int tx0 = 0; tx0 < tw; tx0 += 8) {
             float16 e[4], f[4], g[4];  /* per patch row: R0 - R2, R1 + R2, R2 - R1 */
-#pragma unroll
+#pragma unroll 1
             for (int r = 0; r < 4; ++r) {
                 const float* src = buf[(s0 + r) & 7] + 2 * tx0;
                 const float16 r0 = *(const f16u*)src;
@@ -148,7 +148,7 @@ __kernel void wino_out(__global const float* Mt, int m_s1, int cout, int tw, int
     for (int tx0 = 0; tx0 < tw; tx0 += 8) {
         const __global float* mp = Mt + i * m_s1 + co * ntiles + tr * tw + tx0;
         float8 s[2][4];  /* A^T M */
-#pragma unroll
+#pragma unroll 1
         for (int c = 0; c < 4; ++c) {
             const float8 m0 = *(const __global f8u*)(mp + c * plane);
             const float8 m1 = *(const __global f8u*)(mp + (4 + c) * plane);
@@ -248,7 +248,7 @@ __kernel void wino4_in(__global const float* X, int offX, int x_s1, int cin, int
 #pragma unroll 1
         for (int tx0 = 0; tx0 < tw; tx0 += 8) {
             float8 u[6][6];  /* u[r][k]: B^T along the columns of patch row r */
-#pragma unroll
+#pragma unroll 1
             for (int r = 0; r < 6; ++r) {
                 const float* src = buf[(4 * ty + r) & 15] + 4 * tx0;
                 const float16 a = *(const f16u*)src, b = *(const f16u*)(src + 16);
@@ -263,7 +263,7 @@ __kernel void wino4_in(__global const float* X, int offX, int x_s1, int cin, int
                 BT6(u[r], d);
             }
             __global float* vb = vrow + (ty - ty0) * tw + tx0;
-#pragma unroll
+#pragma unroll 1
             for (int k = 0; k < 6; ++k) {  /* B^T along the rows, column k */
                 float8 col[6], v[6];
 #pragma unroll
@@ -299,7 +299,7 @@ __kernel void wino4_out(__global const float* Mt, int m_s1, int cout, int tw, in
     for (int tx0 = 0; tx0 < tw; tx0 += 8) {
         const __global float* mp = Mt + i * m_s1 + co * ntiles + tr * tw + tx0;
         float8 s[4][6];  /* A^T M (over the rows j), column k */
-#pragma unroll
+#pragma unroll 1
         for (int k = 0; k < 6; ++k) {
             float8 m[6];
 #pragma unroll
