@@ -28,9 +28,21 @@ __kernel void lut32(__global const uint* x, __global const TO* t, __global TO* y
 }
 
 #ifdef MASK
-__kernel void f32_to_lowint(__global const float* x, __global uchar* y, const int n) {
+/* float32 -> int4/uint4/int2/uint2 (one value per byte, the low bits): rounded to nearest even
+ * (rnd) or truncated; a result outside [lo, hi] (or NaN) wrapped (oor 0), clamped, NaN as 0
+ * (oor 1), or 0 (oor 2): whichever the installed onnx.reference does (lower/castlut.py probes
+ * it: numpy with ml_dtypes 0.7 gives 0, earlier versions wrapped). */
+__kernel void f32_to_lowint(__global const float* x, __global uchar* y, const int n, const int rnd, const int oor,
+                            const float lo, const float hi) {
     const int i = get_global_id(0);
-    if (i < n) y[i] = (uchar)(((long)x[i]) & MASK);
+    if (i >= n) return;
+    float v = x[i];
+    v = rnd ? rint(v) : trunc(v);
+    if (oor == 1)
+        v = v != v ? 0.0f : v < lo ? lo : v > hi ? hi : v;
+    else if (oor == 2 && !(v >= lo && v <= hi))
+        v = 0.0f;
+    y[i] = (uchar)(((long)v) & MASK);
 }
 #endif
 

@@ -4,8 +4,9 @@ int2/uint2, bfloat16) and BitCast, on OpenCL.
 Tables are built on the host by onnx.reference's own cast (saturate, round_mode included), so the
 device result is bit-exact with it: 256 entries for a 1-byte source, 65536 for float16/bfloat16,
 and for float32 two entries per top-16-bit pattern (exact, and 'a little more'), which rounds
-correctly into any format with at most 7 mantissa bits. float32 -> int4/int2 family truncates
-and wraps in the kernel, as numpy does.
+correctly into any format with at most 7 mantissa bits. float32 -> int4/int2 family is computed
+in the kernel, rounded or truncated and out-of-range values handled as the installed
+onnx.reference does (probed: _lowint_mode).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import numpy as np
 import onnx
 
 from ..ir import Graph, Node
-from .base import Launch, LowerCtx, device_op, i32
+from .base import Launch, LowerCtx, device_op, f32, i32
 from .elementwise import work_size
 from .movement import _supports_any, copy_launches
 
@@ -63,6 +64,33 @@ def _table(src: str, dst: str, saturate: bool, round_mode: str) -> np.ndarray:
     return np.ascontiguousarray(out).view(_UINT[ddt.itemsize])
 
 
+_LOWINT_RANGE = {"int4": (-8, 7), "uint4": (0, 15), "int2": (-2, 1), "uint2": (0, 3)}
+
+
+@functools.lru_cache(maxsize=8)
+def _lowint_mode(dst: str) -> tuple:
+    """(round to nearest even, out-of-range rule: 0 wrap, 1 clamp, 2 zero) for float32 -> `dst`
+    as the installed onnx.reference casts (numpy + ml_dtypes: ml_dtypes 0.7 truncates and gives 0
+    out of range where earlier versions truncated and wrapped), probed on values that tell the
+    rules apart; the kernel takes them as arguments. Truncate-and-wrap when none matches."""
+    from onnx.reference.ops.op_cast import cast_to
+
+    ddt = _dtype(dst)
+    mask, (lo, hi) = _LOWINT_MASK[dst], _LOWINT_RANGE[dst]
+    probe = np.concatenate([np.arange(-40, 40.25, 0.25), [-2.5, -1.5, -0.5, 0.5, 1.5, 2.5]]).astype(np.float32)
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        ref = np.asarray(cast_to(probe, onnx.helper.np_dtype_to_tensor_dtype(ddt), True, "up")).astype(ddt)
+    got = np.ascontiguousarray(ref).view(np.uint8).astype(np.int64) & mask
+    for rnd in (0, 1):
+        v = np.rint(probe) if rnd else np.trunc(probe)
+        out = (v < lo) | (v > hi)
+        for oor, w in ((0, v), (1, np.clip(v, lo, hi)), (2, np.where(out, 0, v))):
+            if np.array_equal(w.astype(np.int64) & mask, got):
+                return rnd, oor
+    return 0, 0
+
+
 def _dtype(name: str) -> np.dtype:
     try:
         return np.dtype(name)
@@ -81,8 +109,11 @@ def lower_narrow_cast(ctx: LowerCtx) -> list:
     src, dst = np.dtype(ctx.inputs[0].dtype), np.dtype(out.dtype)
     g, l = work_size(ctx, out.size)
     if src == np.float32 and dst.name in _LOWINT_MASK:
-        return [Launch("castlut", "f32_to_lowint", g, [ctx.buf(0), ctx.out(0), i32(out.size)], l,
-                       {"MASK": _LOWINT_MASK[dst.name], "TO": "uchar"}, ctx.label())]
+        rnd, oor = _lowint_mode(dst.name)
+        lo, hi = _LOWINT_RANGE[dst.name]
+        return [Launch("castlut", "f32_to_lowint", g, [ctx.buf(0), ctx.out(0), i32(out.size), i32(rnd), i32(oor),
+                                                       f32(lo), f32(hi)],
+                       l, {"MASK": _LOWINT_MASK[dst.name], "TO": "uchar"}, ctx.label())]
     if src == np.float32 and dst.name == "bfloat16":
         return [Launch("castlut", "f32_to_bf16", g, [ctx.buf(0), ctx.out(0), i32(out.size)], l, {"TO": "ushort"},
                        ctx.label())]
