@@ -36,6 +36,47 @@ typedef float2 f2u __attribute__((aligned(4)));
 #define BT4(o0, o1, o2, o3, d0, d1, d2, d3) do { \
         o0 = (d0) - (d2); o1 = (d1) + (d2); o2 = (d2) - (d1); o3 = (d1) - (d3); } while (0)
 
+#define WINO_ROW 512  /* floats per ring row (lower/winograd.py _WINO_ROW) */
+
+/* Input row `row` (W floats; zeros when `in` is false: a padding row) into a ring buffer row at
+ * dst (its column pw), in vectors of 16 (the last 16 overlapping) without bounds tests. */
+inline void ring_row(float* dst, const __global float* row, int w, bool in)
+{
+    if (w >= 16) {
+#pragma unroll 1
+        for (int c = 0; c < w - 16; c += 16)
+            *(f16u*)(dst + c) = in ? *(const __global f16u*)(row + c) : (float16)0.0f;
+        *(f16u*)(dst + w - 16) = in ? *(const __global f16u*)(row + w - 16) : (float16)0.0f;
+    } else {
+#pragma unroll 1
+        for (int c = 0; c < w; ++c)
+            dst[c] = in ? row[c] : 0.0f;
+    }
+}
+
+/* `rows` ring rows of WINO_ROW floats zeroed over their first `span` columns. */
+inline void ring_zero(float* buf, int rows, int span)
+{
+#pragma unroll 1
+    for (int r = 0; r < rows; ++r)
+#pragma unroll 1
+        for (int c = 0; c < span; c += 16)
+            *(float16*)(buf + r * WINO_ROW + c) = (float16)0.0f;
+}
+
+/* The first n < 32 outputs of a segment's row from the private t: residual, activation, store. */
+inline void store_tail(__global float* Y, const __global float* Z, int at, const float* t, int n, int flags,
+                       float act_a, float act_b, float act_c)
+{
+#pragma unroll 1
+    for (int c = 0; c < n; ++c) {
+        float u = t[c];
+        if (flags & 2)
+            u += Z[at + c];
+        Y[at + c] = act_s(u, act_a, act_b, act_c);
+    }
+}
+
 /* Work-item (image * Cin + channel): its channel's tile rows in order, 8 tiles at a time.
  * Each tile row's 4 input rows are first copied into a private zero-padded row buffer (column
  * c is input column c - pw): no bounds tests after that, and no scalar stores just before
@@ -50,7 +91,6 @@ typedef float2 f2u __attribute__((aligned(4)));
  * padding (LDV >= tiles + 8).
  * WINO_ROW (lower/winograd.py checks it): the buffer's floats per row, at least
  * max(pw + W, 2 * TW rounded up to 8) + 18. */
-#define WINO_ROW 512
 __kernel void wino_in(__global const float* X, int offX, int x_s1, int cin, int h, int w, int ph, int pw,
                       int tw, int ty0, int th, int ldv, __global float* V, int v_s1)
 {
@@ -69,11 +109,7 @@ __kernel void wino_in(__global const float* X, int offX, int x_s1, int cin, int 
      * copied its own rows). The columns outside [pw, pw + W) are zeroed once and never written
      * after. */
     float buf[8][WINO_ROW] __attribute__((aligned(64)));
-#pragma unroll 1
-    for (int r = 0; r < 8; ++r)
-#pragma unroll 1
-        for (int c = 0; c < span; c += 16)
-            *(float16*)(buf[r] + c) = (float16)0.0f;
+    ring_zero(buf[0], 8, span);
 
 #pragma unroll 1
     for (int ty = ty0; ty < ty0 + th; ++ty) {
@@ -81,19 +117,7 @@ __kernel void wino_in(__global const float* X, int offX, int x_s1, int cin, int 
 #pragma unroll 1
         for (int yy = ty == ty0 ? 2 * ty : 2 * ty + 4; yy < 2 * ty + 6 && yy < 2 * (ty0 + th) + 2; ++yy) {
             const int y = yy - ph;
-            float* dst = buf[yy & 7] + pw;
-            const __global float* row = xp + y * w;
-            const bool in = y >= 0 && y < h;
-            if (w >= 16) {
-#pragma unroll 1
-                for (int c = 0; c < w - 16; c += 16)
-                    *(f16u*)(dst + c) = in ? *(const __global f16u*)(row + c) : (float16)0.0f;
-                *(f16u*)(dst + w - 16) = in ? *(const __global f16u*)(row + w - 16) : (float16)0.0f;  /* the last 16, overlapping */
-            } else {
-#pragma unroll 1
-                for (int c = 0; c < w; ++c)
-                    dst[c] = in ? row[c] : 0.0f;
-            }
+            ring_row(buf[yy & 7] + pw, xp + y * w, w, y >= 0 && y < h);
         }
         const int s0 = 2 * ty;  /* the tile row's first padded row */
 #pragma unroll 1
@@ -172,13 +196,7 @@ __kernel void wino_out(__global const float* Mt, int m_s1, int cout, int tw, int
             } else {
                 float t[16] __attribute__((aligned(64)));
                 *(float16*)t = v;
-#pragma unroll 1
-                for (int c = 0; c < n; ++c) {
-                    float u = t[c];
-                    if (flags & 2)
-                        u += Z[at + c];
-                    Y[at + c] = act_s(u, act_a, act_b, act_c);
-                }
+                store_tail(Y, Z, at, t, n, flags, act_a, act_b, act_c);
             }
         }
     }
@@ -220,30 +238,14 @@ __kernel void wino4_in(__global const float* X, int offX, int x_s1, int cin, int
     __global float* vrow = V + i * v_s1 + ci * ldv;
     const int span = 4 * ((tw + 7) & ~7) + 16;
     float buf[16][WINO_ROW] __attribute__((aligned(64)));
-#pragma unroll 1
-    for (int r = 0; r < 16; ++r)
-#pragma unroll 1
-        for (int c = 0; c < span; c += 16)
-            *(float16*)(buf[r] + c) = (float16)0.0f;
+    ring_zero(buf[0], 16, span);
 
 #pragma unroll 1
     for (int ty = ty0; ty < ty0 + th; ++ty) {
 #pragma unroll 1
         for (int yy = ty == ty0 ? 4 * ty : 4 * ty + 6; yy < 4 * ty + 10 && yy < 4 * (ty0 + th) + 2; ++yy) {
             const int y = yy - ph;
-            float* dst = buf[yy & 15] + pw;
-            const __global float* row = xp + y * w;
-            const bool in = y >= 0 && y < h;
-            if (w >= 16) {
-#pragma unroll 1
-                for (int c = 0; c < w - 16; c += 16)
-                    *(f16u*)(dst + c) = in ? *(const __global f16u*)(row + c) : (float16)0.0f;
-                *(f16u*)(dst + w - 16) = in ? *(const __global f16u*)(row + w - 16) : (float16)0.0f;
-            } else {
-#pragma unroll 1
-                for (int c = 0; c < w; ++c)
-                    dst[c] = in ? row[c] : 0.0f;
-            }
+            ring_row(buf[yy & 15] + pw, xp + y * w, w, y >= 0 && y < h);
         }
 #pragma unroll 1
         for (int tx0 = 0; tx0 < tw; tx0 += 8) {
@@ -333,13 +335,7 @@ __kernel void wino4_out(__global const float* Mt, int m_s1, int cout, int tw, in
                 float t[32] __attribute__((aligned(64)));
                 *(float16*)t = lo;
                 *(float16*)(t + 16) = hi;
-#pragma unroll 1
-                for (int c = 0; c < n; ++c) {
-                    float u = t[c];
-                    if (flags & 2)
-                        u += Z[at + c];
-                    Y[at + c] = act_s(u, act_a, act_b, act_c);
-                }
+                store_tail(Y, Z, at, t, n, flags, act_a, act_b, act_c);
             }
         }
     }
