@@ -120,15 +120,18 @@ class InferenceSession:
         self.graph: Graph = optimize(imported, enabled=self.options.graph_optimization_level > 0)
         self.host_fallback = config.host_fallback() if self.options.host_fallback is None \
             else bool(self.options.host_fallback)
+        self._engine = Engine(self.graph, self.device, self.host_fallback, self.options.enable_profiling)
+        static = all(isinstance(d, int) for a in self._input_args for d in a.shape) \
+            and not self._has_unknown_inputs() and not self._engine.shape_inputs  # else plans wait for inputs
+        if static and tuning.is_alive():  # a cold start: the programs start while the tuner measures
+            self._engine.prewarm(self._input_types_static())
         tuning.join()
         # the static placement report (raises UnsupportedOperator now if something cannot run at all)
         self._static_placement = place(self.graph, self.host_fallback)
-        self._engine = Engine(self.graph, self.device, self.host_fallback, self.options.enable_profiling)
         self._last_plan = None
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._profile_start = time.time()
-        if all(isinstance(d, int) for a in self._input_args for d in a.shape) and not self._has_unknown_inputs() \
-                and not self._engine.shape_inputs:  # plans that depend on input values wait for them
+        if static:
             self._last_plan = self._engine.plan(self._input_types_static())
         log.info("loaded %s in %.2fs on %s", self._proto_meta["graph"], time.perf_counter() - t0,
                  getattr(self.device, "name", self.device))

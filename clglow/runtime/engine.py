@@ -15,7 +15,7 @@ import pyopencl as cl
 
 from ..ir import Graph, Value
 from ..shapes import specialize
-from .executor import Plan, RunRecord, WeightCache, build_plan, execute
+from .executor import Plan, RunRecord, WeightCache, build_plan, execute, prewarm
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,7 @@ class Engine:
         self.records: list[RunRecord] = []
         self.profiling = profiling
         self.shape_inputs = shape_inputs(graph)
+        self._prewarmed: Optional[tuple] = None  # (specialised graph, derived constants) of prewarm
         self.last_plan: Optional[Plan] = None
 
     # -- planning --------------------------------------------------------------------------------
@@ -110,17 +111,29 @@ class Engine:
             self.device.wait_prepared()
         return plan
 
+    def prewarm(self, input_types: dict) -> None:
+        """Start the programs of the plan for these inputs (executor.prewarm) before it is built:
+        the session calls this while a cold start's GEMM tuner measures, which otherwise leaves
+        one of two cores idle (ResNet-50 from empty caches: the model's programs started 1-2 s
+        later). The packed weights are kept for that plan's build."""
+        spec, stop = specialize(self.graph, input_types)
+        memo: dict = {}
+        prewarm(spec, stop, self.device, self.host_fallback, memo)
+        self._prewarmed = (spec, memo)  # spec: its arrays' ids are the memo's keys
+
     def _build(self, graph: Graph, input_types: dict, outputs: Sequence[str]) -> Plan:
         spec, stop = specialize(graph, input_types)
+        warm, self._prewarmed = self._prewarmed, None  # for the first plan only
+        memo = warm[1] if warm is not None else None
         if stop is None:
-            return build_plan(spec, None, outputs, self.device, self.weights, self.host_fallback)
+            return build_plan(spec, None, outputs, self.device, self.weights, self.host_fallback, memo)
         # staged: this stage hands over everything the rest of the graph needs
         produced = set(spec.inputs)
         for n in spec.nodes[:stop]:
             produced.update(o for o in n.outputs if o)
         later_needs = {i for n in spec.nodes[stop:] for i in n.inputs if i}
         crossing = sorted((later_needs | set(outputs)) & produced)
-        return build_plan(spec, stop, crossing, self.device, self.weights, self.host_fallback)
+        return build_plan(spec, stop, crossing, self.device, self.weights, self.host_fallback, memo)
 
     def _next_stage(self, plan: Plan, values: dict) -> Plan:
         spec = plan.graph

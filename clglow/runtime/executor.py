@@ -199,9 +199,28 @@ def _scratch_name(node: str, slot: int) -> str:
     return f"\0scratch:{node}:{slot}"
 
 
+def prewarm(graph: Graph, stop: Optional[int], device, host_fallback: bool, memo: dict) -> None:
+    """Lower a specialised graph's device nodes (nodes[:stop] when staged) only to start their
+    programs building and their code generating (Device.prepare), e.g. while a cold start's GEMM
+    tuner still measures: lowered with the tiles the device has now, which the tuner keeps
+    unless another candidate wins clearly. Best effort: anything that fails here is left for
+    build_plan to report. `memo` keeps the derived constants (packed weights) for build_plan;
+    its keys name source arrays by id, so the caller keeps `graph` alive as long as `memo`."""
+    nodes = graph.nodes if stop is None else graph.nodes[:stop]
+    try:
+        sub = Graph(nodes, graph.values, graph.inputs, list(graph.outputs), graph.opsets, graph.name,
+                    graph.ir_version)
+        for p, node in zip(place(sub, host_fallback), nodes):
+            if p.where == DEVICE and not lookup(node).view:
+                _lower_node(node, graph, device, memo=memo)
+    except Exception as e:  # noqa: BLE001 - an optimisation; build_plan reports real problems
+        log.debug("prewarming %s stopped: %s", graph.name, e)
+
+
 def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device, weights: WeightCache,
-               host_fallback: bool = True) -> Plan:
-    """Lower a specialised graph (nodes[:stop] when staged) into a ready-to-run Plan."""
+               host_fallback: bool = True, memo: Optional[dict] = None) -> Plan:
+    """Lower a specialised graph (nodes[:stop] when staged) into a ready-to-run Plan. `memo`:
+    derived constants computed earlier for it (prewarm)."""
     nodes = graph.nodes if stop is None else graph.nodes[:stop]
     sub = Graph(nodes, graph.values, graph.inputs, list(outputs), graph.opsets, graph.name, graph.ir_version)
     placement = place(sub, host_fallback)
@@ -230,7 +249,7 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
     root: dict[str, str] = {name: sl.whole for name, sl in slices.items()}
     on_device: set = set()
     ctxs: dict[str, LowerCtx] = {}  # device node name -> its lowering context
-    memo: dict = {}  # derived constants (packed weights) computed for this plan, by key
+    memo = {} if memo is None else memo  # derived constants (packed weights) for this plan, by key
     for node in nodes:
         if where[node.name] == DEVICE:
             if lookup(node).view:
