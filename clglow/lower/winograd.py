@@ -41,7 +41,7 @@ _PIECE_CAP = 4 << 20
 _WINO_ROW = 512
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Variant:
     """F(m x m, 3x3): output blocks of `m`, input patches of `alpha` = m + 2, alpha^2 GEMMs."""
 

@@ -116,7 +116,11 @@ class Engine:
         the session calls this while a cold start's GEMM tuner measures, which otherwise leaves
         one of two cores idle (ResNet-50 from empty caches: the model's programs started 1-2 s
         later). The packed weights are kept for that plan's build."""
-        spec, stop = specialize(self.graph, input_types)
+        try:
+            spec, stop = specialize(self.graph, input_types)
+        except Exception as e:  # noqa: BLE001 - best effort: the plan's build reports real problems
+            log.debug("prewarm: %s", e)
+            return
         memo: dict = {}
         prewarm(spec, stop, self.device, self.host_fallback, memo)
         self._prewarmed = (spec, memo)  # spec: its arrays' ids are the memo's keys
