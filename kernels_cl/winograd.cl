@@ -7,8 +7,10 @@
  * Summed over the input channels, the 16 element-wise products are 16 independent GEMMs
  * M[xi] = U[xi] (Cout x Cin) @ V[xi] (Cin x tiles), run by gemm.cl with xi as a batch index.
  *
- *   wino_in   X [N][Cin][H][W] -> V [N][16][Cin][LDV]: for image i and xi a row-major Cin x tiles
- *             matrix with rows LDV >= tiles apart, the GEMM's B read in place
+ *   wino_in   X [N][Cin][H][W] -> V [N][Cin][16][LDV]: for image i and xi a Cin x tiles matrix
+ *             with rows 16 * LDV apart, the GEMM's B read in place (a channel's 16 rows side by
+ *             side: a segment's 16 stores land in one 16 * LDV stretch; with the 16 matrices
+ *             apart the transform took 2.4x as long)
  *   wino_out  M [N][16][Cout][tiles] -> Y [N][Cout][OH][OW], with the conv's epilogue: bias,
  *             residual Z, activation (activation.h)
  * Each work-item takes 8 consecutive tiles of one tile row (one channel, one image) as float8
@@ -100,8 +102,8 @@ __kernel void wino_in(__global const float* X, int offX, int x_s1, int cin, int 
     const int i = zc / cin;
     const int ci = zc - i * cin;
     const __global float* xp = X + offX + i * x_s1 + ci * (h * w);
-    const int plane = ldv * cin;
-    __global float* vrow = V + i * v_s1 + ci * ldv;
+    const int plane = ldv;
+    __global float* vrow = V + i * v_s1 + ci * (16 * ldv);
     const int span = 2 * ((tw + 7) & ~7) + 18;  /* buffer columns the segments read */
     /* Padded input row yy = y + ph lives in slot yy & 7. Tile row ty reads padded rows 2 ty ..
      * 2 ty + 3, copied while the tile row before it was computed: a vector load of a row just
@@ -207,7 +209,7 @@ __kernel void wino_out(__global const float* Mt, int m_s1, int cout, int tw, int
  *   B^T = [4  0 -5  0 1 0;  0 -4 -4  1 1 0;  0 4 -4 -1 1 0;
  *          0 -2 -1  2 1 0;  0  2 -1 -2 1 0;  0 4  0 -5 0 1]
  *   A^T = [1 1  1 1  1 0;  0 1 -1 2 -2 0;  0 1 1 4 4 0;  0 1 -1 8 -8 1]
- * Same layouts as above with 36 planes (xi = 6 * row + column); tile (ty, tx) covers output rows
+ * Same layouts as above with 36 matrices (xi = 6 * row + column); tile (ty, tx) covers output rows
  * 4*ty .. +3 and columns 4*tx .. +3 and reads input rows 4*ty - ph .. +5, columns 4*tx - pw .. +5.
  */
 
@@ -234,8 +236,8 @@ __kernel void wino4_in(__global const float* X, int offX, int x_s1, int cin, int
     const int i = zc / cin;
     const int ci = zc - i * cin;
     const __global float* xp = X + offX + i * x_s1 + ci * (h * w);
-    const int plane = ldv * cin;
-    __global float* vrow = V + i * v_s1 + ci * ldv;
+    const int plane = ldv;
+    __global float* vrow = V + i * v_s1 + ci * (36 * ldv);
     const int span = 4 * ((tw + 7) & ~7) + 16;
     float buf[16][WINO_ROW] __attribute__((aligned(64)));
     ring_zero(buf[0], 16, span);

@@ -136,7 +136,7 @@ def lower_winograd(ctx: LowerCtx, cfg: GemmConfig, v: Variant, *, n_img: int, ci
         launches.append(Launch("winograd", k_in, (k * cin,), head + [i32(cin)] + tail,
                                (1,), {}, label, noop_args=head + [i32(0)] + tail))  # Cin = 0: no-op
         launches.append(gemm_launch(cfg, m=m, n=nt, k=cin, batch=k * nx, d2=nx, a=a,
-                                    b=Operand(vs, ld=ldv, s1=per_v, s2=ldv * cin),
+                                    b=Operand(vs, ld=nx * ldv, s1=per_v, s2=ldv),
                                     c=Operand(ms, ld=nt, s1=per_m, s2=m * nt), label=label))
         head = [ms, i32(per_m)]
         tail = [i32(tw), i32(ty0), i32(rows), i32(oh), i32(ow), unaligned(ctx.out(0)), i32(i0 * y_s1), i32(y_s1),
