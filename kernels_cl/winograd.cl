@@ -14,8 +14,8 @@
  *   wino_out  M [N][16][Cout][tiles] -> Y [N][Cout][OH][OW], with the conv's epilogue: bias,
  *             residual Z, activation (activation.h)
  * Each work-item takes 8 consecutive tiles of one tile row (one channel, one image) as float8
- * lanes: a patch row's 18 input columns are two loads split into even and odd columns, and the
- * 16 values of the 8 tiles' 2x2 blocks in an output row one float16 store. Pocl runs a
+ * lanes: a patch row is three shifted loads from a private ring of zero-padded input rows (see
+ * wino_in), and the 16 values of the 8 tiles' 2x2 blocks in an output row one float16 store. Pocl runs a
  * work-item's code as written (no builtins inlined, no vectorising across scalar work-items
  * with scattered stores): one tile per work-item ran 5x slower.
  *
@@ -102,7 +102,7 @@ __kernel void wino_in(__global const float* X, int offX, int x_s1, int cin, int 
     const int i = zc / cin;
     const int ci = zc - i * cin;
     const __global float* xp = X + offX + i * x_s1 + ci * (h * w);
-    const int plane = ldv;
+    const int xs = ldv;  /* from a channel's row of one xi to the next xi's */
     __global float* vrow = V + i * v_s1 + ci * (16 * ldv);
     const int span = 2 * ((tw + 7) & ~7) + 18;  /* buffer columns the segments read */
     /* Padded input row yy = y + ph lives in slot yy & 7. Tile row ty reads padded rows 2 ty ..
@@ -143,10 +143,10 @@ __kernel void wino_in(__global const float* X, int offX, int x_s1, int cin, int 
                 else if (k == 1) { ek = e[1] + e[2]; fk = f[1] + f[2]; gk = g[1] + g[2]; }
                 else if (k == 2) { ek = e[2] - e[1]; fk = f[2] - f[1]; gk = g[2] - g[1]; }
                 else { ek = e[1] - e[3]; fk = f[1] - f[3]; gk = g[1] - g[3]; }
-                *(__global f8u*)(vb + (4 * k + 0) * plane) = ek.even;
-                *(__global f8u*)(vb + (4 * k + 1) * plane) = fk.even;
-                *(__global f8u*)(vb + (4 * k + 2) * plane) = gk.even;
-                *(__global f8u*)(vb + (4 * k + 3) * plane) = ek.odd;
+                *(__global f8u*)(vb + (4 * k + 0) * xs) = ek.even;
+                *(__global f8u*)(vb + (4 * k + 1) * xs) = fk.even;
+                *(__global f8u*)(vb + (4 * k + 2) * xs) = gk.even;
+                *(__global f8u*)(vb + (4 * k + 3) * xs) = ek.odd;
             }
         }
     }
@@ -236,7 +236,7 @@ __kernel void wino4_in(__global const float* X, int offX, int x_s1, int cin, int
     const int i = zc / cin;
     const int ci = zc - i * cin;
     const __global float* xp = X + offX + i * x_s1 + ci * (h * w);
-    const int plane = ldv;
+    const int xs = ldv;  /* from a channel's row of one xi to the next xi's */
     __global float* vrow = V + i * v_s1 + ci * (36 * ldv);
     const int span = 4 * ((tw + 7) & ~7) + 16;
     float buf[16][WINO_ROW] __attribute__((aligned(64)));
@@ -276,7 +276,7 @@ __kernel void wino4_in(__global const float* X, int offX, int x_s1, int cin, int
                 BT6(v, col);
 #pragma unroll
                 for (int j = 0; j < 6; ++j)
-                    *(__global f8u*)(vb + (6 * j + k) * plane) = v[j];
+                    *(__global f8u*)(vb + (6 * j + k) * xs) = v[j];
             }
         }
     }
