@@ -272,12 +272,27 @@ def fit_rows(cfg: GemmConfig, m: int, n: Optional[int] = None) -> GemmConfig:
     chosen config's NR."""
     if not cfg.cpu_tiles or cfg.mr <= 8:
         return cfg
-    narrow = GemmConfig(8, cfg.vw, 3 if cfg.vw >= 16 and cfg.nv == 2 else cfg.nv, cfg.lsize)
+    narrow = narrow_rows(cfg)
     if n is None:
         waste = round_up(m, cfg.mr) / m
         return narrow if round_up(m, 8) / m < waste - 0.05 else cfg
     work = round_up(m, cfg.mr) * round_up(n, cfg.nr)
     return narrow if round_up(m, narrow.mr) * round_up(n, narrow.nr) < work else cfg
+
+
+def narrow_rows(cfg: GemmConfig) -> GemmConfig:
+    """The 8-row tiles fit_rows may choose instead of the config's (8 x 48 with 16-float vectors)."""
+    return GemmConfig(8, cfg.vw, 3 if cfg.vw >= 16 and cfg.nv == 2 else cfg.nv, cfg.lsize)
+
+
+def in_place_columns(cfg: GemmConfig, n: int) -> int:
+    """Columns gemm.cl computes for a B read in place with n columns: whole column tiles, the
+    ragged last one as the last NR columns, or just the last vector when at most one is left
+    (its tail1 tiles; n >= NR)."""
+    full, rem = divmod(n, cfg.nr)
+    if rem == 0:
+        return n
+    return full * cfg.nr + (cfg.vw if cfg.nv > 1 and rem <= cfg.vw and n >= cfg.nr else cfg.nr)
 
 
 def transposed_config(cfg: GemmConfig, m: int, n: int) -> Optional[GemmConfig]:

@@ -163,3 +163,18 @@ def test_winograd_filter_algebra(variant):
     direct = np.array([[[np.sum(g[o] * d[:, i:i + 3, j:j + 3]) for j in range(m)] for i in range(m)]
                        for o in range(3)])
     np.testing.assert_allclose(y, direct, rtol=1e-5, atol=1e-4)  # U is rounded to float32
+
+
+def test_winograd_gemm_tiles():
+    """The Winograd GEMM's tiles by the columns gemm.cl computes (a last column tile with at most
+    one vector left computes that vector): ResNet-50's 28x28 layers (128 channels, 196 tiles) on
+    8 x 48 (128 x 208 outputs) rather than 12 x 32 (132 x 208); none when B cannot be read in place."""
+    from clglow.lower.gemm import in_place_columns
+    cfg = GemmConfig(12, 16, 2, (1, 1, 1))
+    assert in_place_columns(cfg, 196) == 6 * 32 + 16
+    assert in_place_columns(wino.narrow_rows(cfg), 196) == 4 * 48 + 16
+    assert in_place_columns(cfg, 150) == 4 * 32 + 32  # 22 left: a whole last tile
+    assert in_place_columns(cfg, 256) == 256
+    assert wino.gemm_tiles(cfg, 128, 196).mr == 8
+    assert wino.gemm_tiles(cfg, 24, 336).mr == 12    # 24 rows: no padding with 12-row tiles
+    assert wino.gemm_tiles(cfg, 64, 100) is None      # 100 columns: neither reads B in place
