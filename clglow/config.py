@@ -80,5 +80,6 @@ def zero_copy() -> bool:
 
 def winograd() -> bool:
     """CLGLOW_WINOGRAD=0 runs stride-1 3x3 convolutions as (implicit) GEMMs instead of Winograd
-    F(2x2, 3x3) (lower.winograd), e.g. to compare the two or to rule the transform's rounding out."""
+    F(4x4, 3x3) / F(2x2, 3x3) (lower.winograd), e.g. to compare the two or to rule the
+    transforms' rounding out."""
     return _flag("CLGLOW_WINOGRAD", True)

@@ -66,10 +66,21 @@ inline void ring_zero(float* buf, int rows, int span)
             *(float16*)(buf + r * WINO_ROW + c) = (float16)0.0f;
 }
 
-/* The first n < 32 outputs of a segment's row from the private t: residual, activation, store. */
-inline void store_tail(__global float* Y, const __global float* Z, int at, const float* t, int n, int flags,
-                       float act_a, float act_b, float act_c)
+/* One output row of a segment: `nv` float16s of pixels from `at`, of which the first n are real
+ * (the rest lie past the row's end): residual, activation, store; whole vectors when all are. */
+inline void store_row(__global float* Y, const __global float* Z, int at, const float16* v, int nv, int n,
+                      int flags, float act_a, float act_b, float act_c)
 {
+    if (n == 16 * nv) {
+        for (int q = 0; q < nv; ++q) {  /* nv is a constant where this is inlined */
+            float16 u = v[q];
+            if (flags & 2)
+                u += *(const __global f16u*)(Z + at + 16 * q);
+            *(__global f16u*)(Y + at + 16 * q) = act_16(u, act_a, act_b, act_c);
+        }
+        return;
+    }
+    const float* t = (const float*)v;
 #pragma unroll 1
     for (int c = 0; c < n; ++c) {
         float u = t[c];
@@ -188,18 +199,11 @@ __kernel void wino_out(__global const float* Mt, int m_s1, int cout, int tw, int
         for (int r = 0; r < rows; ++r) {
             const float8 e = s[r][0] + s[r][1] + s[r][2] + b;  /* even output columns */
             const float8 o = s[r][1] - s[r][2] - s[r][3] + b;  /* odd ones */
-            float16 v = (float16)(e.s0, o.s0, e.s1, o.s1, e.s2, o.s2, e.s3, o.s3,
-                                  e.s4, o.s4, e.s5, o.s5, e.s6, o.s6, e.s7, o.s7);
-            const int at = offY + i * y_s1 + co * (oh * ow) + (y0 + r) * ow + 2 * tx0;
-            if (n == 16) {
-                if (flags & 2)
-                    v += *(const __global f16u*)(Z + at);
-                *(__global f16u*)(Y + at) = act_16(v, act_a, act_b, act_c);
-            } else {
-                float t[16] __attribute__((aligned(64)));
-                *(float16*)t = v;
-                store_tail(Y, Z, at, t, n, flags, act_a, act_b, act_c);
-            }
+            float16 v[1] __attribute__((aligned(64)));
+            v[0] = (float16)(e.s0, o.s0, e.s1, o.s1, e.s2, o.s2, e.s3, o.s3,
+                             e.s4, o.s4, e.s5, o.s5, e.s6, o.s6, e.s7, o.s7);
+            store_row(Y, Z, offY + i * y_s1 + co * (oh * ow) + (y0 + r) * ow + 2 * tx0, v, 1, n, flags,
+                      act_a, act_b, act_c);
         }
     }
 }
@@ -321,24 +325,13 @@ __kernel void wino4_out(__global const float* Mt, int m_s1, int cout, int tw, in
             const float8 y1v = s[r][1] - s[r][2] + 2.0f * (s[r][3] - s[r][4]) + b;
             const float8 y2v = s[r][1] + s[r][2] + 4.0f * (s[r][3] + s[r][4]) + b;
             const float8 y3v = s[r][1] - s[r][2] + 8.0f * (s[r][3] - s[r][4]) + s[r][5] + b;
-            float16 lo = (float16)(y0v.s0, y1v.s0, y2v.s0, y3v.s0, y0v.s1, y1v.s1, y2v.s1, y3v.s1,
-                                   y0v.s2, y1v.s2, y2v.s2, y3v.s2, y0v.s3, y1v.s3, y2v.s3, y3v.s3);
-            float16 hi = (float16)(y0v.s4, y1v.s4, y2v.s4, y3v.s4, y0v.s5, y1v.s5, y2v.s5, y3v.s5,
-                                   y0v.s6, y1v.s6, y2v.s6, y3v.s6, y0v.s7, y1v.s7, y2v.s7, y3v.s7);
-            const int at = offY + i * y_s1 + co * (oh * ow) + (y0 + r) * ow + 4 * tx0;
-            if (n == 32) {
-                if (flags & 2) {
-                    lo += *(const __global f16u*)(Z + at);
-                    hi += *(const __global f16u*)(Z + at + 16);
-                }
-                *(__global f16u*)(Y + at) = act_16(lo, act_a, act_b, act_c);
-                *(__global f16u*)(Y + at + 16) = act_16(hi, act_a, act_b, act_c);
-            } else {
-                float t[32] __attribute__((aligned(64)));
-                *(float16*)t = lo;
-                *(float16*)(t + 16) = hi;
-                store_tail(Y, Z, at, t, n, flags, act_a, act_b, act_c);
-            }
+            float16 v[2] __attribute__((aligned(64)));
+            v[0] = (float16)(y0v.s0, y1v.s0, y2v.s0, y3v.s0, y0v.s1, y1v.s1, y2v.s1, y3v.s1,
+                             y0v.s2, y1v.s2, y2v.s2, y3v.s2, y0v.s3, y1v.s3, y2v.s3, y3v.s3);
+            v[1] = (float16)(y0v.s4, y1v.s4, y2v.s4, y3v.s4, y0v.s5, y1v.s5, y2v.s5, y3v.s5,
+                             y0v.s6, y1v.s6, y2v.s6, y3v.s6, y0v.s7, y1v.s7, y2v.s7, y3v.s7);
+            store_row(Y, Z, offY + i * y_s1 + co * (oh * ow) + (y0 + r) * ow + 4 * tx0, v, 2, n, flags,
+                      act_a, act_b, act_c);
         }
     }
 }

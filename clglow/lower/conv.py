@@ -299,7 +299,7 @@ def _lower(ctx: LowerCtx) -> list:
         tcfg = None
     wino = winograd_variant(cfg, geom, g, cin_g, m) if ctx.const(1) is not None else None
     if wino is not None:
-        return lower_winograd(ctx, cfg, wino, n_img=n_img, cin=cin, m=m, geom=geom, has_bias=has_bias,
+        return lower_winograd(ctx, *wino, n_img=n_img, cin=cin, m=m, geom=geom, has_bias=has_bias,
                               has_res=has_res, act=(act, act_a, act_b))
     cfg = _fit_tiles(cfg, m, geom, pointwise)
     if tcfg is not None:

@@ -81,9 +81,9 @@ def gemm_tiles(cfg: GemmConfig, m: int, n: int) -> Optional[GemmConfig]:
     return min(cands, key=lambda c: round_up(m, c.mr) * in_place_columns(c, n))
 
 
-def winograd_variant(cfg: GemmConfig, geom: tuple, g: int, cin_g: int, m: int) -> Optional[Variant]:
-    """The Winograd variant a conv runs as, or None (see the module docstring): F(4x4) where its
-    tiles give the GEMM enough columns, else F(2x2) where those do."""
+def winograd_variant(cfg: GemmConfig, geom: tuple, g: int, cin_g: int, m: int) -> Optional[tuple]:
+    """(the Winograd variant a conv runs as, its GEMM's tiles), or None (see the module
+    docstring): F(4x4) where its tiles give the GEMM enough columns, else F(2x2) where those do."""
     h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw = geom
     if not cfg.cpu_tiles or not config.winograd():
         return None
@@ -92,8 +92,9 @@ def winograd_variant(cfg: GemmConfig, geom: tuple, g: int, cin_g: int, m: int) -
     for v in (F4, F2):
         th, tw = v.tiles(oh, ow)
         nt = th * tw
-        if max(pw + w, v.span(tw)) <= _WINO_ROW and nt >= 4 * cfg.nr and gemm_tiles(cfg, m, nt) is not None:
-            return v
+        tiles = gemm_tiles(cfg, m, nt) if max(pw + w, v.span(tw)) <= _WINO_ROW and nt >= 4 * cfg.nr else None
+        if tiles is not None:
+            return v, tiles
     return None
 
 
@@ -117,15 +118,12 @@ def _pieces(n_img: int, th: int, tw: int, per_row: int, min_rows: int) -> list:
     return [(i, 1, r0, min(rows, th - r0)) for i in range(n_img) for r0 in range(0, th, rows)]
 
 
-def lower_winograd(ctx: LowerCtx, cfg: GemmConfig, v: Variant, *, n_img: int, cin: int, m: int, geom: tuple,
+def lower_winograd(ctx: LowerCtx, v: Variant, cfg: GemmConfig, *, n_img: int, cin: int, m: int, geom: tuple,
                    has_bias: bool, has_res: bool, act: tuple) -> list:
+    """The launches of a conv as Winograd variant `v`, its GEMM on tiles `cfg` (winograd_variant)."""
     h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw = geom
     th, tw = v.tiles(oh, ow)
     nx = v.alpha ** 2
-    tiles = gemm_tiles(cfg, m, th * tw)
-    if tiles is None:  # winograd_variant said yes for these tiles
-        raise ValueError(f"{ctx.label()}: no GEMM tiles read the Winograd input in place")
-    cfg = tiles
     label = ctx.label()
     a = Operand(ctx.derived(1, f"winoU{v.m}x{cfg.mr}", lambda wt: pack_a(winograd_filter(wt, v), cfg.mr)),
                 packed=True, s2=max(round_up(m, cfg.mr), cfg.mr) * cin)
