@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from typing import Optional
 
 
 def _flag(name: str, default: bool) -> bool:
@@ -83,3 +85,36 @@ def winograd() -> bool:
     F(4x4, 3x3) / F(2x2, 3x3) (lower.winograd), e.g. to compare the two or to rule the
     transforms' rounding out."""
     return _flag("CLGLOW_WINOGRAD", True)
+
+
+def target_family() -> str | None:
+    """CLGLOW_TARGET: force a target family (`cpu`, `gpu`) on any device, e.g. the GPU kernel
+    families and policies on pocl (clglow.target.Target.with_family). None: the device's own."""
+    value = (os.environ.get("CLGLOW_TARGET") or "").strip().lower()
+    return value or None
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """The behaviour switches that change a plan, fixed per session: part of every plan's cache
+    key, read by lowering (LowerCtx.options) and the executor. The environment only gives the
+    defaults (`from_env`); `SessionOptions` fields of the same names override them.
+
+    Example::
+
+        PlanOptions.from_env(winograd=False)   # CLGLOW_* defaults, Winograd off
+    """
+
+    winograd: bool = True  # CLGLOW_WINOGRAD
+    zero_copy: bool = True  # CLGLOW_ZERO_COPY (where the target allows it)
+    sub_batch_bytes: Optional[int] = None  # CLGLOW_SUB_BATCH_BYTES (None: from the target's cache)
+    target: Optional[str] = None  # CLGLOW_TARGET (None: the device's own family)
+    host_fallback: bool = True  # CLGLOW_HOST_FALLBACK
+
+    @classmethod
+    def from_env(cls, **overrides) -> "PlanOptions":
+        """The CLGLOW_* defaults, with `overrides` (None values ignored) on top."""
+        base = dict(winograd=winograd(), zero_copy=zero_copy(), sub_batch_bytes=sub_batch_bytes(),
+                    target=target_family(), host_fallback=host_fallback())
+        base.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**base)

@@ -316,8 +316,10 @@ def test_default_skips_devices_that_cannot_build(monkeypatch):
 ])
 def test_pocl_target_cpu_decides_the_float16_split(version, cpu, split):
     dev = SimpleNamespace(version=version)
-    assert D.pocl_target_cpu(dev) == cpu
-    assert D._float16_math_split(dev) is split
+    from clglow import target
+
+    assert target.pocl_target_cpu(dev) == cpu
+    assert target._float16_math_split(dev) is split
 
 
 def _vector_math_model():

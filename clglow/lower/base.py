@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 from ..ir import Graph, Node
+from ..target import Target
 
 
 @dataclass(frozen=True)
@@ -122,28 +123,9 @@ class Launch:
         return tuple(opts)
 
 
-@dataclass(frozen=True)
-class DeviceInfo:
-    """What lowering may know about the device (filled by runtime.device)."""
-
-    name: str = "unknown"
-    type: str = "cpu"  # "cpu" | "gpu" | "accelerator"
-    compute_units: int = 1
-    max_work_group_size: int = 256
-    local_mem_size: int = 32768
-    global_mem_size: int = 1 << 30
-    max_alloc_size: int = 1 << 28
-    has_fp16: bool = False
-    has_fp64: bool = False
-    preferred_vector_width_float: int = 4
-    float16_math_split: bool = False  # builtin math on float16 as float8 halves (kernels_cl/vmath.h)
-    base_align: int = 256  # bytes; sub-buffer offsets must be multiples (CL_DEVICE_MEM_BASE_ADDR_ALIGN)
-    cache_bytes: int = 0  # CL_DEVICE_GLOBAL_MEM_CACHE_SIZE (pocl: the CPU's last-level cache); 0 unknown
-    gemm_tiles: Optional[tuple] = None  # (MR, VW, NV, local size) measured by runtime.tuning
-    # CL_MEM_USE_HOST_PTR buffers are the caller's memory itself (a CPU device with host-unified
-    # memory: pocl), so kernels can read graph inputs where they lie and write outputs into the
-    # arrays a run returns instead of copying them
-    host_memory: bool = False
+# What lowering may know about the device: its target profile (clglow.target). The old name
+# stays for callers that build one by hand (tests).
+DeviceInfo = Target
 
 
 class LowerCtx:

@@ -39,7 +39,8 @@ import pyopencl as cl
 
 from .. import config
 from ..errors import CompileError, InvalidArgument, NoDevice
-from ..lower.base import DeviceInfo
+from ..target import Target, device_type as _type_name, has_fp64 as _has_fp64
+from ..target import pocl_target_cpu, query as query_target
 from .cache import ProgramCache, atomic_write, default_cache_dir, disk_key, driver_caches_programs
 from .compile_worker import CompileWorkers, default_count, encode_noop
 
@@ -60,26 +61,8 @@ _TYPE_WORDS = {"gpu": "gpu", "cpu": "cpu", "accelerator": "accelerator", "acc": 
 
 
 # --- enumeration -----------------------------------------------------------------------------
-def _type_name(device: cl.Device) -> str:
-    t = int(device.type)
-    if t & cl.device_type.GPU:
-        return "gpu"
-    if t & cl.device_type.CPU:
-        return "cpu"
-    return "accelerator"
-
-
 def _has_fp16(device: cl.Device) -> bool:
     return "cl_khr_fp16" in device.extensions.split()
-
-
-def _has_fp64(device: cl.Device) -> bool:
-    if "cl_khr_fp64" in device.extensions.split():
-        return True
-    try:
-        return int(device.double_fp_config) != 0
-    except cl.Error:
-        return False
 
 
 def _platforms() -> List[Tuple[cl.Platform, List[cl.Device]]]:
@@ -218,61 +201,7 @@ def _resolve(selector: Optional[str],
                        + _available(plats)) from None
 
 
-# --- Device ----------------------------------------------------------------------------------
-# LLVM CPU names with AVX-512 (x86); a pocl compiling for another x86 CPU gets float8 at most.
-_AVX512_CPUS = ("knl", "knm", "cannonlake", "icelake", "cascadelake", "cooperlake", "tigerlake", "rocketlake",
-                "sapphirerapids", "graniterapids", "emeraldrapids", "diamondrapids", "znver4", "znver5",
-                "x86-64-v4")
-
-
-def pocl_target_cpu(d: cl.Device) -> Optional[str]:
-    """The LLVM CPU a pocl CPU device compiles for (its version's HSTR, e.g. "...-gnu-znver3"),
-    or None for other drivers and targets."""
-    try:
-        version = str(d.version)
-    except cl.Error:
-        return None
-    m = re.search(r"HSTR:\s*(\S+)", version)  # e.g. pthread-x86_64-pc-linux-gnu-skylake-avx512
-    if m is None or "x86_64" not in m.group(1):
-        return None
-    hstr = m.group(1)
-    return hstr.split("-gnu-", 1)[1] if "-gnu-" in hstr else hstr.rsplit("-", 1)[-1]
-
-
-def _float16_math_split(d: cl.Device) -> bool:
-    """Whether builtin math on float16 must run as two float8 halves (see kernels_cl/vmath.h):
-    a pocl whose compiler targets an x86 CPU without AVX-512 (PyPI's pocl on a Zen 4 compiles
-    for znver3 yet reports 16-float vectors)."""
-    cpu = pocl_target_cpu(d)
-    return cpu is not None and "avx512" not in cpu and not any(cpu.startswith(c) for c in _AVX512_CPUS)
-
-
-def _host_memory(d: cl.Device) -> bool:
-    """Whether a CL_MEM_USE_HOST_PTR buffer is the host memory itself: a CPU device that reports
-    host-unified memory (pocl uses the pointer as the buffer's storage, unaligned too). GPUs
-    that share memory with the host still copy or need page-aligned pointers: left out."""
-    try:
-        return _type_name(d) == "cpu" and bool(d.host_unified_memory)
-    except cl.Error:
-        return False
-
-
-def _device_info(d: cl.Device) -> DeviceInfo:
-    split = _float16_math_split(d)
-    width = max(1, int(d.preferred_vector_width_float))
-    return DeviceInfo(
-        name=d.name.strip(), type=_type_name(d), compute_units=int(d.max_compute_units),
-        max_work_group_size=int(d.max_work_group_size), local_mem_size=int(d.local_mem_size),
-        global_mem_size=int(d.global_mem_size), max_alloc_size=int(d.max_mem_alloc_size),
-        has_fp16=_has_fp16(d), has_fp64=_has_fp64(d),
-        # the GEMM tiles follow the width the compiler really has (AVX2: float8)
-        preferred_vector_width_float=min(width, 8) if split else width,
-        float16_math_split=split,
-        base_align=max(256, int(d.mem_base_addr_align) // 8),
-        cache_bytes=int(d.global_mem_cache_size) if d.global_mem_cache_type != cl.device_mem_cache_type.NONE else 0,
-        host_memory=_host_memory(d))
-
-
+# --- Device ---------------------------------------------------------------------------------
 class Device:
     """One OpenCL device with its context, in-order queue and program cache.
 
@@ -284,7 +213,7 @@ class Device:
         self.context = context
         self.cl_device = device
         self.platform: cl.Platform = device.platform
-        self.info: DeviceInfo = _device_info(device)
+        self.info: Target = query_target(device)
         self.selector = selector  # the "P:D" selector when chosen by select_device
         self.queue = cl.CommandQueue(context, device)  # in-order
         self.cache = ProgramCache(context, device)
