@@ -15,6 +15,7 @@ from .errors import UnsupportedNode, UnsupportedOperator
 from .ir import Graph, Node
 from .lower import lookup
 from .runtime.host import host_supported
+from .target import Target
 
 DEVICE = "opencl"
 HOST = "host"
@@ -32,8 +33,8 @@ class Placement:
         return f"{self.where:7s} {self.op_type:22s} {self.node}{why}"
 
 
-def device_reason(node: Node, graph: Graph) -> Optional[str]:
-    """None when an OpenCL kernel covers the node, else why not."""
+def device_reason(node: Node, graph: Graph, target: Optional[Target] = None) -> Optional[str]:
+    """None when an OpenCL kernel covers the node on `target` (None: a generic device), else why not."""
     op = lookup(node)
     if op is None:
         dom = node.domain or "ai.onnx"
@@ -44,11 +45,12 @@ def device_reason(node: Node, graph: Graph) -> Optional[str]:
         return f"kernel check failed: {e}"
 
 
-def place(graph: Graph, host_fallback: bool = True) -> list[Placement]:
+def place(graph: Graph, target: Optional[Target] = None, host_fallback: bool = True) -> list[Placement]:
+    """Where each node runs on `target` (the session's Target; None: a generic device)."""
     result: list[Placement] = []
     refused: list[UnsupportedNode] = []
     for node in graph.nodes:
-        reason = device_reason(node, graph)
+        reason = device_reason(node, graph, target)
         if reason is None:
             result.append(Placement(node.name, node.op_type, DEVICE, ""))
             continue

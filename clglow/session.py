@@ -127,7 +127,7 @@ class InferenceSession:
             self._engine.prewarm(self._input_types_static())
         tuning.join()
         # the static placement report (raises UnsupportedOperator now if something cannot run at all)
-        self._static_placement = place(self.graph, self.host_fallback)
+        self._static_placement = place(self.graph, self.device.info, self.host_fallback)
         self._last_plan = None
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._profile_start = time.time()

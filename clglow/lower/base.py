@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 from ..ir import Graph, Node
+from ..config import PlanOptions
 from ..target import Target
 
 
@@ -132,12 +133,13 @@ class LowerCtx:
     """Everything a lowering function needs for one node at one concrete shape."""
 
     def __init__(self, node: Node, graph: Graph, inputs: Sequence[Optional[TensorInfo]],
-                 outputs: Sequence[TensorInfo], device: DeviceInfo):
+                 outputs: Sequence[TensorInfo], device: Target, options: Optional[PlanOptions] = None):
         self.node = node
         self.graph = graph
         self.inputs = list(inputs)
         self.outputs = list(outputs)
-        self.device = device
+        self.device = device  # the session's Target (clglow.target): what to lower for
+        self.options = options if options is not None else PlanOptions.from_env()  # the session's plan switches
         self._scratch_slots = 0
         # output index -> input index whose buffer that output may take over (see may_update)
         self.inplace: dict[int, int] = {}

@@ -210,7 +210,7 @@ def prewarm(graph: Graph, stop: Optional[int], device, host_fallback: bool, memo
     try:
         sub = Graph(nodes, graph.values, graph.inputs, list(graph.outputs), graph.opsets, graph.name,
                     graph.ir_version)
-        for p, node in zip(place(sub, host_fallback), nodes):
+        for p, node in zip(place(sub, device.info, host_fallback), nodes):
             if p.where == DEVICE and not lookup(node).view:
                 _lower_node(node, graph, device, memo=memo)
     except Exception as e:  # noqa: BLE001 - an optimisation; build_plan reports real problems
@@ -223,7 +223,7 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
     derived constants computed earlier for it (prewarm)."""
     nodes = graph.nodes if stop is None else graph.nodes[:stop]
     sub = Graph(nodes, graph.values, graph.inputs, list(outputs), graph.opsets, graph.name, graph.ir_version)
-    placement = place(sub, host_fallback)
+    placement = place(sub, device.info, host_fallback)
     if stop is not None and placement and placement[-1].where == DEVICE:
         # the last node of a stage has data-dependent output shapes: only the host can run it
         last_node = nodes[-1]
