@@ -228,10 +228,11 @@ def _single_constant_model(node: onnx.NodeProto) -> onnx.ModelProto:
 
 
 def import_model(proto: onnx.ModelProto, weights: Optional[Mapping[str, np.ndarray]] = None,
-                 check: bool = True) -> Graph:
+                 check: bool = True, max_tensor_bytes: Optional[int] = None) -> Graph:
     """Validate, shape-infer and translate a ModelProto to a clglow Graph.
 
-    `weights` supplies or overrides initializer values by name (ONNXIFI weight descriptors).
+    `weights` supplies or overrides initializer values by name (ONNXIFI weight descriptors);
+    `max_tensor_bytes` caps any tensor (None: CLGLOW_MAX_TENSOR_BYTES), kept on the graph.
     """
     sk = skeleton(proto)
     if check:
@@ -257,7 +258,7 @@ def import_model(proto: onnx.ModelProto, weights: Optional[Mapping[str, np.ndarr
     for vi in list(g.input) + list(g.output) + list(g.value_info):
         add_type(vi)
 
-    cap = config.max_tensor_bytes()
+    cap = config.max_tensor_bytes() if max_tensor_bytes is None else int(max_tensor_bytes)
     init_names = set()
     for t in proto.graph.initializer:  # original initializers (inferred copy holds the same)
         try:
@@ -307,7 +308,8 @@ def import_model(proto: onnx.ModelProto, weights: Optional[Mapping[str, np.ndarr
     for name in outputs:
         if name not in values:
             raise InvalidModel("graph output is never produced", tensor=name)
-    graph = Graph(nodes, values, graph_inputs, outputs, opsets, g.name or "graph", int(proto.ir_version))
+    graph = Graph(nodes, values, graph_inputs, outputs, opsets, g.name or "graph", int(proto.ir_version),
+                  max_tensor_bytes)
     _check_topology(graph)
     return graph
 

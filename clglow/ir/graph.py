@@ -88,6 +88,9 @@ class Graph:
     opsets: dict[str, int] = field(default_factory=dict)
     name: str = "graph"
     ir_version: int = 8
+    # the cap on any tensor the model declares or a fold produces (SessionOptions.max_tensor_bytes;
+    # None: CLGLOW_MAX_TENSOR_BYTES), kept with the graph so that plan-time folding obeys it too
+    max_tensor_bytes: Optional[int] = None
 
     def opset(self, domain: str = "") -> int:
         if domain in ("", "ai.onnx"):
@@ -121,7 +124,7 @@ class Graph:
         nodes = [Node(n.op_type, n.name, list(n.inputs), list(n.outputs), dict(n.attrs), n.domain, n.proto)
                  for n in self.nodes]
         return Graph(nodes, values, list(self.inputs), list(self.outputs), dict(self.opsets),
-                     self.name, self.ir_version)
+                     self.name, self.ir_version, self.max_tensor_bytes)
 
     def unique_name(self, base: str) -> str:
         """A value/node name not used yet."""

@@ -55,7 +55,7 @@ def declared_nbytes(node: Node, graph: Graph) -> Optional[int]:
 def check_size(node: Node, graph: Graph) -> None:
     """Raise InvalidModel when a node is known to produce more than the configured cap."""
     nbytes = declared_nbytes(node, graph)
-    cap = config.max_tensor_bytes()
+    cap = config.max_tensor_bytes() if graph.max_tensor_bytes is None else graph.max_tensor_bytes
     if nbytes is not None and nbytes > cap:
         raise InvalidModel(f"{node.op_type} would produce {nbytes} bytes, above the limit of {cap} bytes "
                            f"(CLGLOW_MAX_TENSOR_BYTES)", node=node.name)
