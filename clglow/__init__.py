@@ -4,7 +4,7 @@
     sess = clglow.InferenceSession("resnet50.onnx")        # CLGLOW_DEVICE selects the device
     (logits,) = sess.run(None, {sess.get_inputs()[0].name: x})
 """
-__version__ = "0.1.0"
+from ._version import __version__
 
 from .errors import (  # noqa: E402
     ClglowError, CompileError, DeviceError, InvalidArgument, InvalidModel, InvalidProtobuf, NoDevice,

@@ -39,7 +39,8 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import pyopencl as cl
 
-from .. import __version__, config
+from .. import config
+from .._version import __version__
 from ..errors import CompileError
 
 log = logging.getLogger(__name__)
