@@ -14,6 +14,7 @@ import onnx
 from .errors import UnsupportedNode, UnsupportedOperator
 from .ir import Graph, Node
 from .lower import lookup
+from .lower.base import GENERIC_TARGET
 from .runtime.host import host_supported
 from .target import Target
 
@@ -34,13 +35,14 @@ class Placement:
 
 
 def device_reason(node: Node, graph: Graph, target: Optional[Target] = None) -> Optional[str]:
-    """None when an OpenCL kernel covers the node on `target` (None: a generic device), else why not."""
+    """None when an OpenCL kernel covers the node on `target` (None: a generic device, without
+    fp64), else why not."""
     op = lookup(node)
     if op is None:
         dom = node.domain or "ai.onnx"
         return f"no OpenCL kernel for {dom}.{node.op_type}"
     try:
-        return op.supports(node, graph)
+        return op.supports(node, graph, target if target is not None else GENERIC_TARGET)
     except Exception as e:  # a supports() that chokes on odd attributes declines the node
         return f"kernel check failed: {e}"
 

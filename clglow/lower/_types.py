@@ -1,19 +1,19 @@
 """dtype rules shared by the lowering modules added for ONNX conformance.
 
-float64 runs on the device only when the default device has cl_khr_fp64 (supports() is judged
-without a device, so the default device stands in for the session's; a session on a device
-without fp64 then fails at build with a CompileError naming the kernel). float16 tensors are
-stored as half and converted with vload_half/vstore_half (core OpenCL) where a kernel handles them.
+float64 runs on the device only when the session's Target has cl_khr_fp64 (`supports(node,
+graph, target)` receives it; a generic Target, e.g. ONNXIFI's probe without a device, has none).
+float16 tensors are stored as half and converted with vload_half/vstore_half (core OpenCL) where
+a kernel handles them.
 """
 from __future__ import annotations
 
-import functools
 from typing import Optional
 
 import numpy as np
 
 from ..dtypes import cl_type
 from ..ir import Graph, Node
+from ..target import Target
 
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
@@ -24,23 +24,14 @@ INTS = SIGNED | UNSIGNED
 BOOL = np.dtype(np.bool_)
 
 
-@functools.lru_cache(maxsize=1)
-def default_has_fp64() -> bool:
-    try:
-        from ..runtime.device import select_device
-
-        return bool(select_device().info.has_fp64)
-    except Exception:  # no device: the session will fail anyway
-        return False
+def floats(target: Target) -> set:
+    """Float dtypes computed natively on `target` (float64 only with cl_khr_fp64)."""
+    return {F32, F64} if target.has_fp64 else {F32}
 
 
-def floats() -> set:
-    """Float dtypes computed natively on the device."""
-    return {F32, F64} if default_has_fp64() else {F32}
-
-
-def numeric() -> set:
-    return floats() | INTS
+def numeric(target: Target) -> set:
+    """Float and integer dtypes computed natively on `target`."""
+    return floats(target) | INTS
 
 
 def dtype_of(graph: Graph, name: str) -> Optional[np.dtype]:
@@ -88,25 +79,3 @@ def norm_axis(axis: int, rank: int) -> int:
     if axis < -max(rank, 1) or axis >= max(rank, 1):
         raise ValueError(f"axis {axis} out of range for rank {rank}")
     return axis + rank if axis < 0 else axis
-
-
-class DynSet:
-    """A set computed on first use (dtype sets that depend on the default device's extensions)."""
-
-    def __init__(self, fn):
-        self._fn = fn
-
-    def _get(self) -> set:
-        return set(self._fn())
-
-    def __contains__(self, x) -> bool:
-        return x in self._get()
-
-    def __iter__(self):
-        return iter(self._get())
-
-    def __or__(self, other) -> "DynSet":
-        return DynSet(lambda: self._get() | set(other))
-
-    def __ror__(self, other) -> "DynSet":
-        return DynSet(lambda: set(other) | self._get())

@@ -14,17 +14,18 @@ from typing import Optional
 import numpy as np
 
 from ..ir import Graph, Node
+from ..target import Target
 from . import _types as ty
 from .base import Launch, LowerCtx, device_op, i32
 from .elementwise import work_size
 from .movement import contiguous_strides, copy_launches
 
 
-def _supports(node: Node, graph: Graph) -> Optional[str]:
-    r = ty.check(node, graph, ty.floats(), inputs=[0, 1, 2, 4, 5])
+def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    r = ty.check(node, graph, ty.floats(target), inputs=[0, 1, 2, 4, 5])
     if r:
         return r
-    fl = ty.floats()
+    fl = ty.floats(target)
     if node.input(3):
         dt = ty.dtype_of(graph, node.input(3))
         if dt is not None and dt != ty.BOOL and dt not in fl:
@@ -126,8 +127,8 @@ def lower_attention(ctx: LowerCtx) -> list:
 
 
 # --- RotaryEmbedding -----------------------------------------------------------------------------
-def _supports_rotary(node: Node, graph: Graph) -> Optional[str]:
-    r = ty.check(node, graph, ty.floats(), inputs=[0, 1, 2])
+def _supports_rotary(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    r = ty.check(node, graph, ty.floats(target), inputs=[0, 1, 2])
     if r:
         return r
     return ty.check(node, graph, {np.dtype(np.int64)}, inputs=[3])

@@ -128,6 +128,10 @@ class Launch:
 # stays for callers that build one by hand (tests).
 DeviceInfo = Target
 
+# The Target that judges a node where no device is known (ONNXIFI's probe without a device, the
+# fusion passes' check of a fused node): core OpenCL only (no fp64).
+GENERIC_TARGET = Target()
+
 
 class LowerCtx:
     """Everything a lowering function needs for one node at one concrete shape."""
@@ -213,10 +217,11 @@ class LowerCtx:
         return self.node.name
 
 
-# A device op: `supports` judges (op, attributes, dtypes, static shape knowledge) without
-# concrete shapes and returns None when a kernel covers the node or a reason string when not;
-# `lower` turns the node into launches for concrete shapes. `view` ops alias their first input.
-SupportsFn = Callable[[Node, Graph], Optional[str]]
+# A device op: `supports` judges (op, attributes, dtypes, static shape knowledge) on the
+# session's Target (fp64 and other capabilities) without concrete shapes and returns None when a
+# kernel covers the node or a reason string when not; `lower` turns the node into launches for
+# concrete shapes. `view` ops alias their first input.
+SupportsFn = Callable[[Node, Graph, Target], Optional[str]]
 LowerFn = Callable[[LowerCtx], list]
 
 
@@ -232,7 +237,7 @@ class DeviceOp:
 REGISTRY: dict[tuple, DeviceOp] = {}
 
 
-def _always(node: Node, graph: Graph) -> Optional[str]:
+def _always(node: Node, graph: Graph, target: Target) -> Optional[str]:
     return None
 
 

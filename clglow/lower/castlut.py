@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 
 from ..ir import Graph, Node
+from ..target import Target
 from .base import Launch, LowerCtx, device_op, f32, i32
 from .elementwise import work_size
 from .movement import _supports_any, copy_launches
@@ -128,8 +129,8 @@ def lower_narrow_cast(ctx: LowerCtx) -> list:
 
 
 # --- BitCast -------------------------------------------------------------------------------------
-def _supports_bitcast(node: Node, graph: Graph) -> Optional[str]:
-    return _supports_any(node, graph)
+def _supports_bitcast(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    return _supports_any(node, graph, target)
 
 
 @device_op("BitCast", supports=_supports_bitcast)

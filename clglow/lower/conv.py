@@ -39,6 +39,7 @@ import numpy as np
 
 from ..errors import InvalidModel
 from ..ir import Graph, Node
+from ..target import Target
 from .base import Launch, LowerCtx, PaddedLayout, device_op, f32, float32_only, i32, round_up, unaligned
 from .gemm import (ACTIVATIONS, Bias, GemmConfig, Implicit, Operand, act_params, b_unpacked_ok, fit_rows, gemm_config,
                    gemm_launch, pack_a, pack_b, pack_b_launch, transposed_config)
@@ -119,7 +120,7 @@ def _spatial_rank(node: Node, graph: Graph) -> Optional[int]:
     return len(ks) if ks is not None else None
 
 
-def supports_conv(node: Node, graph: Graph) -> Optional[str]:
+def supports_conv(node: Node, graph: Graph, target: Target) -> Optional[str]:
     """Float32 1-D and 2-D convolutions with any pads/strides/dilations/groups/auto_pad."""
     why = float32_only(node, graph)
     if why:

@@ -18,12 +18,13 @@ from typing import Optional
 import numpy as np
 
 from ..ir import Graph, Node
+from ..target import Target
 from .base import Launch, LowerCtx, device_op, i32, round_up
 from .elementwise import check_dtypes, work_size
 from .gemm import Operand, b_unpacked_ok, gemm_config, gemm_launch, pack_a, pack_b_launch, packed_b_bytes
 
 
-def _supports(node: Node, graph: Graph) -> Optional[str]:
+def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
     v = graph.values.get(node.input(0))
     if v is not None and v.shape is not None and not 3 <= len(v.shape) <= 5:
         return f"ConvTranspose of rank {len(v.shape)}"

@@ -12,16 +12,17 @@ from typing import Optional
 import numpy as np
 
 from ..ir import Graph, Node
+from ..target import Target
 from . import _types as ty
 from .base import Launch, LowerCtx, device_op, i32
 from .elementwise import work_size
 from .movement import contiguous_strides
 
 
-def _supports(node: Node, graph: Graph) -> Optional[str]:
+def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
     if not 1 <= len([i for i in node.inputs if i]) <= 3:
         return "Einsum with more than 3 operands"
-    return ty.check(node, graph, ty.numeric())
+    return ty.check(node, graph, ty.numeric(target))
 
 
 def _parse(eq: str, shapes: list) -> tuple:

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..dtypes import cl_type
 from ..ir import Graph, Node
+from ..target import Target
 from . import _types as ty
 from .base import ConstBuf, Launch, LowerCtx, device_op, f32, i32, i64, round_up
 
@@ -21,11 +22,8 @@ log = logging.getLogger(__name__)
 
 _INT_LIMIT = 2 ** 31 - 1  # index math is int32
 
-_FLOAT = ty.DynSet(ty.floats)  # float32, and float64 where the default device has cl_khr_fp64
 _INTS = {np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64)}
-_NUMERIC = _FLOAT | _INTS
 _BOOL = {np.dtype(np.bool_)}
-_ALL = _NUMERIC | _BOOL
 
 
 # --- shared helpers (used by the other lowering modules too) -------------------------------------
@@ -193,17 +191,16 @@ _UNARY_PARAMS = {"LeakyRelu": (("alpha", 0.01), None), "Elu": (("alpha", 1.0), N
                  "HardSigmoid": (("alpha", 0.2), ("beta", 0.5)), "Celu": (("alpha", 1.0), None),
                  "ThresholdedRelu": (("alpha", 1.0), None), "Shrink": (("bias", 0.0), ("lambd", 0.5)),
                  "Swish": (("alpha", 1.0), None)}
-_SIGNED = ty.DynSet(lambda: ty.floats() | ty.SIGNED)
 
 
-def _supports_unary_float(node: Node, graph: Graph) -> Optional[str]:
+def _supports_unary_float(node: Node, graph: Graph, target: Target) -> Optional[str]:
     if node.op_type == "Shrink":
-        return check_dtypes(node, graph, _SIGNED)
-    return check_dtypes(node, graph, _FLOAT)
+        return check_dtypes(node, graph, ty.floats(target) | ty.SIGNED)
+    return check_dtypes(node, graph, ty.floats(target))
 
 
-def _supports_unary_numeric(node: Node, graph: Graph) -> Optional[str]:
-    return check_dtypes(node, graph, _SIGNED)
+def _supports_unary_numeric(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    return check_dtypes(node, graph, ty.floats(target) | ty.SIGNED)
 
 
 # float32 unary ops that run as fused_elementwise.cl's vector expression (its macro per op)
@@ -238,7 +235,7 @@ def lower_unary(ctx: LowerCtx) -> list:
     return [unary_launch(ctx, op, ctx.buf(0), ctx.out(0), out.size, dt, dt, params[0], params[1])]
 
 
-def _supports_not(node: Node, graph: Graph) -> Optional[str]:
+def _supports_not(node: Node, graph: Graph, target: Target) -> Optional[str]:
     return check_dtypes(node, graph, _BOOL)
 
 
@@ -250,8 +247,8 @@ def lower_not(ctx: LowerCtx) -> list:
     return [unary_launch(ctx, "NOT", ctx.buf(0), ctx.out(0), n, np.dtype(np.bool_), np.dtype(np.bool_))]
 
 
-def _supports_isx(node: Node, graph: Graph) -> Optional[str]:
-    return check_dtypes(node, graph, _FLOAT)
+def _supports_isx(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    return check_dtypes(node, graph, ty.floats(target))
 
 
 @device_op("IsNaN", "IsInf", supports=_supports_isx)
@@ -265,7 +262,7 @@ def lower_isx(ctx: LowerCtx) -> list:
                          ilo=int(ctx.attr("detect_negative", 1)), ihi=int(ctx.attr("detect_positive", 1)))]
 
 
-def _supports_bitnot(node: Node, graph: Graph) -> Optional[str]:
+def _supports_bitnot(node: Node, graph: Graph, target: Target) -> Optional[str]:
     return check_dtypes(node, graph, _INTS)
 
 
@@ -279,17 +276,18 @@ def lower_bitnot(ctx: LowerCtx) -> list:
 
 
 # --- Cast ----------------------------------------------------------------------------------------
-def _supports_cast(node: Node, graph: Graph) -> Optional[str]:
+def _supports_cast(node: Node, graph: Graph, target: Target) -> Optional[str]:
     src = dtype_of(graph, node.input(0))
     dst = dtype_of(graph, node.outputs[0])
     from .castlut import is_narrow, supports_narrow_cast
 
     if src is not None and dst is not None and (is_narrow(src) or is_narrow(dst)):
         return supports_narrow_cast(src, dst)
+    allowed = ty.numeric(target) | _BOOL
     for dt in (src, dst):
-        if dt is not None and dt not in _ALL and dt != np.float16:
+        if dt is not None and dt not in allowed and dt != np.float16:
             return f"Cast involving {dt.name} is not handled by the OpenCL kernel"
-    if node.attr("saturate") is not None and dst is not None and dst not in _ALL and dst != np.float16:
+    if node.attr("saturate") is not None and dst is not None and dst not in allowed and dst != np.float16:
         return "saturating float8 casts run on the host"
     return None
 
@@ -319,8 +317,8 @@ def lower_cast(ctx: LowerCtx) -> list:
 
 
 # --- Clip ----------------------------------------------------------------------------------------
-def _supports_clip(node: Node, graph: Graph) -> Optional[str]:
-    return check_dtypes(node, graph, _NUMERIC)
+def _supports_clip(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    return check_dtypes(node, graph, ty.numeric(target))
 
 
 @device_op("Clip", supports=_supports_clip)
@@ -384,21 +382,21 @@ def _pow_expr(ctx: LowerCtx, ta, tb, out) -> Optional[str]:
     return {2.0: "MUL(X0,X0)", 3.0: "MUL(MUL(X0,X0),X0)", -1.0: "RECIP(X0)"}.get(v)
 
 
-def _supports_binary(node: Node, graph: Graph) -> Optional[str]:
+def _supports_binary(node: Node, graph: Graph, target: Target) -> Optional[str]:
     op = node.op_type
     if op == "Pow":
-        return check_dtypes(node, graph, _NUMERIC, [0]) or check_dtypes(node, graph, _NUMERIC, [1])
+        return check_dtypes(node, graph, ty.numeric(target), [0]) or check_dtypes(node, graph, ty.numeric(target), [1])
     if op in ("BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor"):
         return check_dtypes(node, graph, _INTS)
     if op in ("And", "Or", "Xor"):
         return check_dtypes(node, graph, _BOOL)
     if op == "Equal":
-        return check_dtypes(node, graph, _ALL)
+        return check_dtypes(node, graph, ty.numeric(target) | _BOOL)
     if op == "PRelu" and graph.opset(node.domain) < 7:
         return "PRelu before opset 7 broadcasts the slope per channel; it runs on the host"
     if op in ("PRelu", "Mean"):
-        return check_dtypes(node, graph, _FLOAT)
-    return check_dtypes(node, graph, _NUMERIC)
+        return check_dtypes(node, graph, ty.floats(target))
+    return check_dtypes(node, graph, ty.numeric(target))
 
 
 @device_op(*_BINARY, *_VARIADIC, supports=_supports_binary)
@@ -452,8 +450,8 @@ def lower_binary(ctx: LowerCtx) -> list:
 
 
 # --- Where ---------------------------------------------------------------------------------------
-def _supports_where(node: Node, graph: Graph) -> Optional[str]:
-    return check_dtypes(node, graph, _BOOL, [0]) or check_dtypes(node, graph, _ALL, [1, 2])
+def _supports_where(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    return check_dtypes(node, graph, _BOOL, [0]) or check_dtypes(node, graph, ty.numeric(target) | _BOOL, [1, 2])
 
 
 @device_op("Where", supports=_supports_where)

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..errors import InvalidModel
 from ..ir import Graph, Node
+from ..target import Target
 from .base import Launch, LowerCtx, device_op, float32_only, i32
 from .elementwise import _INT_LIMIT, collapse, meta_table, row_layout, work_size
 
@@ -41,7 +42,7 @@ def check_expr(expr: object, n_inputs: int) -> Optional[str]:
     return None if depth == 0 else "FusedElementwise expr has unbalanced parentheses"
 
 
-def supports_fused(node: Node, graph: Graph) -> Optional[str]:
+def supports_fused(node: Node, graph: Graph, target: Target) -> Optional[str]:
     why = float32_only(node, graph)
     if why:
         return why

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import InvalidModel
 from ..ir import Graph, Node
+from ..target import Target
 from .base import (Arg, DeviceInfo, Launch, LowerCtx, Scratch, device_op, f32, float32_only, i32,
                    round_up, unaligned)
 
@@ -334,7 +335,7 @@ def _shape(graph: Graph, name: str) -> Optional[tuple]:
     return None if v is None else v.shape
 
 
-def supports_gemm(node: Node, graph: Graph) -> Optional[str]:
+def supports_gemm(node: Node, graph: Graph, target: Target) -> Optional[str]:
     why = float32_only(node, graph)
     if why:
         return why
@@ -345,7 +346,7 @@ def supports_gemm(node: Node, graph: Graph) -> Optional[str]:
     return None
 
 
-def supports_matmul(node: Node, graph: Graph) -> Optional[str]:
+def supports_matmul(node: Node, graph: Graph, target: Target) -> Optional[str]:
     why = float32_only(node, graph)
     if why:
         return why
@@ -486,10 +487,10 @@ def _collapse(dims: list, strides: Sequence[list]) -> tuple:
     return out_d, out_s
 
 
-def supports_fused_matmul(node: Node, graph: Graph) -> Optional[str]:
+def supports_fused_matmul(node: Node, graph: Graph, target: Target) -> Optional[str]:
     """clglow.FusedMatMul (passes/fuse_matmul.py): float32, both operands at least 2-D, an
     activation the epilogue has."""
-    why = supports_matmul(node, graph) or float32_only(node, graph)
+    why = supports_matmul(node, graph, target) or float32_only(node, graph)
     if why:
         return why
     for i in (0, 1):

@@ -12,6 +12,7 @@ from typing import Optional
 import numpy as np
 
 from ..ir import Graph, Node
+from ..target import Target
 from . import _types as ty
 from .base import Launch, LowerCtx, device_op, i32
 from .elementwise import work_size
@@ -58,8 +59,8 @@ def _fill(ctx: LowerCtx, value: np.ndarray) -> list:
                    ctx.label())]
 
 
-def _supports_cos(node: Node, graph: Graph) -> Optional[str]:
-    return ty.check(node, graph, ty.numeric() | {ty.BOOL, ty.F16}, [], outputs=True)
+def _supports_cos(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    return ty.check(node, graph, ty.numeric(target) | {ty.BOOL, ty.F16}, [], outputs=True)
 
 
 @device_op("ConstantOfShape", supports=_supports_cos)
@@ -68,8 +69,8 @@ def lower_constant_of_shape(ctx: LowerCtx) -> list:
     return _fill(ctx, np.zeros(1, np.float32) if value is None else np.asarray(value))
 
 
-def _supports_range(node: Node, graph: Graph) -> Optional[str]:
-    return ty.check(node, graph, ty.numeric())
+def _supports_range(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    return ty.check(node, graph, ty.numeric(target))
 
 
 @device_op("Range", supports=_supports_range)
@@ -83,8 +84,8 @@ def lower_range(ctx: LowerCtx) -> list:
                    ty.type_defines(T=dt), ctx.label())]
 
 
-def _supports_eyelike(node: Node, graph: Graph) -> Optional[str]:
-    return ty.check(node, graph, ty.numeric() | {ty.BOOL}, [], outputs=True)
+def _supports_eyelike(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    return ty.check(node, graph, ty.numeric(target) | {ty.BOOL}, [], outputs=True)
 
 
 @device_op("EyeLike", supports=_supports_eyelike)
@@ -98,8 +99,8 @@ def lower_eyelike(ctx: LowerCtx) -> list:
                    l, ty.type_defines(T=np.dtype(out.dtype)), ctx.label())]
 
 
-def _supports_trilu(node: Node, graph: Graph) -> Optional[str]:
-    return ty.check(node, graph, ty.numeric() | {ty.BOOL}, [0])
+def _supports_trilu(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    return ty.check(node, graph, ty.numeric(target) | {ty.BOOL}, [0])
 
 
 @device_op("Trilu", supports=_supports_trilu)
@@ -121,9 +122,9 @@ def lower_trilu(ctx: LowerCtx) -> list:
                    {"T": _t(x.dtype)}, ctx.label())]
 
 
-def _supports_onehot(node: Node, graph: Graph) -> Optional[str]:
+def _supports_onehot(node: Node, graph: Graph, target: Target) -> Optional[str]:
     return ty.check(node, graph, {np.dtype(np.int32), np.dtype(np.int64)}, [0]) or \
-        ty.check(node, graph, ty.numeric(), [2])
+        ty.check(node, graph, ty.numeric(target), [2])
 
 
 @device_op("OneHot", supports=_supports_onehot)

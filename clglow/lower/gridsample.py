@@ -11,6 +11,7 @@ from typing import Optional
 import numpy as np
 
 from ..ir import Graph, Node
+from ..target import Target
 from . import _types as ty
 from .base import Launch, LowerCtx, device_op, i32
 from .elementwise import work_size
@@ -23,13 +24,13 @@ def _s(v) -> str:
     return v.decode() if isinstance(v, bytes) else v
 
 
-def _supports(node: Node, graph: Graph) -> Optional[str]:
+def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
     v = graph.values.get(node.input(0))
     if v is not None and v.shape is not None and not 3 <= len(v.shape) <= 5:
         return f"GridSample of rank {len(v.shape)}"
     if _s(node.attr("mode", "bilinear" if graph.opset(node.domain) < 20 else "linear")) not in _MODES:
         return "GridSample mode"
-    return ty.check(node, graph, ty.floats(), inputs=[0, 1])
+    return ty.check(node, graph, ty.floats(target), inputs=[0, 1])
 
 
 @device_op("GridSample", supports=_supports)

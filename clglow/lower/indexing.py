@@ -13,6 +13,7 @@ import numpy as np
 
 from ..dtypes import cl_type
 from ..ir import Graph, Node
+from ..target import Target
 from . import _types as ty
 from .base import Launch, LowerCtx, device_op, i32, i64
 from .elementwise import work_size
@@ -35,16 +36,16 @@ def _reduction(node: Node) -> str:
     return r.decode() if isinstance(r, bytes) else r
 
 
-def _supports(node: Node, graph: Graph) -> Optional[str]:
+def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
     r = ty.check(node, graph, _IDX, inputs=[1])
     if r:
         return r
     red = _reduction(node)
     if red != "none":
         dt = ty.dtype_of(graph, node.input(0))
-        if dt is not None and dt not in ty.numeric():
+        if dt is not None and dt not in ty.numeric(target):
             return f"{node.op_type} reduction {red!r} over dtype {dt.name} runs on the host"
-    return _supports_any(node, graph)
+    return _supports_any(node, graph, target)
 
 
 def _defines(ctx: LowerCtx, dt, idx_dt, **extra) -> dict:

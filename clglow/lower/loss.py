@@ -12,13 +12,14 @@ from typing import Optional
 import numpy as np
 
 from ..ir import Graph, Node
+from ..target import Target
 from . import _types as ty
 from .base import Launch, LowerCtx, device_op, i32, i64
 from .elementwise import work_size
 
 
-def _supports(node: Node, graph: Graph) -> Optional[str]:
-    r = ty.check(node, graph, ty.floats(), inputs=[0, 2])
+def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    r = ty.check(node, graph, ty.floats(target), inputs=[0, 2])
     if r:
         return r
     return ty.check(node, graph, {np.dtype(np.int32), np.dtype(np.int64)}, inputs=[1])

@@ -11,11 +11,12 @@ from typing import Optional
 import numpy as np
 
 from ..ir import Graph, Node
+from ..target import Target
 from .base import Launch, LowerCtx, device_op, f32, i32
 from .elementwise import check_dtypes, work_size
 
 
-def _supports(node: Node, graph: Graph) -> Optional[str]:
+def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
     v = graph.values.get(node.input(0))
     if v is not None and v.shape is not None and not 3 <= len(v.shape) <= 5:
         return f"LpPool of rank {len(v.shape)}"

@@ -12,6 +12,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..ir import Graph, Node
+from ..target import Target
 from .base import Launch, LowerCtx, device_op, i32, round_up, view_op
 from .elementwise import ROW_GROUP, ROW_VEC, collapse, dtype_of, row_layout, work_size
 
@@ -83,7 +84,7 @@ def copy_launches(ctx: LowerCtx, src, dst, dtype: np.dtype, dims: Sequence[int],
 
 
 
-def _supports_any(node: Node, graph: Graph) -> Optional[str]:
+def _supports_any(node: Node, graph: Graph, target: Target) -> Optional[str]:
     for name in list(node.inputs[:1]) + list(node.outputs):
         dt = dtype_of(graph, name)
         if dt is not None and (dt.kind not in "biuf" or dt.itemsize not in _BITS):
@@ -132,8 +133,8 @@ def lower_concat(ctx: LowerCtx) -> list:
     return launches
 
 
-def _supports_split(node: Node, graph: Graph) -> Optional[str]:
-    return _supports_any(node, graph)
+def _supports_split(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    return _supports_any(node, graph, target)
 
 
 @device_op("Split", supports=_supports_split)
@@ -176,10 +177,10 @@ def _slice_params(node: Node, graph: Graph, opset: int) -> Optional[tuple]:
             None if steps is None else [int(v) for v in steps.reshape(-1)])
 
 
-def _supports_slice(node: Node, graph: Graph) -> Optional[str]:
+def _supports_slice(node: Node, graph: Graph, target: Target) -> Optional[str]:
     if _slice_params(node, graph, graph.opset(node.domain)) is None:
         return "Slice with run-time starts, axes or steps runs on the host"
-    return _supports_any(node, graph)
+    return _supports_any(node, graph, target)
 
 
 @device_op("Slice", supports=_supports_slice)
@@ -256,14 +257,14 @@ def _pad_params(node: Node, graph: Graph, opset: int) -> Optional[tuple]:
     return [int(p) for p in pads.reshape(-1)], value, axes
 
 
-def _supports_pad(node: Node, graph: Graph) -> Optional[str]:
+def _supports_pad(node: Node, graph: Graph, target: Target) -> Optional[str]:
     mode = node.attr("mode", "constant")
     mode = mode.decode() if isinstance(mode, bytes) else mode
     if mode not in _PAD_MODES:
         return f"Pad mode {mode!r} runs on the host"
     if _pad_params(node, graph, graph.opset(node.domain)) is None:
         return "Pad with run-time pads or value runs on the host"
-    return _supports_any(node, graph)
+    return _supports_any(node, graph, target)
 
 
 @device_op("Pad", supports=_supports_pad)
@@ -316,11 +317,11 @@ _PAD_MODES = {"constant": 0, "edge": 1, "reflect": 2, "wrap": 3}
 
 
 # --- Gather --------------------------------------------------------------------------------------
-def _supports_gather(node: Node, graph: Graph) -> Optional[str]:
+def _supports_gather(node: Node, graph: Graph, target: Target) -> Optional[str]:
     dt = dtype_of(graph, node.input(1))
     if dt is not None and dt not in (np.dtype(np.int32), np.dtype(np.int64)):
         return f"Gather indices of dtype {dt.name}"
-    return _supports_any(node, graph)
+    return _supports_any(node, graph, target)
 
 
 @device_op("Gather", supports=_supports_gather)
@@ -353,7 +354,7 @@ def lower_gather(ctx: LowerCtx) -> list:
 
 
 # --- views ---------------------------------------------------------------------------------------
-def _supports_dropout(node: Node, graph: Graph) -> Optional[str]:
+def _supports_dropout(node: Node, graph: Graph, target: Target) -> Optional[str]:
     if len(node.outputs) > 1 and node.outputs[1]:
         return "Dropout's mask output is not produced on the device"
     if node.input(2):

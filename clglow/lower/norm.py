@@ -12,6 +12,7 @@ from typing import Optional
 import numpy as np
 
 from ..ir import Graph, Node
+from ..target import Target
 from .base import Launch, LowerCtx, device_op, f32, i32, round_up
 from .elementwise import check_dtypes, work_size
 
@@ -30,7 +31,7 @@ def _used_outputs(node: Node) -> int:
 
 
 # --- BatchNormalization --------------------------------------------------------------------------
-def _supports_bn(node: Node, graph: Graph) -> Optional[str]:
+def _supports_bn(node: Node, graph: Graph, target: Target) -> Optional[str]:
     opset = graph.opset(node.domain)
     if opset < 7 and int(node.attr("is_test", 0)) == 0:
         return "BatchNormalization before opset 7 without is_test=1 is training mode"
@@ -70,7 +71,7 @@ def lower_batchnorm(ctx: LowerCtx) -> list:
 
 
 # --- LRN -----------------------------------------------------------------------------------------
-def _supports_f32(node: Node, graph: Graph) -> Optional[str]:
+def _supports_f32(node: Node, graph: Graph, target: Target) -> Optional[str]:
     return check_dtypes(node, graph, _F32)
 
 
@@ -90,7 +91,7 @@ def lower_lrn(ctx: LowerCtx) -> list:
 
 
 # --- LayerNormalization --------------------------------------------------------------------------
-def _supports_ln(node: Node, graph: Graph) -> Optional[str]:
+def _supports_ln(node: Node, graph: Graph, target: Target) -> Optional[str]:
     if node.op_type == "LayerNormalization" and _used_outputs(node):
         for o in node.outputs[1:]:
             v = graph.values.get(o) if o else None
@@ -186,7 +187,7 @@ def lower_groupnorm(ctx: LowerCtx) -> list:
                    ctx.label())]
 
 
-def _supports_lp(node: Node, graph: Graph) -> Optional[str]:
+def _supports_lp(node: Node, graph: Graph, target: Target) -> Optional[str]:
     if int(node.attr("p", 2)) not in (1, 2):
         return "LpNormalization with p other than 1 or 2"
     return check_dtypes(node, graph, _F32)

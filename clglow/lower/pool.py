@@ -12,6 +12,7 @@ from typing import Optional
 import numpy as np
 
 from ..ir import Graph, Node
+from ..target import Target
 from .base import Launch, LowerCtx, device_op, i32, round_up
 from .elementwise import check_dtypes, work_size
 
@@ -24,7 +25,7 @@ def _s(v) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def _supports_pool(node: Node, graph: Graph) -> Optional[str]:
+def _supports_pool(node: Node, graph: Graph, target: Target) -> Optional[str]:
     bad = check_dtypes(node, graph, _F32, [0])
     if bad:
         return bad
@@ -108,7 +109,7 @@ def lower_pool(ctx: LowerCtx) -> list:
                    (l0, 1, 1), defines, ctx.label(), noop_args=noop)]
 
 
-def _supports_global(node: Node, graph: Graph) -> Optional[str]:
+def _supports_global(node: Node, graph: Graph, target: Target) -> Optional[str]:
     return check_dtypes(node, graph, _F32, [0])
 
 

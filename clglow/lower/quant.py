@@ -12,6 +12,7 @@ import numpy as np
 
 from ..dtypes import cl_type
 from ..ir import Graph, Node
+from ..target import Target
 from . import _types as ty
 from .base import Launch, LowerCtx, device_op, i32
 from .elementwise import work_size
@@ -20,10 +21,10 @@ _QINTS = {np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16)}
 _DQ_INTS = _QINTS | {np.dtype(np.int32)}
 
 
-def _supports(node: Node, graph: Graph) -> Optional[str]:
+def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
     if node.attr("precision"):
         return f"{node.op_type} with a precision attribute"
-    fl = ty.floats()
+    fl = ty.floats(target)
     if node.op_type == "QuantizeLinear":
         r = ty.check(node, graph, fl, inputs=[0, 1]) or ty.check(node, graph, _QINTS, inputs=[2])
         if r:
@@ -76,7 +77,7 @@ def lower_quant(ctx: LowerCtx) -> list:
     return [Launch("quant", "dequantize", g, args, l, defines, ctx.label())]
 
 
-def _supports_dyn(node: Node, graph: Graph) -> Optional[str]:
+def _supports_dyn(node: Node, graph: Graph, target: Target) -> Optional[str]:
     return ty.check(node, graph, {ty.F32}, inputs=[0])
 
 

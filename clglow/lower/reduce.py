@@ -13,6 +13,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..ir import Graph, Node
+from ..target import Target
 from . import _types as ty
 from .base import Launch, LowerCtx, device_op, i32
 from .elementwise import work_size
@@ -32,8 +33,8 @@ def _axes_from_input(op_type: str, opset: int) -> bool:
     return opset >= (13 if op_type == "ReduceSum" else 18)
 
 
-def _supports_reduce(node: Node, graph: Graph) -> Optional[str]:
-    allowed = ty.numeric() if node.op_type not in ("ReduceLogSumExp", "ReduceLogSum") else ty.floats()
+def _supports_reduce(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    allowed = ty.numeric(target) if node.op_type not in ("ReduceLogSumExp", "ReduceLogSum") else ty.floats(target)
     if node.op_type in ("ReduceMax", "ReduceMin"):
         allowed = allowed | {ty.BOOL} if False else allowed
     return ty.check(node, graph, allowed, [0])
@@ -124,8 +125,8 @@ def lower_reduce(ctx: LowerCtx) -> list:
                                          ctx.const_buffer(meta)], l, defines, ctx.label())]
 
 
-def _supports_arg(node: Node, graph: Graph) -> Optional[str]:
-    return ty.check(node, graph, ty.numeric(), [0])
+def _supports_arg(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    return ty.check(node, graph, ty.numeric(target), [0])
 
 
 @device_op("ArgMax", "ArgMin", supports=_supports_arg)
@@ -163,8 +164,8 @@ def _axis_meta(shape: Sequence[int], axis: int) -> tuple:
     return meta, len(kd), n_out
 
 
-def _supports_hardmax(node: Node, graph: Graph) -> Optional[str]:
-    return ty.check(node, graph, ty.floats(), [0])
+def _supports_hardmax(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    return ty.check(node, graph, ty.floats(target), [0])
 
 
 @device_op("Hardmax", supports=_supports_hardmax)
@@ -187,8 +188,8 @@ def lower_hardmax(ctx: LowerCtx) -> list:
                                             ctx.const_buffer(meta)], l, defines, ctx.label())]
 
 
-def _supports_scan(node: Node, graph: Graph) -> Optional[str]:
-    return ty.check(node, graph, ty.numeric(), [0])
+def _supports_scan(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    return ty.check(node, graph, ty.numeric(target), [0])
 
 
 @device_op("CumSum", "CumProd", supports=_supports_scan)
@@ -218,12 +219,12 @@ def _topk_k(node: Node, graph: Graph) -> Optional[int]:
     return None if k is None else int(np.asarray(k).reshape(-1)[0])
 
 
-def _supports_topk(node: Node, graph: Graph) -> Optional[str]:
+def _supports_topk(node: Node, graph: Graph, target: Target) -> Optional[str]:
     if _topk_k(node, graph) is None:
         return "TopK with a run-time k runs on the host"
     from . import _types as ty
 
-    return ty.check(node, graph, ty.numeric(), inputs=[0])
+    return ty.check(node, graph, ty.numeric(target), inputs=[0])
 
 
 @device_op("TopK", supports=_supports_topk)

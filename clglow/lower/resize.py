@@ -13,6 +13,7 @@ from typing import Optional
 import numpy as np
 
 from ..ir import Graph, Node
+from ..target import Target
 from . import _types as ty
 from .base import Launch, LowerCtx, device_op, i32, round_up
 from .elementwise import work_size
@@ -46,14 +47,14 @@ def _consts(node: Node, graph: Graph) -> Optional[tuple]:
     return tuple(out)
 
 
-def _supports(node: Node, graph: Graph) -> Optional[str]:
+def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
     if _consts(node, graph) is None:
         return "Resize with run-time roi, scales or sizes runs on the host"
     try:
         from onnx.reference.ops import op_resize  # noqa: F401
     except ImportError:  # pragma: no cover
         return "Resize needs onnx.reference's coefficient functions"
-    return ty.check(node, graph, ty.floats(), inputs=[0])
+    return ty.check(node, graph, ty.floats(target), inputs=[0])
 
 
 def _coeff_fn(ctx: LowerCtx):

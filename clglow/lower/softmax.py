@@ -12,13 +12,14 @@ from typing import Optional
 import numpy as np
 
 from ..ir import Graph, Node
+from ..target import Target
 from .base import Launch, LowerCtx, device_op, i32
 from .elementwise import check_dtypes, work_size
 
 log = logging.getLogger(__name__)
 
 
-def _supports(node: Node, graph: Graph) -> Optional[str]:
+def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
     return check_dtypes(node, graph, {np.dtype(np.float32)})
 
 

@@ -10,6 +10,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..ir import Graph, Node
+from ..lower.base import GENERIC_TARGET, lookup
 
 _ACTIVATIONS = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "HardSigmoid", "Tanh", "HardSwish"}
 
@@ -72,10 +73,8 @@ def splice_fused(g: Graph, head: Node, chain: list, fused: Node) -> bool:
     """Replace `head` and its fused `chain` by `fused` where the chain's last node was (the
     node at the largest index: a Swish's Mul or a Gelu's final Mul may follow other chain
     nodes), when a device kernel supports it. False, and `g` unchanged, otherwise."""
-    from ..lower.base import lookup
-
     op = lookup(fused)
-    if op is None or op.supports(fused, g) is not None:
+    if op is None or op.supports(fused, g, GENERIC_TARGET) is not None:
         return False
     last = max(g.nodes.index(n) for n in chain)
     final = g.nodes[last]

@@ -17,6 +17,7 @@ from typing import Optional
 import numpy as np
 
 from ..ir import Graph, Node
+from ..lower.base import GENERIC_TARGET, lookup
 
 # ONNX op -> kernel macro; ops whose float32 semantics the macros reproduce exactly
 UNARY = {"Relu": "RELU", "Sigmoid": "SIGMOID", "Tanh": "TANH", "Exp": "EXP", "Log": "LOG", "Abs": "ABS",
@@ -38,8 +39,6 @@ def _fusable(node: Node, graph: Graph) -> bool:
 
 
 def fuse_elementwise(graph: Graph) -> Graph:
-    from ..lower.base import lookup
-
     g = graph.copy()
     outputs = set(g.outputs)
     consumers = g.consumers()
@@ -85,7 +84,7 @@ def fuse_elementwise(graph: Graph) -> Graph:
             continue
         fused = Node("FusedElementwise", node.name, list(ext), [node.outputs[0]], {"expr": text}, "clglow", None)
         op = lookup(fused)
-        if op is None or op.supports(fused, g) is not None:
+        if op is None or op.supports(fused, g, GENERIC_TARGET) is not None:
             continue
         groups[id(node)] = fused
         absorbed.update(id(m) for m in members if m is not node)

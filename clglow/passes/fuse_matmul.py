@@ -23,6 +23,7 @@ from typing import Optional
 import numpy as np
 
 from ..ir import Graph, Node
+from ..lower.base import GENERIC_TARGET, lookup
 from .fuse_conv import _activation, rewrite_to_fixed_point, splice_fused, swish
 
 
@@ -170,8 +171,6 @@ def fuse_matmul(graph: Graph) -> Graph:
 
 def _fold_transposes_one(g: Graph, consumers: dict, outputs: set) -> bool:
     """One Transpose folding (see fold_transposes); True when it rewrote the graph."""
-    from ..lower.base import lookup
-
     producer = {o: n for n in g.nodes for o in n.outputs if o}
     for f in g.nodes:
         plain = f.op_type == "MatMul" and f.domain in ("", "ai.onnx")
@@ -212,7 +211,7 @@ def _fold_transposes_one(g: Graph, consumers: dict, outputs: set) -> bool:
             continue
         fused = Node("FusedMatMul", f.name, inputs, [result], attrs, "clglow", None)
         op = lookup(fused)
-        if op is None or op.supports(fused, g) is not None:
+        if op is None or op.supports(fused, g, GENERIC_TARGET) is not None:
             continue
         i = g.nodes.index(f)
         g.nodes[i] = fused

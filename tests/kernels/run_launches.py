@@ -77,7 +77,7 @@ def lower_ctx(node: onnx.NodeProto, feeds: dict, consts: dict, out_types: dict, 
     graph = Graph([inode], values, list(feeds), list(out_types), {"": opset, "clglow": 1})
     op = base.lookup(inode)
     assert op is not None, f"no device op for {node.domain}:{node.op_type}"
-    reason = op.supports(inode, graph)
+    reason = op.supports(inode, graph, device_info())
     assert reason is None, reason
     tinfo = lambda n: TensorInfo(n, values[n].dtype, values[n].shape) if n else None  # noqa: E731
     return op, LowerCtx(inode, graph, [tinfo(n) for n in node.input], [tinfo(o) for o in node.output if o],

@@ -165,7 +165,7 @@ def test_declines_3d():
     values = {"x": Value("x", np.dtype(np.float32), (1, 2, 4, 4, 4)),
               "w": Value("w", np.dtype(np.float32), (3, 2, 3, 3, 3)), "y": Value("y", np.dtype(np.float32))}
     node = Node("Conv", "c", ["x", "w"], ["y"])
-    why = lookup(node).supports(node, Graph([node], values, ["x", "w"], ["y"], {"": 17}))
+    why = lookup(node).supports(node, Graph([node], values, ["x", "w"], ["y"], {"": 17}), device_info())
     assert why and "3-D" in why
 
 
@@ -173,7 +173,7 @@ def test_declines_double():
     values = {"x": Value("x", np.dtype(np.float64), (1, 2, 4, 4)),
               "w": Value("w", np.dtype(np.float64), (3, 2, 3, 3)), "y": Value("y", np.dtype(np.float64))}
     node = Node("Conv", "c", ["x", "w"], ["y"])
-    assert lookup(node).supports(node, Graph([node], values, ["x", "w"], ["y"], {"": 17}))
+    assert lookup(node).supports(node, Graph([node], values, ["x", "w"], ["y"], {"": 17}), device_info())
 
 
 # --- FusedConv ------------------------------------------------------------------------------------

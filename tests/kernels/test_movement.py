@@ -167,17 +167,17 @@ def test_views(node, feeds, consts):
 
 def test_dropout_training_declined():
     from clglow.ir import Graph, Node, Value
-    from clglow.lower.base import lookup
+    from clglow.lower.base import GENERIC_TARGET, lookup
 
     vals = {"x": Value("x", np.dtype(np.float32), (2,)), "r": Value("r", np.dtype(np.float32), (), np.array(0.5)),
             "t": Value("t", np.dtype(np.bool_), (), np.array(True))}
     g = Graph([], vals, ["x"], ["y"], {"": 13})
     n = Node("Dropout", "d", ["x", "r", "t"], ["y"])
-    assert lookup(n).supports(n, g) is not None
+    assert lookup(n).supports(n, g, GENERIC_TARGET) is not None
     n2 = Node("Dropout", "d", ["x"], ["y", "m"])
-    assert lookup(n2).supports(n2, g) is not None
+    assert lookup(n2).supports(n2, g, GENERIC_TARGET) is not None
     vals["t"].const = np.array(False)
-    assert lookup(n).supports(n, g) is None
+    assert lookup(n).supports(n, g, GENERIC_TARGET) is None
 
 
 @pytest.mark.parametrize("mode", ["edge", "reflect", "wrap"])

@@ -39,13 +39,13 @@ def test_batchnorm_runtime_params():
 
 def test_batchnorm_training_declined():
     from clglow.ir import Graph, Node
-    from clglow.lower.base import lookup
+    from clglow.lower.base import GENERIC_TARGET, lookup
 
     g = Graph([], {}, [], [], {"": 15})
     n = Node("BatchNormalization", "bn", ["x", "s", "b", "m", "v"], ["y"], {"training_mode": 1})
-    assert lookup(n).supports(n, g) is not None
+    assert lookup(n).supports(n, g, GENERIC_TARGET) is not None
     n2 = Node("BatchNormalization", "bn", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"])
-    assert lookup(n2).supports(n2, g) is not None
+    assert lookup(n2).supports(n2, g, GENERIC_TARGET) is not None
 
 
 @pytest.mark.parametrize("size", [1, 3, 5])  # even sizes: test_lrn_numpy_spec (onnxruntime refuses them)
