@@ -12,7 +12,7 @@ from onnx.reference import ReferenceEvaluator
 
 import clglow
 from clglow.errors import CompileError, DeviceError, OutOfDeviceMemory
-from clglow.runtime import executor
+from clglow.runtime import binding, executor
 
 
 def _model(n: int = 8):
@@ -44,7 +44,7 @@ def test_allocation_failure_is_out_of_device_memory(monkeypatch):
     error = _real_driver_error(bystander.device)
     gc.collect()  # sessions of earlier tests left in reference cycles go now, not in the count below
     before = executor.live_buffers()
-    real = executor.device_alloc
+    real = binding.device_alloc
     calls = {"n": 0}
 
     def failing(context, nbytes, what, flags=cl.mem_flags.READ_WRITE):
@@ -54,13 +54,13 @@ def test_allocation_failure_is_out_of_device_memory(monkeypatch):
             def refuse(*a):
                 raise error
 
-            return executor.cl_call(f"allocating {what} ({nbytes} bytes)", refuse)
+            return binding.cl_call(f"allocating {what} ({nbytes} bytes)", refuse)
         return real(context, nbytes, what, flags)
 
-    monkeypatch.setattr(executor, "device_alloc", failing)
+    monkeypatch.setattr(binding, "device_alloc", failing)
     with pytest.raises(OutOfDeviceMemory, match="allocating"):
         clglow.InferenceSession(model)
-    monkeypatch.setattr(executor, "device_alloc", real)
+    monkeypatch.setattr(binding, "device_alloc", real)
     gc.collect()
     assert executor.live_buffers() == before  # the failed plan gave back what it took
     _check(bystander, model)  # other sessions are unaffected
@@ -69,7 +69,7 @@ def test_allocation_failure_is_out_of_device_memory(monkeypatch):
 
 def test_oversized_model_tensor_is_out_of_device_memory():
     with pytest.raises(OutOfDeviceMemory):
-        executor.device_alloc(clglow.InferenceSession(_model()).device.context, 1 << 62, "a test buffer")
+        binding.device_alloc(clglow.InferenceSession(_model()).device.context, 1 << 62, "a test buffer")
 
 
 def test_enqueue_failure_is_device_error(monkeypatch):

@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import clglow
+from clglow.config import PlanOptions
 from clglow.ir import Graph, Node, Value
 from clglow.lower.base import DeviceInfo
 from clglow.models.resnet import resnet
@@ -191,7 +192,7 @@ def test_segments_cut_where_one_tensor_is_live():
     assert sub_batch._segments(g, {"r1", "r2", "add", "r4"}, 64 << 10) == [(0, 3, 1, n)]
 
 
-def test_split_graph_slices_and_alignment(monkeypatch):
+def test_split_graph_slices_and_alignment():
     """Boundary tensors become slices at image offsets; pieces whose offsets would not be
     sub-buffer aligned grow until they are (or the segment runs whole)."""
     n = 4
@@ -199,25 +200,33 @@ def test_split_graph_slices_and_alignment(monkeypatch):
     nodes = [Node("Relu", "r1", ["x"], ["a"]), Node("Sigmoid", "s1", ["a"], ["b"])]
     g = _graph(nodes, shapes, ["x"], ["b"])
     info = DeviceInfo(type="cpu", base_align=512, cache_bytes=0)
-    monkeypatch.delenv("CLGLOW_SUB_BATCH_BYTES", raising=False)
-    g2, slices = sub_batch.split(g, {"r1", "s1"}, ["b"], info)
+    g2, slices = sub_batch.split(g, {"r1", "s1"}, ["b"], info, PlanOptions())
     assert g2 is g and not slices  # no cache size known: no split
-    monkeypatch.setenv("CLGLOW_SUB_BATCH_BYTES", "1")
-    if True:
-        g2, slices = sub_batch.split(g, {"r1", "s1"}, ["b"], info)
-        assert [nd.name for nd in g2.nodes] == [f"{nm}[{i}:{i + 1}]" for i in range(4) for nm in ("r1", "s1")]
-        assert slices["x[2:3]"] == sub_batch.Slice("x", 1024, 512) and slices["b[3:4]"].offset == 1536
-        assert "a[0:1]" not in slices and g2.values["a[0:1]"].shape == (1, 8, 4, 4)
-        g3, slices3 = sub_batch.split(g, {"r1", "s1"}, ["b"], DeviceInfo(type="cpu", base_align=1024))
-        assert [nd.name for nd in g3.nodes][:2] == ["r1[0:2]", "s1[0:2]"] and slices3["b[2:4]"].offset == 1024
-        g4, slices4 = sub_batch.split(g, {"r1", "s1"}, ["b"], DeviceInfo(type="cpu", base_align=4096))
-        assert g4 is g and not slices4
+    forced = PlanOptions(sub_batch_bytes=1)
+    g2, slices = sub_batch.split(g, {"r1", "s1"}, ["b"], info, forced)
+    assert [nd.name for nd in g2.nodes] == [f"{nm}[{i}:{i + 1}]" for i in range(4) for nm in ("r1", "s1")]
+    assert slices["x[2:3]"] == sub_batch.Slice("x", 1024, 512) and slices["b[3:4]"].offset == 1536
+    assert "a[0:1]" not in slices and g2.values["a[0:1]"].shape == (1, 8, 4, 4)
+    g3, slices3 = sub_batch.split(g, {"r1", "s1"}, ["b"], DeviceInfo(type="cpu", base_align=1024), forced)
+    assert [nd.name for nd in g3.nodes][:2] == ["r1[0:2]", "s1[0:2]"] and slices3["b[2:4]"].offset == 1024
+    g4, slices4 = sub_batch.split(g, {"r1", "s1"}, ["b"], DeviceInfo(type="cpu", base_align=4096), forced)
+    assert g4 is g and not slices4
 
 
-def test_budget_follows_the_device(monkeypatch):
-    monkeypatch.delenv("CLGLOW_SUB_BATCH_BYTES", raising=False)
-    assert sub_batch.budget(DeviceInfo(type="cpu", cache_bytes=32 << 20)) == 2 << 20
-    assert sub_batch.budget(DeviceInfo(type="gpu", cache_bytes=32 << 20)) == 0
-    assert sub_batch.budget(DeviceInfo(type="cpu", cache_bytes=0)) == 0
+def test_budget_follows_the_target_and_options():
+    """The budget is a policy of the target (its family and cache) unless the options force one;
+    the environment only gives the options' default."""
+    cpu = DeviceInfo(type="cpu", cache_bytes=32 << 20)
+    assert sub_batch.budget(cpu, PlanOptions()) == 2 << 20
+    assert sub_batch.budget(DeviceInfo(type="gpu", cache_bytes=32 << 20), PlanOptions()) == 0
+    assert sub_batch.budget(cpu.with_family("gpu"), PlanOptions()) == 0  # the GPU family on a CPU device
+    assert sub_batch.budget(DeviceInfo(type="cpu", cache_bytes=0), PlanOptions()) == 0
+    assert sub_batch.budget(cpu, PlanOptions(sub_batch_bytes=0)) == 0
+    assert sub_batch.budget(DeviceInfo(type="gpu"), PlanOptions(sub_batch_bytes=4096)) == 4096
+
+
+def test_budget_default_from_the_environment(monkeypatch):
     monkeypatch.setenv("CLGLOW_SUB_BATCH_BYTES", "0")
-    assert sub_batch.budget(DeviceInfo(type="cpu", cache_bytes=32 << 20)) == 0
+    assert sub_batch.budget(DeviceInfo(type="cpu", cache_bytes=32 << 20), PlanOptions.from_env()) == 0
+    monkeypatch.setenv("CLGLOW_SUB_BATCH_BYTES", "65536")
+    assert sub_batch.budget(DeviceInfo(type="gpu"), PlanOptions.from_env()) == 65536

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..ir import Graph
-from ..runtime.host import _outer_scope_names
+from ..runtime.host import outer_scope_names
 
 
 def remove_dead_nodes(graph: Graph) -> Graph:
@@ -14,7 +14,7 @@ def remove_dead_nodes(graph: Graph) -> Graph:
             keep.append(node)
             needed.update(i for i in node.inputs if i)
             if any(isinstance(v, object) and type(v).__name__ == "GraphProto" for v in node.attrs.values()):
-                needed.update(_outer_scope_names(node))
+                needed.update(outer_scope_names(node))
     g.nodes = list(reversed(keep))
     used = needed | set(g.inputs)
     g.values = {k: v for k, v in g.values.items() if k in used or not v.is_const}

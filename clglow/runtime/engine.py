@@ -13,6 +13,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pyopencl as cl
 
+from ..config import PlanOptions
 from ..ir import Graph, Value
 from ..shapes import specialize
 from .executor import Plan, RunRecord, WeightCache, build_plan, execute, prewarm
@@ -59,6 +60,7 @@ class Engine:
         self.graph = graph
         self.device = device
         self.host_fallback = host_fallback
+        self.options = PlanOptions.from_env(host_fallback=host_fallback)
         self.queue = device.make_queue(profiling=True) if profiling else device.queue
         self.weights = WeightCache(device.context, self.queue)
         self._plans: dict[tuple, Plan] = {}
@@ -122,7 +124,7 @@ class Engine:
             log.debug("prewarm: %s", e)
             return
         memo: dict = {}
-        prewarm(spec, stop, self.device, self.host_fallback, memo)
+        prewarm(spec, stop, self.device, self.device.info, self.options, memo)
         self._prewarmed = (spec, memo)  # spec: its arrays' ids are the memo's keys
 
     def _build(self, graph: Graph, input_types: dict, outputs: Sequence[str]) -> Plan:
@@ -130,14 +132,14 @@ class Engine:
         warm, self._prewarmed = self._prewarmed, None  # for the first plan only
         memo = warm[1] if warm is not None else None
         if stop is None:
-            return build_plan(spec, None, outputs, self.device, self.weights, self.host_fallback, memo)
+            return build_plan(spec, None, outputs, self.device, self.weights, self.device.info, self.options, memo)
         # staged: this stage hands over everything the rest of the graph needs
         produced = set(spec.inputs)
         for n in spec.nodes[:stop]:
             produced.update(o for o in n.outputs if o)
         later_needs = {i for n in spec.nodes[stop:] for i in n.inputs if i}
         crossing = sorted((later_needs | set(outputs)) & produced)
-        return build_plan(spec, stop, crossing, self.device, self.weights, self.host_fallback, memo)
+        return build_plan(spec, stop, crossing, self.device, self.weights, self.device.info, self.options, memo)
 
     def _next_stage(self, plan: Plan, values: dict) -> Plan:
         spec = plan.graph

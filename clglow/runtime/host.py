@@ -20,7 +20,7 @@ from ..ir import Graph, Node
 log = logging.getLogger(__name__)
 
 
-def _outer_scope_names(node: Node) -> list[str]:
+def outer_scope_names(node: Node) -> list[str]:
     """Names a node's subgraphs read from the enclosing graph (If/Loop/Scan bodies)."""
     proto = node.to_proto()
     used: list[str] = []
@@ -55,7 +55,7 @@ class HostKernel:
         from onnx.reference import ReferenceEvaluator
 
         self.node = node
-        self.outer = [n for n in _outer_scope_names(node) if n not in node.inputs]
+        self.outer = [n for n in outer_scope_names(node) if n not in node.inputs]
         proto = node.to_proto()
         inputs = []
         for name in [i for i in node.inputs if i] + self.outer:

@@ -14,8 +14,10 @@ piece-sized tensors of their own. Where a segment meets the rest of the graph it
 and write slices of the whole tensor in place (sub-buffers, `Slice`), so nothing is copied.
 `s` is chosen per segment from the largest per-image activation its nodes touch: the largest
 power of two whose piece stays within the budget (`budget`); a segment whose `s` would be the
-whole batch is left as it is. Only for CPU devices (a GPU wants the whole batch in one launch)
-and static, single-stage plans.
+whole batch is left as it is. A policy of the target (`Target.sub_batching`: the CPU family on
+a device that reports its cache; a GPU wants the whole batch in one launch) and of the session's
+options (`PlanOptions.sub_batch_bytes` forces a budget, 0 turns it off); static, single-stage
+plans only (runtime.planning.stage).
 """
 from __future__ import annotations
 
@@ -25,9 +27,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .. import config
+from ..config import PlanOptions
 from ..ir import Graph, Node, Value
-from ..lower.base import DeviceInfo
+from ..target import Target
 
 log = logging.getLogger(__name__)
 
@@ -64,14 +66,15 @@ class Slice:
     nbytes: int
 
 
-def budget(info: DeviceInfo) -> int:
-    """Bytes of activation per piece (0: no sub-batches). CLGLOW_SUB_BATCH_BYTES overrides."""
-    forced = config.sub_batch_bytes()
-    if forced is not None:
-        return forced
-    if info.type != "cpu" or info.cache_bytes <= 0:
+def budget(target: Target, options: PlanOptions) -> int:
+    """Bytes of activation per piece (0: no sub-batches): `options.sub_batch_bytes` when set
+    (CLGLOW_SUB_BATCH_BYTES or the session option), else a fraction of the cache on a target
+    whose policy is to sub-batch (Target.sub_batching), else 0."""
+    if options.sub_batch_bytes is not None:
+        return max(0, int(options.sub_batch_bytes))
+    if not target.sub_batching:
         return 0
-    return info.cache_bytes // _CACHE_FRACTION
+    return target.cache_bytes // _CACHE_FRACTION
 
 
 def _nbytes(v: Value) -> int:
@@ -178,10 +181,11 @@ def _segments(graph: Graph, device_nodes: set, limit: int) -> list:
     return [sg for sg in segments if sg[1] - sg[0] >= 2]
 
 
-def split(graph: Graph, device_nodes: set, outputs: Sequence[str], info: DeviceInfo) -> tuple:
+def split(graph: Graph, device_nodes: set, outputs: Sequence[str], target: Target,
+          options: PlanOptions) -> tuple:
     """(graph with the segments repeated per piece, {piece tensor: Slice}). The graph is returned
-    unchanged (and no slices) when nothing is worth splitting."""
-    limit = budget(info)
+    unchanged (and no slices) when nothing is worth splitting (budget(target, options) is 0)."""
+    limit = budget(target, options)
     if limit <= 0:
         return graph, {}
     segments = _segments(graph, device_nodes, limit)
@@ -191,7 +195,7 @@ def split(graph: Graph, device_nodes: set, outputs: Sequence[str], info: DeviceI
     new_nodes: list[Node] = []
     slices: dict[str, Slice] = {}
     pos = 0
-    align = info.base_align
+    align = target.base_align
     for b0, b1, s, n in segments:
         seg = graph.nodes[b0:b1]
         made = {o for nd in seg for o in nd.outputs if o}

@@ -1,0 +1,555 @@
+"""Buffer plans: a specialised graph's lowered nodes turned into pure data (no OpenCL here).
+
+Why this module exists: deciding *where every tensor lives and when* is separate from binding
+kernels to OpenCL memory (runtime.binding) and from running them (runtime.executor), so the
+planner can be read and unit-tested on its own (tests/test_planning.py), like runtime.memory.
+
+`stage` places a specialised graph's nodes (partition.place on the session's Target) and, where
+the target's policy allows it (sub_batch.budget), splits batched stretches into pieces.
+`plan_buffers` then takes every node's lowering through a `Lowerer` callback (so this module
+never builds a program: the callback, runtime.executor.NodeLowerer, starts the builds) and
+returns a `BufferPlan`:
+
+- typed steps: `UploadStep` (a host-made tensor copied to the device), `KernelLaunchStep`,
+  `HostNodeStep` (onnx.reference on the host), `NoopStep` (a device node without launches, e.g.
+  a view: it still takes a step index for liveness);
+- the padded and in-place offers taken (`padded`, and `root`: every view, in-place output and
+  sub-batch slice -> the tensor owning its buffer);
+- liveness intervals of activations and scratch buffers and their arena offsets
+  (memory.plan_offsets), or whole shared buffers (memory.assign_buffers) when the arena would
+  exceed the device's largest allocation;
+- which graph inputs are uploaded and which are read on the host, which constants kernels read
+  as they are, and which inputs and outputs a run may bind to the caller's arrays (zero copy:
+  `zero_copy`, as (step, argument position) pairs).
+
+Every tensor that device steps touch gets a `storage` key saying which buffer it is: tensors
+with equal keys share one buffer object (views, in-place outputs, tensors of one shared slot).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence, Union
+
+import numpy as np
+
+from ..config import PlanOptions
+from ..errors import OutOfDeviceMemory, UnsupportedNode, UnsupportedOperator
+from ..ir import Graph, Node
+from ..lower.base import Buf, Launch, LowerCtx, PaddedLayout, Scratch, lookup
+from ..partition import DEVICE, HOST, Placement, place
+from ..target import Target
+from . import sub_batch
+from .host import outer_scope_names
+from .memory import Interval, assign_buffers, plan_offsets
+from .sub_batch import Slice
+
+log = logging.getLogger(__name__)
+
+
+# --- steps ---------------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class UploadStep:
+    """Copy tensor `name`, made on the host by an earlier host step, into its device buffer."""
+
+    name: str
+
+
+@dataclass(frozen=True, eq=False)
+class KernelLaunchStep:
+    """One kernel launch of a device node."""
+
+    node: Node
+    launch: Launch
+
+
+@dataclass(frozen=True, eq=False)
+class HostNodeStep:
+    """A node run on the host (onnx.reference): its device-made inputs are read back first."""
+
+    node: Node
+
+
+@dataclass(frozen=True, eq=False)
+class NoopStep:
+    """A device node with no launch (a view, an empty lowering): nothing runs, yet it counts as a
+    step so that the tensors it reads stay live up to it."""
+
+    node: Node
+
+
+Step = Union[UploadStep, KernelLaunchStep, HostNodeStep, NoopStep]
+
+# One device node lowered: (node, in_layout, out_layout) -> (launches, its LowerCtx). The executor
+# passes one that also starts the launches' programs building (Device.prepare).
+Lowerer = Callable[..., tuple]
+
+
+@dataclass
+class LoweredNode:
+    """A node of the plan with its lowering: launches None for a host node, [] for a view."""
+
+    node: Node
+    launches: Optional[list]
+    ctx: Optional[LowerCtx] = None
+
+    @property
+    def is_host(self) -> bool:
+        return self.launches is None
+
+
+# --- staging: placement and sub-batches ----------------------------------------------------------
+@dataclass
+class Staged:
+    """A specialised graph (nodes[:stop] when staged) placed on the target, maybe sub-batched."""
+
+    graph: Graph  # the (sub)graph the plan runs, sub-batch pieces included
+    placement: list  # [Placement] of the nodes before any sub-batch split (the placement report)
+    where: dict  # node name -> DEVICE | HOST, sub-batch pieces included
+    slices: dict = field(default_factory=dict)  # sub-batch piece tensor -> Slice of its whole tensor
+
+
+def stage(graph: Graph, stop: Optional[int], outputs: Sequence[str], target: Target,
+          options: PlanOptions) -> Staged:
+    """Place nodes[:stop] (all when stop is None) on `target`; the last node of a stage runs on
+    the host (its output shapes depend on data); a static plan's per-image stretches are split
+    into sub-batch pieces where sub_batch.budget(target, options) allows."""
+    nodes = graph.nodes if stop is None else graph.nodes[:stop]
+    sub = Graph(nodes, graph.values, graph.inputs, list(outputs), graph.opsets, graph.name, graph.ir_version)
+    placement = place(sub, target, options.host_fallback)
+    if stop is not None and placement and placement[-1].where == DEVICE:
+        last_node = nodes[-1]
+        if not options.host_fallback:
+            raise UnsupportedOperator([UnsupportedNode(last_node.name, last_node.op_type, last_node.domain,
+                                                       graph.opset(last_node.domain),
+                                                       "output shape depends on data; host fallback is disabled")])
+        placement[-1] = Placement(last_node.name, last_node.op_type, HOST, "output shape depends on data")
+    where = {p.node: p.where for p in placement}
+    if stop is None:
+        split_graph, slices = sub_batch.split(sub, {n for n, w in where.items() if w == DEVICE}, outputs,
+                                              target, options)
+        if slices:
+            where = {n.name: where[n.name] if n.name in where else DEVICE for n in split_graph.nodes}
+            return Staged(split_graph, placement, where, slices)
+    return Staged(sub, placement, where)
+
+
+# --- the plan --------------------------------------------------------------------------------------
+@dataclass
+class BufferPlan:
+    """Where every tensor of a staged graph lives and when: pure data for runtime.binding."""
+
+    graph: Graph
+    steps: list  # [Step]
+    outputs: list  # the names handed back
+    root: dict  # view / in-place output / sub-batch slice -> the tensor owning its buffer
+    slices: dict  # sub-batch piece tensor -> Slice (bytes of its owner's buffer)
+    device_inputs: list  # graph inputs uploaded before the first step
+    host_inputs: list  # graph inputs host steps read
+    consts: list  # constants kernels read as they are (uploaded once, by the session's weight cache)
+    padded: dict  # tensor -> PaddedLayout: a zeroed buffer of its own (pad_slot)
+    intervals: list  # [Interval] of activations and scratch buffers, planned together
+    scratch: list  # [Interval] the scratch buffers among them (names: scratch_name)
+    use_arena: bool  # one arena at `offsets`, else whole buffers (slot_of, slot_sizes)
+    offsets: dict  # name -> (offset, size) in the arena
+    arena_size: int
+    slot_of: dict  # name -> whole-buffer slot (when not use_arena)
+    slot_sizes: list
+    pad_slot: dict  # padded tensor -> its buffer among pad_sizes
+    pad_sizes: list
+    planned_bytes: int  # the arena (or slots) and padded buffers
+    storage: dict  # tensor -> its buffer's key (equal keys: one buffer object)
+    zero_copy: dict = field(default_factory=dict)  # input/output -> [(step index, argument position)]
+    bind_outputs_at: int = -1  # the first step holding a zero-copy output's buffer (-1: none)
+
+    def resolve(self, name: str) -> str:
+        """The tensor owning `name`'s buffer."""
+        return self.root.get(name, name)
+
+    @property
+    def scratch_bytes(self) -> int:
+        return sum(iv.nbytes for iv in self.scratch)
+
+
+def scratch_name(node: str, slot: int) -> str:
+    """The planner's name for a node's scratch buffer (NUL: never an ONNX tensor name)."""
+    return f"\0scratch:{node}:{slot}"
+
+
+def nbytes(graph: Graph, name: str) -> int:
+    """Bytes of tensor `name` on the device (bool as one byte)."""
+    v = graph.values[name]
+    dtype = np.dtype(np.uint8) if np.dtype(v.dtype) == np.bool_ else np.dtype(v.dtype)
+    return int(np.prod(v.shape, dtype=np.int64)) * dtype.itemsize
+
+
+def plan_buffers(staged: Staged, outputs: Sequence[str], lower: Lowerer, target: Target,
+                 zero_copy: bool = False) -> BufferPlan:
+    """The buffer plan of a staged graph: every device node lowered through `lower`, the padded
+    and in-place offers taken where safe, steps with uploads at host -> device borders, liveness,
+    arena offsets within `target`'s memory limits, and (when `zero_copy`) the inputs and
+    outputs that may be bound to host arrays. Raises OutOfDeviceMemory before anything is
+    allocated when a tensor or the whole plan cannot fit."""
+    graph, slices, outputs = staged.graph, staged.slices, list(outputs)
+    lowered, root, on_device = lower_nodes(graph, staged.where, slices, lower)
+    pinned = set(graph.inputs) | set(outputs)
+    padded = take_padded_offers(graph, lowered, root, pinned, lower)
+    take_inplace_offers(graph, lowered, root, pinned)
+    root = _compress(root)
+    for name in slices:  # written by a piece: the whole tensor is made on the device
+        if name in on_device:
+            on_device.add(root[name])
+    sched = _schedule(graph, lowered, root, on_device, slices, outputs)
+    bp = _layout(graph, sched, root, slices, padded, outputs, target)
+    if zero_copy:
+        bp.zero_copy = zero_copy_binds(bp)
+        bp.bind_outputs_at = min((s for o in outputs if o in bp.zero_copy for s, _ in bp.zero_copy[o]),
+                                 default=-1)
+    return bp
+
+
+def lower_nodes(graph: Graph, where: dict, slices: dict, lower: Lowerer) -> tuple:
+    """([LoweredNode], root, tensors made on the device): device nodes lowered, views aliased to
+    their input's buffer owner, sub-batch pieces to their whole tensor."""
+    lowered: list = []
+    root: dict = {name: sl.whole for name, sl in slices.items()}
+    on_device: set = set()
+    for node in graph.nodes:
+        if where[node.name] != DEVICE:
+            lowered.append(LoweredNode(node, None))
+        elif lookup(node).view:
+            src = node.inputs[0]
+            root[node.outputs[0]] = root.get(src, src)
+            lowered.append(LoweredNode(node, []))
+            on_device.add(node.outputs[0])
+        else:
+            launches, ctx = lower(node)
+            lowered.append(LoweredNode(node, launches, ctx))
+            on_device.update(o for o in node.outputs if o)
+    return lowered, root, on_device
+
+
+def _compress(root: dict) -> dict:
+    """Every entry pointing at the final owner (a view of an output later written in place
+    points at the in-place owner, not at that output)."""
+    out = {}
+    for t in root:
+        owner, seen = root[t], {t}
+        while owner in root and owner not in seen:
+            seen.add(owner)
+            owner = root[owner]
+        out[t] = owner
+    return out
+
+
+def reads(entry: LoweredNode) -> list:
+    """The tensors a node reads: its inputs, and for a host node the outer-scope names its
+    subgraphs (If/Loop/Scan bodies) use."""
+    node = entry.node
+    return [i for i in list(node.inputs) + (outer_scope_names(node) if entry.is_host else []) if i]
+
+
+def take_padded_offers(graph: Graph, lowered: list, root: dict, pinned: set, lower: Lowerer) -> dict:
+    """Pair a conv that reads its input as a zero-padded image (LowerCtx.offer_padded_in: a
+    stride-1 implicit GEMM, which would copy X into that image first, im2col.cl conv_phases)
+    with the 1x1 conv producing X (offer_padded_out: its GEMM can store there directly) when X
+    has no other reader, is not handed back and shares no buffer. Both are lowered again with the
+    layout fixed; X then gets a buffer of its own, zeroed once (only the pixels are ever written).
+    Returns {tensor: PaddedLayout}. ResNet's bottlenecks: one launch and one pass over X fewer per
+    stride-1 3x3."""
+    maker = {o: k for k, e in enumerate(lowered) if not e.is_host for o in e.node.outputs if o}
+    readers: dict = {}
+    for e in lowered:
+        for i in reads(e):
+            readers[i] = readers.get(i, 0) + 1
+    shared = set(root) | set(root.values())
+    padded: dict = {}
+    for k, e in enumerate(lowered):
+        layout = e.ctx.offer_padded_in if e.ctx is not None else None
+        x = e.node.inputs[0] if e.node.inputs else ""
+        if layout is None or not x or x in pinned or x in shared or readers.get(x) != 1 or x not in maker:
+            continue
+        producer = lowered[maker[x]]
+        if producer.ctx is None or not producer.ctx.offer_padded_out or producer.node.outputs[0] != x:
+            continue
+        launches, pctx = lower(producer.node, out_layout=layout)
+        lowered[maker[x]] = LoweredNode(producer.node, launches, pctx)
+        launches, ctx = lower(e.node, in_layout=layout)
+        lowered[k] = LoweredNode(e.node, launches, ctx)
+        padded[x] = layout
+        log.debug("%s writes %s as %s's padded input", producer.node.name, x, e.node.name)
+    return padded
+
+
+def take_inplace_offers(graph: Graph, lowered: list, root: dict, pinned: set) -> None:
+    """Let an output take over an input's buffer where its lowering offered it (LowerCtx.may_update,
+    e.g. a FusedConv's residual: the GEMM adds Z and writes Y in place, no separate Y to allocate
+    and fill) and it is safe: the input is an activation made on the device (not a constant, a
+    graph input or a tensor handed back), of the output's size, read by this node only once, and
+    neither it nor any tensor sharing its buffer is read later. Records root[output] = the
+    input's buffer owner, as for views."""
+    def r(name: str) -> str:
+        return root.get(name, name)
+
+    if not any(e.ctx is not None and e.ctx.inplace for e in lowered):
+        return
+    last_read = {i: idx for idx, e in enumerate(lowered) for i in reads(e)}
+    made_on_device: set = set()
+    members: dict = {}  # buffer owner -> the tensors sharing its buffer (views, slices)
+    for t, owner in root.items():
+        members.setdefault(owner, set()).add(t)
+    for idx, e in enumerate(lowered):
+        node = e.node
+        for j, i in (e.ctx.inplace if e.ctx is not None else {}).items():
+            out, src = node.outputs[j], node.inputs[i]
+            if not out or not src or out in root:
+                continue
+            owner = r(src)
+            sharing = [t for t in members.get(owner, set()) | {owner} if t != out]
+            if (owner not in made_on_device or owner in pinned or any(t in pinned for t in sharing)
+                    or graph.values[src].const is not None
+                    or sum(r(x) == owner for x in node.inputs if x) != 1
+                    or any(last_read.get(t, -1) > idx for t in sharing)
+                    or nbytes(graph, out) != nbytes(graph, owner) or nbytes(graph, out) == 0):
+                continue
+            root[out] = owner
+            members.setdefault(owner, set()).add(out)
+            log.debug("%s: %s written in place of %s", node.name, out, src)
+        if not e.is_host:
+            made_on_device.update(r(o) for o in node.outputs if o)
+
+
+# --- steps and liveness ----------------------------------------------------------------------------
+@dataclass
+class _Schedule:
+    """The step list with its transfers, and each buffer owner's first and last step."""
+
+    steps: list = field(default_factory=list)
+    device_inputs: list = field(default_factory=list)
+    host_inputs: list = field(default_factory=list)
+    consts: list = field(default_factory=list)
+    first: dict = field(default_factory=dict)
+    last: dict = field(default_factory=dict)
+    scratch: dict = field(default_factory=dict)  # scratch name -> Interval
+
+    def use(self, owner: str, idx: int) -> None:
+        self.last[owner] = max(self.last.get(owner, -1), idx)
+
+
+def _schedule(graph: Graph, lowered: list, root: dict, on_device: set, slices: dict,
+              outputs: list) -> _Schedule:
+    """Steps in node order, an upload before the first device read of a tensor a host step
+    made (graph inputs: before the first step), liveness per buffer owner; outputs live to the
+    end."""
+    s = _Schedule()
+    uploaded: set = set()
+    graph_inputs = set(graph.inputs)
+    for e in lowered:
+        if e.is_host:
+            _schedule_host(graph, e.node, root, on_device, graph_inputs, s)
+        else:
+            _schedule_device(graph, e, root, on_device, slices, graph_inputs, uploaded, s)
+    end = len(s.steps)
+    for o in outputs:
+        if root.get(o, o) in on_device or o in on_device:
+            rt = root.get(o, o)
+            s.last[rt] = end
+            s.first.setdefault(rt, 0)
+    return s
+
+
+def _schedule_host(graph: Graph, node: Node, root: dict, on_device: set, graph_inputs: set,
+                   s: _Schedule) -> None:
+    idx = len(s.steps)
+    outer = [n for n in outer_scope_names(node) if n not in node.inputs and n in graph.values]
+    for i in list(node.inputs) + outer:  # subgraph bodies (If/Loop/Scan) may read outer-scope values
+        if i and (root.get(i, i) in on_device or i in on_device) and graph.values[i].const is None:
+            s.use(root.get(i, i), idx)
+        if i and i in graph_inputs and i not in s.host_inputs:
+            s.host_inputs.append(i)
+    s.steps.append(HostNodeStep(node))
+
+
+def _schedule_device(graph: Graph, e: LoweredNode, root: dict, on_device: set, slices: dict,
+                     graph_inputs: set, uploaded: set, s: _Schedule) -> None:
+    node, launches = e.node, e.launches
+    idx = len(s.steps)
+    bound = {a.name for launch in launches for a in launch.args if isinstance(a, Buf)}
+    for i in node.inputs:
+        if not i:
+            continue
+        if graph.values[i].const is not None:
+            if i in bound and i not in s.consts:  # constants a kernel reads as they are
+                s.consts.append(i)
+            continue
+        t = root.get(i, i) if i in slices else i  # a piece's slice: its whole tensor is what comes in
+        if root.get(t, t) not in on_device and t not in uploaded:  # made on the host, or a graph input
+            uploaded.add(t)
+            on_device.add(t)
+            s.first[t] = idx
+            if t in graph_inputs:  # uploaded before the first step
+                s.first[t] = 0
+                s.device_inputs.append(t)
+            else:
+                s.steps.append(UploadStep(t))
+                idx = len(s.steps)
+        s.use(root.get(i, i), idx)
+    for o in node.outputs:
+        if o and (root.get(o, o) == o or o in slices):  # a slice's first writer starts its whole tensor
+            rt = root.get(o, o)
+            s.first.setdefault(rt, idx)
+            s.use(rt, idx)
+    node_first = len(s.steps)
+    for launch in launches:
+        for a in launch.args:
+            if isinstance(a, Scratch):
+                # live over all of this node's launches: from its first (the node's inputs count
+                # as read there, yet later launches still read them) to its last use
+                key = scratch_name(node.name, a.slot)
+                iv = s.scratch.get(key)
+                if iv is None:
+                    s.scratch[key] = Interval(key, a.nbytes, node_first, len(s.steps))
+                else:
+                    iv.nbytes, iv.end = max(iv.nbytes, a.nbytes), len(s.steps)
+        s.steps.append(KernelLaunchStep(node, launch))
+    if not launches:
+        s.steps.append(NoopStep(node))
+
+
+# --- memory ----------------------------------------------------------------------------------------
+def _layout(graph: Graph, s: _Schedule, root: dict, slices: dict, padded: dict, outputs: list,
+            target: Target) -> BufferPlan:
+    """Arena offsets (or shared slots) for the activations and scratch, buffers for the padded
+    tensors, checked against the target's limits; every device tensor's storage key."""
+    consts = set(s.consts)
+    intervals = [Interval(name, nbytes(graph, name), s.first[name], s.last.get(name, s.first[name]))
+                 for name in s.first if name not in consts and name not in padded]
+    intervals.extend(s.scratch.values())
+    for iv in intervals:
+        if iv.nbytes > target.max_alloc_size:
+            raise OutOfDeviceMemory(f"tensor {iv.name!r} needs {iv.nbytes} bytes, more than the device's largest "
+                                    f"allocation ({target.max_alloc_size} bytes)", device=target.name)
+    # One arena with every tensor at a planned offset (sub-buffers) when the device allows an
+    # allocation that large; else whole buffers shared by tensors with disjoint lifetimes.
+    offsets, arena_size = plan_offsets(intervals, target.base_align)
+    use_arena = arena_size <= target.max_alloc_size
+    slot_of: dict = {}
+    slot_sizes: list = []
+    if use_arena:
+        planned = arena_size
+    else:
+        slot_of, slot_sizes = assign_buffers(intervals)
+        planned = sum(slot_sizes)
+    pad_slot, pad_sizes = padded_slots(graph, padded, s.first, s.last)
+    planned += sum(pad_sizes)
+    if planned > target.global_mem_size:
+        raise OutOfDeviceMemory(f"the activations need {planned} bytes, more than the device's memory "
+                                f"({target.global_mem_size} bytes)", device=target.name)
+    bp = BufferPlan(graph, s.steps, outputs, root, slices, s.device_inputs, s.host_inputs, s.consts, padded,
+                    intervals, list(s.scratch.values()), use_arena, offsets if use_arena else {}, arena_size,
+                    slot_of, slot_sizes, pad_slot, pad_sizes, planned, {})
+    bp.storage = _storage(bp)
+    return bp
+
+
+def _storage(bp: BufferPlan) -> dict:
+    """tensor -> its buffer's key: ("arena", name) sub-buffers, ("slot", k) shared whole buffers,
+    ("slice", name) a sub-batch piece's bytes of its owner, ("const", name), ("pad", k); a view
+    or in-place output has its owner's key. Scratch buffers are not tensors (bound by name)."""
+    graph = bp.graph
+    storage: dict = {}
+    names = bp.offsets if bp.use_arena else bp.slot_of
+    for name in names:
+        if not name.startswith("\0"):
+            storage[name] = ("arena", name) if bp.use_arena else ("slot", bp.slot_of[name])
+    for name in bp.slices:
+        storage[name] = ("slice", name)
+    for name in bp.consts:
+        storage[name] = ("const", name)
+    for name, slot in bp.pad_slot.items():
+        storage[name] = ("pad", slot)
+    for view, src in bp.root.items():
+        if view in bp.slices:
+            continue
+        if src in storage:
+            storage[view] = storage[src]
+        elif graph.values[src].const is not None:
+            storage[view] = storage[src] = ("const", src)
+    return storage
+
+
+def padded_slots(graph: Graph, padded: dict, first: dict, last: dict) -> tuple:
+    """Buffers for the padded activations: tensors of one layout and shape whose lifetimes do not
+    overlap share one (their padding is the same zeros, each producer rewrites every pixel):
+    ResNet-50's 11 take 3. Returns ({tensor: slot}, [slot bytes])."""
+    slot_of: dict = {}
+    sizes: list = []
+    free_at: dict = {}  # (layout, n, c) -> [(slot, last step using it)]
+    for name in sorted(padded, key=lambda t: first.get(t, 0)):
+        shape = graph.values[name].shape
+        key = (padded[name], int(shape[0]), int(shape[1]))
+        slots = free_at.setdefault(key, [])
+        start, end = first.get(name, 0), last.get(name, first.get(name, 0))
+        for i, (slot, busy_until) in enumerate(slots):
+            if busy_until < start:
+                slots[i] = (slot, end)
+                break
+        else:
+            slot = len(sizes)
+            sizes.append(padded[name].nbytes(key[1], key[2]))
+            slots.append((slot, end))
+        slot_of[name] = slot
+    return slot_of, sizes
+
+
+# --- zero copy -------------------------------------------------------------------------------------
+def zero_copy_binds(bp: BufferPlan) -> dict:
+    """The graph inputs and outputs a run may bind to host arrays instead of copying them (zero
+    copy, as onnxruntime's CPU provider reads a numpy input where it lies and writes its outputs
+    into the arrays it returns), for a target whose CL_MEM_USE_HOST_PTR buffers are host memory
+    itself (Target.zero_copy). Bound, per run:
+    - an input whose buffer (itself or a view's) only kernels read, each through unaligned loads
+      (Buf.unaligned: a caller's array is aligned to its element only), to the caller's array;
+    - an output whose buffer no other output, graph input or host step shares, to the array the
+      run returns, allocated aligned like a device buffer (so any kernel may write it).
+    Neither when the buffer is sliced into sub-batch pieces (sub-buffers of the arena's copy).
+    No name is bound both ways: an input handed back as an output is copied.
+    Returns name -> [(step index, argument position)] for every kernel argument holding its buffer."""
+    uses: dict = {}  # tensor -> [(step, argument position, read unaligned)]
+    host_read: set = set()
+    for k, st in enumerate(bp.steps):
+        if isinstance(st, KernelLaunchStep):
+            for pos, a in enumerate(st.launch.args):
+                if isinstance(a, Buf):
+                    uses.setdefault(a.name, []).append((k, pos, a.unaligned))
+        elif isinstance(st, HostNodeStep):
+            host_read.update(i for i in st.node.inputs if i)
+        elif isinstance(st, UploadStep):  # written from the host
+            host_read.add(st.name)
+    sliced = {sl.whole for sl in bp.slices.values()} | set(bp.slices)
+    inputs = set(bp.device_inputs)
+    outputs = bp.outputs
+    sharing: dict = {}  # storage key -> the tensors on that buffer
+    for t, key in bp.storage.items():
+        sharing.setdefault(key, []).append(t)
+    binds: dict = {}
+    for name in list(bp.device_inputs) + [o for o in outputs if o not in inputs]:
+        key = bp.storage.get(name)
+        if key is None:
+            continue
+        aliases = sharing[key]
+        found = [u for t in aliases for u in uses.get(t, [])]
+        if not found or any(t in host_read or t in sliced for t in aliases):
+            continue
+        if name in inputs:
+            if not all(ok for _, _, ok in found) or any(t in outputs for t in aliases):
+                continue
+        elif sum(t in outputs for t in aliases) > 1 or any(t in inputs for t in aliases):
+            continue
+        binds[name] = [(k, pos) for k, pos, _ in found]
+    return binds
+
+
+__all__ = ["BufferPlan", "HostNodeStep", "KernelLaunchStep", "LoweredNode", "Lowerer", "NoopStep", "Staged",
+           "Step", "UploadStep", "lower_nodes", "nbytes", "padded_slots", "plan_buffers", "reads", "scratch_name",
+           "stage", "take_inplace_offers", "take_padded_offers", "zero_copy_binds"]
