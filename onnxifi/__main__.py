@@ -2,6 +2,8 @@
 
   python -m onnxifi --library     absolute path of libonnxifi-clglow.so (built first if needed)
   python -m onnxifi --build       rebuild it now and print the path
+  python -m onnxifi --build-dir   the folder with the library, the sources it was built from and
+                                  cffi's glue (for a debugger), whether built yet or not
   python -m onnxifi --include     the folder holding onnxifi_clglow.h (extension types)
   python -m onnxifi               the backends and their devices
 """
@@ -18,10 +20,17 @@ def main(argv: list[str] | None = None) -> int:
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--library", action="store_true", help="print the library path, building it if needed")
     group.add_argument("--build", action="store_true", help="rebuild the library and print its path")
+    group.add_argument("--build-dir", action="store_true",
+                       help="print the folder of the library and the sources it is built from")
     group.add_argument("--include", action="store_true", help="print the folder of onnxifi_clglow.h")
     args = parser.parse_args(argv)
     if args.include:
         print(Path(__file__).resolve().parent / "csrc")
+        return 0
+    if args.build_dir:
+        from . import _build
+
+        print(_build.build_dir())
         return 0
     if args.library or args.build:
         from . import _build

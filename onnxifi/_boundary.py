@@ -10,6 +10,8 @@ import functools
 import logging
 from typing import Any, Callable, Optional
 
+from clglow.errors import onnxifi_status_of
+
 from . import constants as C
 from .types import Ref
 
@@ -25,37 +27,8 @@ class _Fail(Exception):
 
 
 def status_of(exc: BaseException) -> int:
-    """The ONNXIFI status for an exception (clglow's ``onnxifi_status`` when it is a valid one)."""
-    st = getattr(exc, "onnxifi_status", None)
-    if isinstance(st, int) and st in C.STATUS_NAMES and st != C.ONNXIFI_STATUS_SUCCESS:
-        return st
-    if isinstance(exc, MemoryError):
-        return C.ONNXIFI_STATUS_NO_SYSTEM_MEMORY
-    by_class = {"InvalidProtobuf": C.ONNXIFI_STATUS_INVALID_PROTOBUF,
-                "InvalidModel": C.ONNXIFI_STATUS_INVALID_MODEL,
-                "UnsupportedOperator": C.ONNXIFI_STATUS_UNSUPPORTED_OPERATOR,
-                "InvalidArgument": C.ONNXIFI_STATUS_INVALID_SHAPE,
-                "OutOfDeviceMemory": C.ONNXIFI_STATUS_NO_DEVICE_MEMORY,
-                "NoDevice": C.ONNXIFI_STATUS_BACKEND_UNAVAILABLE}
-    for cls in type(exc).__mro__:
-        if cls.__name__ in by_class:
-            return by_class[cls.__name__]
-    code = getattr(getattr(exc, "code", None), "__int__", None)
-    try:
-        import pyopencl as cl
-
-        if isinstance(exc, cl.Error):
-            c = exc.code
-            if c == cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE:
-                return C.ONNXIFI_STATUS_NO_DEVICE_MEMORY
-            if c in (cl.status_code.OUT_OF_RESOURCES,):
-                return C.ONNXIFI_STATUS_NO_DEVICE_RESOURCES
-            if c == cl.status_code.OUT_OF_HOST_MEMORY:
-                return C.ONNXIFI_STATUS_NO_SYSTEM_MEMORY
-    except Exception:  # pragma: no cover - pyopencl missing
-        pass
-    del code
-    return C.ONNXIFI_STATUS_INTERNAL_ERROR
+    """The ONNXIFI status for an exception: clglow's one rule (`clglow.errors.onnxifi_status_of`)."""
+    return onnxifi_status_of(exc)
 
 
 def _boundary(fn: Callable[..., int]) -> Callable[..., int]:

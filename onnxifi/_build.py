@@ -1,183 +1,69 @@
-"""Build ``libonnxifi-clglow.so``: the ONNXIFI C ABI over the Python module, with cffi embedding.
+"""Build ``libonnxifi-clglow.so`` from ``onnxifi/csrc`` with cffi's embedding mode.
 
-The library starts (or joins) a Python interpreter on its first call and forwards
-every ONNXIFI function to ``onnxifi._cbridge``. Only the 15 core functions and
-``onnxGetExtensionFunctionAddress`` are exported (a linker version script hides
-the rest). The build needs a C compiler, the Python headers and a shared
-libpython (``python3-dev`` / ``libpython3.X-dev`` on Debian); no network.
+The C lives in ``csrc/onnxifi_clglow.c`` (the 16 exports, the extension table, trace
+allocation) and ``csrc/onnxifi_clglow_bridge.h`` (the functions between C and Python);
+this module writes no C. It hands cffi what its embedding mode needs: the
+``clglow_py_*`` declarations (``embedding_api``: C functions that Python implements,
+see ``_cbridge``), the C helpers Python calls (``cdef``) and the types both mention,
+all read from the headers (see `onnxifi._cdecl`), plus the init code the library
+runs in its interpreter. The build needs a C compiler, the Python headers and a shared
+libpython (``python3-dev`` on Debian); no network.
 
-Where it goes: next to this package when that folder is writable, else the user
-cache folder (``platformdirs``; ``ONNXIFI_CLGLOW_BUILD_DIR`` overrides both). A
-stamp of the sources decides when to rebuild.
+Where it goes: `build_dir` (``ONNXIFI_CLGLOW_BUILD_DIR``, else
+``<clglow cache dir>/onnxifi/<python>-<environment>``). The folder keeps what a debugger
+needs: copies of the sources that were compiled, cffi's generated glue
+``_onnxifi_clglow.c``, the objects (built with ``-g``), the linker's export list and the
+library, plus a stamp: a hash of every build input and of the library. `library_path`
+rebuilds when an input changed or the library no longer matches the stamp.
 
 Example::
 
     python -m onnxifi --library        # prints the absolute path, building first if needed
+    python -m onnxifi --build-dir      # the folder with the library and its sources
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
+import json
 import logging
 import os
-import shutil
+import re
 import sys
 import sysconfig
-import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
+
+from ._cdecl import BRIDGE_HEADER, HEADER, CffiDeclarations, cffi_declarations
 
 log = logging.getLogger(__name__)
 
 LIBRARY_NAME = "libonnxifi-clglow.so"
 MODULE_NAME = "_onnxifi_clglow"
+SOURCE = "onnxifi_clglow.c"
+SOURCES = (SOURCE, HEADER, BRIDGE_HEADER)
+STAMP_NAME = LIBRARY_NAME + ".stamp"
+EXPORTS_NAME = "exports.map"
+#: The library's dynamic symbols: onnxifi.h's 15 core functions and onnxifi_ext.h's lookup.
+EXPORTED = ("onnxGetBackendIDs", "onnxReleaseBackendID", "onnxGetBackendInfo", "onnxGetBackendCompatibility",
+            "onnxInitBackend", "onnxReleaseBackend", "onnxInitEvent", "onnxSignalEvent", "onnxGetEventState",
+            "onnxWaitEvent", "onnxReleaseEvent", "onnxInitGraph", "onnxSetGraphIO", "onnxRunGraph",
+            "onnxReleaseGraph", "onnxGetExtensionFunctionAddress")
+#: Where onnx/onnxifi.h is looked for, in the C compiler's order of its default include folders (so
+#: that `#include <onnx/onnxifi.h>` reads the file the cdef was taken from; Debian's libonnx-dev
+#: installs the second).
+SYSTEM_HEADERS = (Path("/usr/local/include/onnx/onnxifi.h"), Path("/usr/include/onnx/onnxifi.h"))
+#: Bump when the build steps change in a way the inputs in `BuildInputs` do not show.
+BUILD_FORMAT = 2
+COMPILE_ARGS = ("-O2", "-g", "-fvisibility=hidden", "-Wall", "-Wno-unused-function")
+
 _HERE = Path(__file__).resolve().parent
-_CSRC = _HERE / "csrc"
-
-#: (name, return type, parameter list) of every exported function, as in onnxifi.h.
-CORE_SIGNATURES = [
-    ("onnxGetBackendIDs", "onnxBackendID* backendIDs, size_t* numBackends"),
-    ("onnxReleaseBackendID", "onnxBackendID backendID"),
-    ("onnxGetBackendInfo", "onnxBackendID backendID, onnxBackendInfo infoType, void* infoValue, size_t* infoValueSize"),
-    ("onnxGetBackendCompatibility", "onnxBackendID backendID, size_t onnxModelSize, const void* onnxModel"),
-    ("onnxInitBackend", "onnxBackendID backendID, const uint64_t* auxPropertiesList, onnxBackend* backend"),
-    ("onnxReleaseBackend", "onnxBackend backend"),
-    ("onnxInitEvent", "onnxBackend backend, onnxEvent* event"),
-    ("onnxSignalEvent", "onnxEvent event"),
-    ("onnxGetEventState", "onnxEvent event, onnxEventState* state"),
-    ("onnxWaitEvent", "onnxEvent event"),
-    ("onnxReleaseEvent", "onnxEvent event"),
-    ("onnxInitGraph", "onnxBackend backend, const uint64_t* auxPropertiesList, size_t onnxModelSize, "
-                      "const void* onnxModel, uint32_t weightsCount, "
-                      "const onnxTensorDescriptorV1* weightDescriptors, onnxGraph* graph"),
-    ("onnxSetGraphIO", "onnxGraph graph, uint32_t inputsCount, const onnxTensorDescriptorV1* inputDescriptors, "
-                       "uint32_t outputsCount, const onnxTensorDescriptorV1* outputDescriptors"),
-    ("onnxRunGraph", "onnxGraph graph, const onnxMemoryFenceV1* inputFence, onnxMemoryFenceV1* outputFence"),
-    ("onnxReleaseGraph", "onnxGraph graph"),
-]
-#: Extension functions implemented in Python (static in C, reached through onnxGetExtensionFunctionAddress).
-EXT_SIGNATURES = [
-    ("onnxSetIOAndRunGraph", "onnxGraph graph, uint32_t inputsCount, const onnxTensorDescriptorV1* inputDescriptors, "
-                             "uint32_t outputsCount, const onnxTensorDescriptorV1* outputDescriptors, "
-                             "onnxMemoryFenceV1* outputFence, onnxTraceEventList* traceEvents"),
-    ("onnxWaitEventFor", "onnxEvent event, uint32_t timeoutMs, onnxEventState* eventState, "
-                         "onnxStatus* eventStatus, char* message, size_t* messageLength"),
-]
-EXPORTED = [n for n, _ in CORE_SIGNATURES] + ["onnxGetExtensionFunctionAddress"]
-
-# Types for cffi's parser (the C compiler sees the real header through onnxifi_clglow.h).
-_CDEF_TYPES = """
-typedef void* onnxBackendID; typedef void* onnxBackend; typedef void* onnxGraph; typedef void* onnxEvent;
-typedef int32_t onnxStatus; typedef uint64_t onnxEnum; typedef uint64_t onnxPointer;
-typedef int32_t onnxBackendInfo; typedef int32_t onnxEventState;
-typedef struct onnxTensorDescriptorV1 {
-  int32_t tag; const char* name; onnxEnum dataType; onnxEnum memoryType;
-  uint32_t dimensions; const uint64_t* shape; onnxPointer buffer;
-} onnxTensorDescriptorV1;
-typedef struct onnxMemoryFenceV1 { int32_t tag; onnxEnum type; onnxEvent event; } onnxMemoryFenceV1;
-typedef struct onnxTraceEvent {
-  char eventName[33]; char eventType; uint64_t timestamp; uint32_t tid; uint64_t duration;
-} onnxTraceEvent;
-typedef struct onnxTraceEventList { uint64_t numEvents; onnxTraceEvent** traceEvents; } onnxTraceEventList;
-int clglow_trace_alloc(onnxTraceEventList* list, uint64_t n);
-void clglow_trace_free(onnxTraceEventList* list);
-void clglow_mark_ready(void);
-"""
+CSRC = _HERE / "csrc"
 
 
-def _arg_names(params: str) -> str:
-    return ", ".join(p.strip().replace("*", " ").split()[-1] for p in params.split(","))
-
-
-def _c_source() -> str:
-    """The hand-written C layer: exported wrappers, extension table, trace allocation."""
-    soname = sysconfig.get_config_var("INSTSONAME") or sysconfig.get_config_var("LDLIBRARY") or ""
-    out = ['#include "onnxifi_clglow.h"', "#include <dlfcn.h>", "#include <stdlib.h>", "#include <string.h>", "",
-           "static volatile int clglow_ready = 0;",
-           "void clglow_mark_ready(void) { clglow_ready = 1; }", "",
-           "/* Hosts dlopen() us with RTLD_LOCAL, which hides libpython's symbols from the extension",
-           "   modules the embedded interpreter imports: promote libpython to global scope first. */",
-           "__attribute__((constructor)) static void clglow_promote_libpython(void) {",
-           f'  if (!dlopen("{soname}", RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD))',
-           f'    dlopen("{soname}", RTLD_NOW | RTLD_GLOBAL);',
-           "}", ""]
-    for name, params in CORE_SIGNATURES + EXT_SIGNATURES:
-        out.append(f"onnxStatus clglow_py_{name}({params});")
-    out.append("onnxStatus clglow_py_onnxGetExtensionFunctionAddress(onnxBackendID backendID, const char* name, "
-               "int hasFunction);")
-    out.append("")
-    # Until the embedded interpreter has started and imported onnxifi, cffi answers 0
-    # (= SUCCESS); the ready flag turns a failed start into BACKEND_UNAVAILABLE.
-    for name, params in CORE_SIGNATURES:
-        out += [f"ONNXIFI_PUBLIC onnxStatus ONNXIFI_ABI {name}({params}) {{",
-                f"  onnxStatus status = clglow_py_{name}({_arg_names(params)});",
-                "  return clglow_ready ? status : ONNXIFI_STATUS_BACKEND_UNAVAILABLE;", "}", ""]
-    for name, params in EXT_SIGNATURES:
-        out += [f"static onnxStatus ONNXIFI_ABI clglow_ext_{name}({params}) {{",
-                f"  return clglow_py_{name}({_arg_names(params)});", "}", ""]
-    out += [
-        "int clglow_trace_alloc(onnxTraceEventList* list, uint64_t n) {",
-        "  list->numEvents = 0; list->traceEvents = NULL;",
-        "  if (n == 0) return 1;",
-        "  onnxTraceEvent** arr = (onnxTraceEvent**)calloc((size_t)n, sizeof(onnxTraceEvent*));",
-        "  if (!arr) return 0;",
-        "  for (uint64_t i = 0; i < n; i++) {",
-        "    arr[i] = (onnxTraceEvent*)calloc(1, sizeof(onnxTraceEvent));",
-        "    if (!arr[i]) { for (uint64_t j = 0; j < i; j++) free(arr[j]); free(arr); return 0; }",
-        "  }",
-        "  list->traceEvents = arr; list->numEvents = n;",
-        "  return 1;",
-        "}", "",
-        "void clglow_trace_free(onnxTraceEventList* list) {",
-        "  if (list->traceEvents) {",
-        "    for (uint64_t i = 0; i < list->numEvents; i++) free(list->traceEvents[i]);",
-        "    free(list->traceEvents);",
-        "  }",
-        "  list->traceEvents = NULL; list->numEvents = 0;",
-        "}", "",
-        "static onnxStatus ONNXIFI_ABI clglow_ext_onnxReleaseTraceEvents(onnxTraceEventList* traceEvents) {",
-        "  if (!traceEvents) return ONNXIFI_STATUS_INVALID_POINTER;",
-        "  clglow_trace_free(traceEvents);",
-        "  return ONNXIFI_STATUS_SUCCESS;",
-        "}", "",
-        "ONNXIFI_PUBLIC onnxStatus ONNXIFI_ABI onnxGetExtensionFunctionAddress(",
-        "    onnxBackendID backendID, const char* name, onnxExtensionFunctionPointer* function);",
-        "static onnxExtensionFunctionPointer clglow_ext_lookup(const char* name) {",
-        "  size_t n = strlen(name);",
-        '  const size_t sfx = sizeof("Function") - 1;',
-        '  if (n > sfx && strcmp(name + n - sfx, "Function") == 0 &&',
-        '      strcmp(name, "onnxGetExtensionFunctionAddress") != 0) n -= sfx;',
-        '#define CLGLOW_EXT(NAME, FN) if (n == sizeof(NAME) - 1 && strncmp(name, NAME, n) == 0) '
-        'return (onnxExtensionFunctionPointer)(FN);',
-        '  CLGLOW_EXT("onnxGetExtensionFunctionAddress", onnxGetExtensionFunctionAddress)',
-        '  CLGLOW_EXT("onnxSetIOAndRunGraph", clglow_ext_onnxSetIOAndRunGraph)',
-        '  CLGLOW_EXT("onnxWaitEventFor", clglow_ext_onnxWaitEventFor)',
-        '  CLGLOW_EXT("onnxReleaseTraceEvents", clglow_ext_onnxReleaseTraceEvents)',
-        "#undef CLGLOW_EXT",
-        "  return NULL;",
-        "}", "",
-        "ONNXIFI_PUBLIC onnxStatus ONNXIFI_ABI onnxGetExtensionFunctionAddress(",
-        "    onnxBackendID backendID, const char* name, onnxExtensionFunctionPointer* function) {",
-        "  if (function) *function = NULL;",
-        "  onnxStatus status = clglow_py_onnxGetExtensionFunctionAddress(backendID, name, function != NULL);",
-        "  if (!clglow_ready) return ONNXIFI_STATUS_BACKEND_UNAVAILABLE;",
-        "  if (status != ONNXIFI_STATUS_SUCCESS) return status;",
-        "  onnxExtensionFunctionPointer fn = clglow_ext_lookup(name);",
-        "  if (!fn) return ONNXIFI_STATUS_UNIDENTIFIED_NAME;",
-        "  *function = fn;",
-        "  return ONNXIFI_STATUS_SUCCESS;",
-        "}", "",
-    ]
-    return "\n".join(out)
-
-
-def _embedding_api() -> str:
-    lines = [f"onnxStatus clglow_py_{n}({p});" for n, p in CORE_SIGNATURES + EXT_SIGNATURES]
-    lines.append("onnxStatus clglow_py_onnxGetExtensionFunctionAddress(onnxBackendID backendID, const char* name, "
-                 "int hasFunction);")
-    return "\n".join(lines)
-
-
+# --- the interpreter's start inside the library -------------------------------------------------
 def _python_paths() -> tuple[list[str], list[str]]:
     """(folders for sys.path, site folders whose .pth files count) for the embedded interpreter.
 
@@ -186,15 +72,16 @@ def _python_paths() -> tuple[list[str], list[str]]:
     """
     import site
 
-    sites = []
+    sites: list[str] = []
     for p in list(site.getsitepackages()) + [site.getusersitepackages(),
                                              sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]:
-        if p and os.path.isdir(p) and p not in sites:
+        if p and os.path.isdir(p) and os.path.abspath(p) not in sites:
             sites.append(os.path.abspath(p))
     return [str(_HERE.parent)], sites
 
 
 def _init_code() -> str:
+    """Python run once by the library's interpreter: find the environment, import, register, mark ready."""
     # RTLD_DEEPBIND: a host may carry its own libonnx/libprotobuf (ONNX's test driver links
     # Debian's libonnx.so); onnx's Python extension must bind to its own copies, not those.
     paths, sites = _python_paths()
@@ -220,31 +107,103 @@ lib.clglow_mark_ready()
 """
 
 
-def _stamp() -> str:
-    h = hashlib.sha256()
-    for part in (_c_source(), _embedding_api(), _CDEF_TYPES, _init_code(), sys.version,
-                 (_CSRC / "onnxifi_clglow.h").read_text(), Path(__file__).read_text()):
-        h.update(part.encode())
-    return h.hexdigest()[:16]
+# --- the inputs of a build, and where it goes ----------------------------------------------------
+def system_header() -> Optional[Path]:
+    """The installed ``onnx/onnxifi.h`` the library is compiled against, or None (then the
+    copy of the ABI in onnxifi_clglow.h is used)."""
+    return next((p for p in SYSTEM_HEADERS if p.is_file()), None)
 
 
-def _build_dir() -> Path:
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class BuildInputs:
+    """Everything a build reads; `digest` changes when any of it does."""
+
+    sources: dict[str, bytes]
+    header: Optional[Path]
+    declarations: CffiDeclarations
+    init_code: str
+    define_macros: list[tuple[str, str]]
+    library_dirs: list[str]
+    link_args: list[str]
+
+    @functools.cached_property
+    def digest(self) -> str:
+        import cffi
+
+        parts = {"format": BUILD_FORMAT, "python": sys.version, "executable": sys.executable,
+                 "cffi": cffi.__version__, "compile": list(COMPILE_ARGS),
+                 "sources": {n: _sha256(b) for n, b in sorted(self.sources.items())},
+                 "header": [str(self.header), _sha256(self.header.read_bytes())] if self.header else None,
+                 "cdef": self.declarations.cdef, "embedding_api": self.declarations.embedding_api,
+                 "init": self.init_code, "macros": self.define_macros,
+                 "libdirs": self.library_dirs, "link": self.link_args,
+                 "env": {k: os.environ.get(k, "") for k in ("CC", "CFLAGS", "CPPFLAGS", "LDFLAGS", "LDSHARED")}}
+        return _sha256(json.dumps(parts, sort_keys=True).encode())[:32]
+
+
+def build_inputs(source_dir: Optional[Path] = None) -> BuildInputs:
+    """Read the build's inputs now (sources, the installed onnxifi.h, this interpreter's paths)."""
+    source_dir = Path(source_dir) if source_dir else CSRC
+    header = system_header()
+    soname = sysconfig.get_config_var("INSTSONAME") or sysconfig.get_config_var("LDLIBRARY") or ""
+    macros = [("CLGLOW_LIBPYTHON_SONAME", f'"{soname}"')] if soname.endswith(".so") or ".so." in soname else []
+    if header is None:
+        macros.append(("CLGLOW_NO_SYSTEM_ONNXIFI_H", "1"))
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    return BuildInputs(
+        sources={n: (source_dir / n).read_bytes() for n in SOURCES}, header=header,
+        declarations=cffi_declarations(header, source_dir), init_code=_init_code(), define_macros=macros,
+        library_dirs=[libdir] if libdir else [],
+        link_args=[f"-Wl,--version-script={EXPORTS_NAME}"] + ([f"-Wl,-rpath,{libdir}"] if libdir else []))
+
+
+def build_dir() -> Path:
+    """The folder of the library, its sources and the build's leftovers (see the module docstring)."""
     env = os.environ.get("ONNXIFI_CLGLOW_BUILD_DIR")
     if env:
         return Path(env).expanduser().resolve()
-    if os.access(_HERE, os.W_OK):
-        return _HERE
-    try:
-        from platformdirs import user_cache_dir
+    from clglow.runtime.cache import default_cache_dir
 
-        base = Path(user_cache_dir("clglow"))
-    except ImportError:
-        base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "clglow"
-    return base / "onnxifi" / f"py{sys.version_info[0]}{sys.version_info[1]}"
+    # The init code names this environment's folders: one build folder per environment.
+    where = _sha256(f"{sys.prefix}\0{_HERE.parent}".encode())[:10]
+    return (default_cache_dir() / "onnxifi" / f"{sys.implementation.cache_tag}-{where}").resolve()
+
+
+# --- staleness ------------------------------------------------------------------------------------
+def _stale_reason(out: Path, inputs: BuildInputs) -> Optional[str]:
+    """Why the build in `out` cannot be used as it is (None: it can)."""
+    lib = out / LIBRARY_NAME
+    if not lib.is_file():
+        return f"{lib} is missing"
+    try:
+        stamp = json.loads((out / STAMP_NAME).read_text())
+    except (OSError, ValueError) as e:
+        return f"no readable stamp ({e})"
+    if not isinstance(stamp, dict) or stamp.get("inputs") != inputs.digest:
+        return "the sources or the build inputs changed"
+    if stamp.get("library_sha256") != _sha256(lib.read_bytes()):
+        return f"{lib} does not match its stamp (damaged or replaced)"
+    for name, data in inputs.sources.items():
+        copy = out / name
+        if not copy.is_file() or copy.read_bytes() != data:
+            return f"the copy of {name} in {out} differs from the source"
+    return None
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Replace `path` by `data` in one step (a reader sees the old file or the new one)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
 
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock between processes building into the same folder."""
     import fcntl
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -256,48 +215,71 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def build_library(out_dir: Path | None = None, verbose: bool = False) -> Path:
-    """Compile the library into `out_dir` (default: see module docstring); returns its path."""
+# --- the build ------------------------------------------------------------------------------------
+def _compile(out: Path, inputs: BuildInputs, verbose: bool) -> Path:
+    """Compile in `out` (the caller holds the lock); the library replaces the old one in one step."""
     import cffi
 
-    out_dir = Path(out_dir) if out_dir else _build_dir()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, data in inputs.sources.items():  # the sources compiled are the ones left beside the library
+        if not (out / name).is_file() or (out / name).read_bytes() != data:
+            _write_atomic(out / name, data)
+    _write_atomic(out / EXPORTS_NAME, ("{ global: " + " ".join(f"{n};" for n in EXPORTED) + " local: *; };\n").encode())
     ffi = cffi.FFI()
-    ffi.cdef(_CDEF_TYPES)
-    ffi.embedding_api(_embedding_api())
-    libdir = sysconfig.get_config_var("LIBDIR") or ""
-    with tempfile.TemporaryDirectory(prefix="onnxifi-build-") as tmp:
-        version_script = Path(tmp) / "exports.map"
-        version_script.write_text("{ global: " + " ".join(f"{n};" for n in EXPORTED) + " local: *; };\n")
-        ffi.set_source(MODULE_NAME, _c_source(), include_dirs=[str(_CSRC)],
-                       library_dirs=[libdir] if libdir else [],
-                       extra_compile_args=["-O2", "-fvisibility=hidden", "-Wall", "-Wno-unused-function"],
-                       extra_link_args=[f"-Wl,--version-script={version_script}"]
-                       + ([f"-Wl,-rpath,{libdir}"] if libdir else []))
-        ffi.embedding_init_code(_init_code())
-        log.info("building %s in %s", LIBRARY_NAME, out_dir)
-        built = ffi.compile(tmpdir=tmp, target=LIBRARY_NAME, verbose=verbose)
-        final = out_dir / LIBRARY_NAME
-        tmp_final = out_dir / f".{LIBRARY_NAME}.{os.getpid()}.tmp"
-        shutil.copy2(built, tmp_final)
-        os.replace(tmp_final, final)
-    (out_dir / (LIBRARY_NAME + ".stamp")).write_text(_stamp())
-    return final
+    ffi.cdef(inputs.declarations.cdef)
+    ffi.embedding_api(inputs.declarations.embedding_api)
+    # cffi's glue (_onnxifi_clglow.c) only needs the bridge's declarations; onnxifi_clglow.c is a
+    # translation unit of its own. Relative paths: cffi compiles with `out` as the working folder.
+    ffi.set_source(MODULE_NAME, f'#include "{BRIDGE_HEADER}"', sources=[SOURCE],
+                   include_dirs=[str(out)], define_macros=inputs.define_macros,
+                   library_dirs=inputs.library_dirs, extra_compile_args=list(COMPILE_ARGS),
+                   extra_link_args=inputs.link_args)
+    ffi.embedding_init_code(inputs.init_code)
+    log.info("building %s in %s (onnxifi.h: %s)", LIBRARY_NAME, out, inputs.header or "onnxifi_clglow.h's copy")
+    target = f".{LIBRARY_NAME}.{os.getpid()}.tmp"
+    try:
+        built = Path(ffi.compile(tmpdir=str(out), target=target, verbose=verbose))
+        os.replace(built, out / LIBRARY_NAME)  # a new file: processes that loaded the old one keep it
+    finally:
+        (out / target).unlink(missing_ok=True)
+    lib = out / LIBRARY_NAME
+    stamp = {"inputs": inputs.digest, "library_sha256": _sha256(lib.read_bytes()), "python": sys.version,
+             "onnxifi_h": str(inputs.header) if inputs.header else None, "cdef_types_from": inputs.declarations.types_from}
+    _write_atomic(out / STAMP_NAME, (json.dumps(stamp, indent=1) + "\n").encode())
+    return lib
 
 
-def library_path(build: bool = True) -> str:
-    """Absolute path of the library; (re)builds it when missing or stale and `build` is true."""
-    out_dir = _build_dir()
-    lib = out_dir / LIBRARY_NAME
-    stamp = out_dir / (LIBRARY_NAME + ".stamp")
+def build_library(out_dir: Optional[Path] = None, verbose: bool = False) -> Path:
+    """Compile the library now into `out_dir` (default `build_dir`); returns its path.
 
-    def fresh() -> bool:
-        return lib.exists() and stamp.exists() and stamp.read_text().strip() == _stamp()
+    Raises what cffi raises when the compiler or the linker fails (its message holds
+    the compiler's), FileNotFoundError when a source is missing.
+    """
+    out = Path(out_dir).expanduser().resolve() if out_dir else build_dir()
+    inputs = build_inputs()
+    with _locked(out / (LIBRARY_NAME + ".lock")):
+        return _compile(out, inputs, verbose)
 
-    if not fresh():
+
+def library_path(build: bool = True, out_dir: Optional[Path] = None) -> str:
+    """Absolute path of the library; (re)builds it first when it is stale and `build` is true.
+
+    Stale: missing, built from other sources or inputs, or not the file its stamp records.
+    Example::
+
+        >>> import onnxifi
+        >>> onnxifi.library_path()            # doctest: +SKIP
+        '/home/me/.cache/clglow/onnxifi/cpython-311-1f2e3d4c5b/libonnxifi-clglow.so'
+    """
+    out = Path(out_dir).expanduser().resolve() if out_dir else build_dir()
+    inputs = build_inputs()
+    reason = _stale_reason(out, inputs)
+    if reason is not None:
         if not build:
-            raise FileNotFoundError(f"{lib} is not built (run `python -m onnxifi --build`)")
-        with _locked(out_dir / (LIBRARY_NAME + ".lock")):
-            if not fresh():
-                build_library(out_dir)
-    return str(lib.resolve())
+            raise FileNotFoundError(f"{out / LIBRARY_NAME} cannot be used ({reason}); run `python -m onnxifi --build`")
+        with _locked(out / (LIBRARY_NAME + ".lock")):
+            reason = _stale_reason(out, inputs)
+            if reason is not None:
+                log.info("rebuilding the ONNXIFI library: %s", reason)
+                _compile(out, inputs, verbose=False)
+    return str((out / LIBRARY_NAME).resolve())

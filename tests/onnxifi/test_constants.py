@@ -49,14 +49,10 @@ def test_extension_header_agrees():
 
 
 def test_clglow_error_statuses_are_header_values(header):
-    """clglow.errors maps each exception to an ONNXIFI status; the numbers must be onnxifi.h's."""
+    """clglow/errors.py holds the status table: its numbers must be onnxifi.h's, all of them."""
     import clglow.errors as errors
 
-    values = header_values(header)
-    private = {n[1:]: getattr(errors, n) for n in dir(errors) if n.startswith("_ONNXIFI_STATUS_")}
-    wrong = {n: (hex(v), hex(values.get(n, -1))) for n, v in private.items() if values.get(n) != v}
-    assert not wrong, f"clglow/errors.py (value, header value): {wrong}"
-    for cls in vars(errors).values():
-        st = getattr(cls, "onnxifi_status", None)
-        if isinstance(cls, type) and st is not None:
-            assert st in constants.STATUS_NAMES, f"{cls.__name__}.onnxifi_status = {st:#x} is no ONNXIFI status"
+    values = {n: v for n, v in header_values(header).items() if n.startswith("ONNXIFI_STATUS_")}
+    ours = {n: getattr(errors, n) for n in dir(errors) if n.startswith("ONNXIFI_STATUS_") and n != "ONNXIFI_STATUS_NAMES"}
+    assert ours == values
+    assert errors.ONNXIFI_STATUS_NAMES == {v: n for n, v in values.items()}
