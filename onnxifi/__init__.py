@@ -17,7 +17,7 @@ __all__ = list(_api_all) + ["MemoryFence", "Ref", "TensorDescriptor", "TraceEven
 
 
 def library_path(build: bool = True) -> str:
-    """Absolute path of the C library ``libonnxifi-clglow.so``; builds it when missing and `build`."""
+    """Absolute path of the C library ``libonnxifi-clglow.so``; (re)builds it when missing or stale and `build`."""
     from ._build import library_path as _lp
 
     return _lp(build=build)
