@@ -373,27 +373,31 @@ def _schedule_host(graph: Graph, node: Node, root: dict, on_device: set, graph_i
 def _schedule_device(graph: Graph, e: LoweredNode, root: dict, on_device: set, slices: dict,
                      graph_inputs: set, uploaded: set, s: _Schedule) -> None:
     node, launches = e.node, e.launches
-    idx = len(s.steps)
     bound = {a.name for launch in launches for a in launch.args if isinstance(a, Buf)}
+    read: list = []
     for i in node.inputs:
         if not i:
             continue
-        if graph.values[i].const is not None:
-            if i in bound and i not in s.consts:  # constants a kernel reads as they are
-                s.consts.append(i)
+        owner = root.get(i, i)
+        if graph.values[i].const is not None or graph.values[owner].const is not None:
+            # constants a kernel reads as they are (or through a view): the weight cache's copy
+            if i in bound and owner not in s.consts:
+                s.consts.append(owner)
             continue
-        t = root.get(i, i) if i in slices else i  # a piece's slice: its whole tensor is what comes in
+        read.append(owner)
+        t = owner if i in slices else i  # a piece's slice: its whole tensor is what comes in
         if root.get(t, t) not in on_device and t not in uploaded:  # made on the host, or a graph input
             uploaded.add(t)
             on_device.add(t)
-            s.first[t] = idx
             if t in graph_inputs:  # uploaded before the first step
                 s.first[t] = 0
                 s.device_inputs.append(t)
             else:
+                s.first[t] = len(s.steps)
                 s.steps.append(UploadStep(t))
-                idx = len(s.steps)
-        s.use(root.get(i, i), idx)
+    idx = len(s.steps)  # the node's first launch, after its uploads: every input is read there
+    for owner in read:
+        s.use(owner, idx)
     for o in node.outputs:
         if o and (root.get(o, o) == o or o in slices):  # a slice's first writer starts its whole tensor
             rt = root.get(o, o)
