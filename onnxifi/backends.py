@@ -30,25 +30,14 @@ _ids_by_device: dict[tuple, _BackendID] = {}
 
 def _enumerate_devices() -> list:
     """(platform, device) pairs: every OpenCL device, or only the one CLGLOW_DEVICE selects."""
-    import pyopencl as cl
+    from clglow import config
+    from clglow.runtime import selection
 
-    plats = []
+    plats = selection.platforms()  # [] without an ICD; checks pocl's kernel cache before it loads
     try:
-        platforms = cl.get_platforms()
-    except cl.Error:  # no ICD / no platform
-        return []
-    for p in platforms:
-        try:
-            plats.append((p, list(p.get_devices())))
-        except cl.Error:
-            plats.append((p, []))
-    try:
-        from clglow import config
-        from clglow.runtime import device as cldev
-
         selector = config.device_selector()
         if selector:
-            pi, di = cldev._resolve(selector, plats)
+            pi, di = selection.resolve(selector, plats)
             return [(plats[pi][0], plats[pi][1][di])]
     except Exception as e:  # a selector that matches nothing: expose every device
         log.warning("CLGLOW_DEVICE ignored for backend IDs: %s", e)

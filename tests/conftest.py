@@ -18,6 +18,13 @@ if not os.environ.get("CLGLOW_CACHE_DIR"):
     _cache_dir = tempfile.mkdtemp(prefix="clglow-test-cache-")
     os.environ["CLGLOW_CACHE_DIR"] = _cache_dir
     atexit.register(shutil.rmtree, _cache_dir, True)
+# pocl's kernel cache stays where pocl keeps it by default (clglow would put it under the
+# temporary folder above: every test session would then build every kernel from scratch);
+# runtime.driver_cache checks it wherever it is.
+if not os.environ.get("POCL_CACHE_DIR"):
+    from clglow.runtime.driver_cache import default_pocl_dir
+
+    os.environ["POCL_CACHE_DIR"] = str(default_pocl_dir())
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -18,7 +18,8 @@ from onnx.reference import ReferenceEvaluator
 
 from clglow.runtime import compile_worker as cw
 from clglow.runtime.cache import driver_caches_programs
-from clglow.runtime.device import Device, _device_index
+from clglow.runtime.device import Device
+from clglow.runtime.selection import device_index
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
@@ -49,7 +50,7 @@ def test_noop_arguments_round_trip():
 
 
 def test_helper_builds_reports_errors_and_stays_usable(fresh):
-    workers = cw.CompileWorkers(_device_index(fresh.cl_device), 1)
+    workers = cw.CompileWorkers(device_index(fresh.cl_device), 1)
     try:
         assert workers.submit(_job()).result(timeout=120) is True
         bad = workers.submit({"program": "no_such_program", "options": [], "kernel": None, "lsize": None,
@@ -68,7 +69,7 @@ def test_helper_builds_reports_errors_and_stays_usable(fresh):
 
 
 def test_killed_helper_fails_its_jobs_and_is_replaced(fresh):
-    workers = cw.CompileWorkers(_device_index(fresh.cl_device), 1)
+    workers = cw.CompileWorkers(device_index(fresh.cl_device), 1)
     try:
         workers.start()
         (w,) = workers._workers
@@ -89,12 +90,12 @@ def test_killed_helper_fails_its_jobs_and_is_replaced(fresh):
 def test_device_prepares_through_helper_then_warm_start_skips_it(fresh):
     dev = Device(cl.Context([fresh.cl_device]), fresh.cl_device)
     dev.start_compile_helpers_if_cold()
-    assert dev._workers is not None and dev._workers.started == 1
+    assert dev.preparation.workers is not None and dev.preparation.workers.started == 1
     args = [None, None, np.int32(0), np.int32(49)]
     dev.prepare("pool", ["-DT=float", "-DPOOL_MAX"], "global_pool", (64,), args)
-    assert ("pool", ("-DT=float", "-DPOOL_MAX")) in dev._remote  # the first program goes to the helper
+    assert ("pool", ("-DT=float", "-DPOOL_MAX")) in dev.preparation.remote  # the first program goes to the helper
     dev.wait_prepared(timeout=120)
-    assert dev._remote[("pool", ("-DT=float", "-DPOOL_MAX"))].result(timeout=1) is True
+    assert dev.preparation.remote[("pool", ("-DT=float", "-DPOOL_MAX"))].result(timeout=1) is True
     # the program the session uses is this process's own, built from pocl's cache: check it computes
     x = np.random.default_rng(0).standard_normal((6, 49)).astype(np.float32)
     xb = cl.Buffer(dev.context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=x)
@@ -105,14 +106,14 @@ def test_device_prepares_through_helper_then_warm_start_skips_it(fresh):
     y = np.empty(6, np.float32)
     cl.enqueue_copy(dev.queue, y, yb)
     np.testing.assert_array_equal(y, x.max(axis=1))
-    assert dev._marker("pool", ("-DT=float", "-DPOOL_MAX"), "global_pool", (64,)).exists()
-    dev._workers.close()
+    assert dev.preparation.marker("pool", ("-DT=float", "-DPOOL_MAX"), "global_pool", (64,)).exists()
+    dev.preparation.workers.close()
 
     again = Device(cl.Context([fresh.cl_device]), fresh.cl_device)  # a later process, same caches
     again.start_compile_helpers_if_cold()
     again.prepare("pool", ["-DT=float", "-DPOOL_MAX"], "global_pool", (64,), args)
     again.wait_prepared(timeout=120)
-    assert again._workers is None and not again._remote  # warm: built here, no helper started
+    assert again.preparation.workers is None and not again.preparation.remote  # warm: built here, no helper started
 
 
 def test_helpers_off(fresh, monkeypatch):
@@ -121,7 +122,7 @@ def test_helpers_off(fresh, monkeypatch):
     dev.start_compile_helpers_if_cold()
     dev.prepare("pool", ["-DT=float", "-DPOOL_AVG"], "global_pool", (64,), [None, None, np.int32(0), np.int32(9)])
     dev.wait_prepared(timeout=120)
-    assert dev._workers is None and not dev._remote
+    assert dev.preparation.workers is None and not dev.preparation.remote
 
 
 def _small_cnn() -> onnx.ModelProto:
@@ -152,11 +153,11 @@ def test_session_with_helpers_matches_reference(fresh):
     (y,) = sess.run(None, {"x": x})
     (ref,) = ReferenceEvaluator(model).run(None, {"x": x})
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
-    assert dev._workers is not None and dev._workers.started >= 1 and dev._remote
-    futs = list(dev._remote.values())
+    assert dev.preparation.workers is not None and dev.preparation.workers.started >= 1 and dev.preparation.remote
+    futs = list(dev.preparation.remote.values())
     concurrent.futures.wait(futs, timeout=120)
     assert all(f.exception() is None for f in futs)
-    dev._workers.close()
+    dev.preparation.workers.close()
 
 
 def test_no_helpers_outside_a_python_interpreter(monkeypatch):

@@ -14,12 +14,14 @@ import pytest
 from clglow.errors import CompileError, InvalidArgument, NoDevice
 from clglow.lower.base import DeviceInfo
 from clglow.runtime import device as D
+from clglow.runtime import selection as S
+from clglow.runtime import sources
 
 GPU, CPU, ACC = int(cl.device_type.GPU), int(cl.device_type.CPU), int(cl.device_type.ACCELERATOR)
 
 
 def fake_platforms():
-    """Two platforms as _resolve sees them: names and device types only."""
+    """Three platforms as resolve sees them: names and device types only."""
     def dev(name, t):
         return SimpleNamespace(name=name, type=t)
 
@@ -53,7 +55,7 @@ def fake_platforms():
     ("h200", (1, 1)),
 ])
 def test_resolve_selectors(selector, expected):
-    assert D._resolve(selector, fake_platforms()) == expected
+    assert S.resolve(selector, fake_platforms()) == expected
 
 
 @pytest.mark.parametrize("selector, reason", [
@@ -65,7 +67,7 @@ def test_resolve_selectors(selector, expected):
 ])
 def test_resolve_no_match_lists_choices(selector, reason):
     with pytest.raises(NoDevice) as ei:
-        D._resolve(selector, fake_platforms())
+        S.resolve(selector, fake_platforms())
     msg = str(ei.value)
     assert reason in msg
     assert "Available devices" in msg
@@ -76,9 +78,9 @@ def test_resolve_no_match_lists_choices(selector, reason):
 
 def test_default_without_gpu_is_first_device():
     plats = [p for p in fake_platforms() if p[0].name != "NVIDIA CUDA"]
-    assert D._resolve(None, plats) == (0, 0)
+    assert S.resolve(None, plats) == (0, 0)
     with pytest.raises(NoDevice, match="No GPU device"):
-        D._resolve("gpu", plats)
+        S.resolve("gpu", plats)
 
 
 def test_no_platform_says_how_to_install(monkeypatch):
@@ -122,10 +124,10 @@ def test_list_devices_fields():
         assert d.name and d.platform_name and d.driver_version and d.opencl_version.startswith("OpenCL")
         assert d.selector in d.describe() and d.name in d.describe()
         # the advertised selectors really select this device
-        plats = D._platforms()
-        assert D._resolve(d.selector, plats) == (d.platform_index, d.device_index)
+        plats = S.platforms()
+        assert S.resolve(d.selector, plats) == (d.platform_index, d.device_index)
         if d.name_selector:
-            assert D._resolve(d.name_selector, plats) == (d.platform_index, d.device_index)
+            assert S.resolve(d.name_selector, plats) == (d.platform_index, d.device_index)
 
 
 def test_select_device_is_shared(device):
@@ -187,9 +189,10 @@ def kernels(tmp_path, monkeypatch):
         '#include "scale_common.h"\n'
         "__kernel void scale(__global float* x) { size_t i = get_global_id(0); x[i] = SCALE_BY(x[i]); }\n")
     (tmp_path / "broken.cl").write_text("__kernel void broken(__global float* x) { x[0] = nope; }\n")
-    monkeypatch.setattr(D, "_kernels_root", lambda: tmp_path)
-    monkeypatch.setattr(D, "_source_cache", {})
-    return tmp_path
+    monkeypatch.setattr(sources, "_kernels_root", lambda: tmp_path)
+    sources.clear_cache()
+    yield tmp_path
+    sources.clear_cache()
 
 
 def test_program_builds_with_include_and_options(device, kernels):
@@ -220,7 +223,7 @@ def test_headers_are_spliced_and_keyed(device, kernels, monkeypatch):
     assert "#define SCALE_BY" in D.kernel_source("scale")
     first = device.program("scale", ("-DFACTOR=2.0f",))
     (kernels / "scale_common.h").write_text("#define SCALE_BY(x) ((x) * FACTOR + 1.0f)\n")
-    monkeypatch.setattr(D, "_source_cache", {})
+    sources.clear_cache()
     second = device.program("scale", ("-DFACTOR=2.0f",))
     assert second is not first
     x = np.arange(4, dtype=np.float32)
@@ -290,13 +293,13 @@ def test_default_skips_devices_that_cannot_build(monkeypatch):
     monkeypatch.setattr(D, "_selected", {})
     monkeypatch.setattr(D, "_default", None)
     broken = first.cl_device.int_ptr
-    monkeypatch.setattr(D, "_probe", lambda ctx, d: "error: unknown target CPU 'generic'"
+    monkeypatch.setattr(S, "probe_context", lambda ctx, d: "error: unknown target CPU 'generic'"
                         if d.int_ptr == broken else None)
     if len(devices) > 1:
         assert D.select_device().cl_device.int_ptr != broken
     monkeypatch.setattr(D, "_selected", {})
     monkeypatch.setattr(D, "_default", None)
-    monkeypatch.setattr(D, "_probe", lambda ctx, d: "error: unknown target CPU 'generic'")
+    monkeypatch.setattr(S, "probe_context", lambda ctx, d: "error: unknown target CPU 'generic'")
     with pytest.raises(NoDevice, match="can build a kernel") as ei:
         D.select_device()
     assert "unknown target CPU" in str(ei.value) and first.selector in str(ei.value)

@@ -40,9 +40,9 @@ def slow_tuner(monkeypatch):
     """The session's tuning thread runs long enough for the session to prewarm beside it."""
     real = device_mod.Device.ensure_tuned
 
-    def slow(self):
+    def slow(self, *args, **kwargs):
         time.sleep(0.5)
-        real(self)
+        real(self, *args, **kwargs)
 
     monkeypatch.setattr(device_mod.Device, "ensure_tuned", slow)
 

@@ -82,6 +82,12 @@ def programs_dir(root: Optional[Path] = None) -> Path:
     return (root if root is not None else default_cache_dir()) / "programs"
 
 
+def prepared_dir(root: Optional[Path] = None) -> Path:
+    """Where the markers of background preparations live (runtime.preparation): one empty file
+    per program and kernel whose code the driver's own cache holds."""
+    return (root if root is not None else default_cache_dir()) / "prepared"
+
+
 def disk_usage(root: Optional[Path] = None) -> Tuple[int, int]:
     """(number of cached binaries, total bytes) under the cache root; (0, 0) when absent."""
     d = programs_dir(root)
@@ -392,4 +398,4 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise
 
 __all__ = ["ProgramCache", "stats", "reset_stats", "default_cache_dir", "programs_dir",
-           "disk_usage", "clear_disk", "disk_key", "driver_caches_programs", "atomic_write", "MAGIC"]
+           "prepared_dir", "disk_usage", "clear_disk", "disk_key", "driver_caches_programs", "atomic_write", "MAGIC"]

@@ -8,13 +8,19 @@ included) against 4.57 s in one. A helper process builds a program and generates
 code into pocl's on-disk kernel cache (``POCL_CACHE_DIR``, shared by the user's processes); the
 session's own build of the same program then finds it there and takes milliseconds.
 
-`Device.prepare` decides what goes to a helper: on pocl with its kernel cache on, a preparation
+runtime.preparation (a Device's background preparation) is the only user of the helpers and
+decides what goes to one: on pocl with its kernel cache on, a preparation
 this device has not done before (a marker per preparation under the clglow cache folder, so a
 warm start starts no helper). ``CLGLOW_COMPILE_WORKERS`` sets the number of helpers (default: one
 per core beyond the first, at most 4; 0 turns them off). A helper that sits idle for a while
 exits; it exits too when its parent does (its stdin closes). Best effort throughout: a helper
 that cannot start, crashes or fails a build leaves the work to the session, which then builds
 as it would without helpers and reports real build errors itself.
+
+A helper depends on no session code: it opens the device by its ``P:D`` index
+(runtime.selection), reads the kernel text (runtime.sources) and builds through a ProgramCache
+(runtime.cache) exactly as the session would, with the options the session sends (its device
+options included), so that both processes hit the same entry of pocl's cache.
 
 Protocol: one JSON object per line. The parent writes jobs
 ``{"id": 3, "program": "gemm", "options": ["-DMR=12"], "kernel": "gemm", "lsize": [1, 1, 1],
@@ -40,6 +46,13 @@ import threading
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
+import pyopencl as cl
+
+from .. import config
+from . import driver_cache
+from .cache import ProgramCache
+from .selection import open_index
+from .sources import kernel_source
 
 log = logging.getLogger(__name__)
 
@@ -253,8 +266,6 @@ def _interpreter() -> bool:
 def default_count() -> int:
     """CLGLOW_COMPILE_WORKERS, else one helper per usable core beyond the first (at most 4);
     0 when clglow does not run in a Python interpreter of its own."""
-    from .. import config
-
     if not _interpreter():
         return 0
     n = config.compile_workers()
@@ -268,10 +279,27 @@ def default_count() -> int:
 
 
 # --- the helper process -------------------------------------------------------------------------
-def _serve(device_index: str, lines, out) -> None:
-    from .device import select_device
+def enqueue_noop(queue: cl.CommandQueue, dummy: cl.Buffer, prg: cl.Program, kernel: str,
+                 lsize: Sequence[int], noop_args: Sequence[Any]) -> cl.Event:
+    """Enqueue `kernel` once as a single work-group of `lsize` with arguments that make it return
+    at once (numpy scalars as given, anything else `dummy`), and flush: the driver generates its
+    machine code for `lsize` (pocl does at a kernel's first launch). Shared by the session's
+    background preparation (runtime.preparation) and the helpers."""
+    knl = cl.Kernel(prg, kernel)
+    knl.set_args(*[a if isinstance(a, np.generic) else dummy for a in noop_args])
+    ev = cl.enqueue_nd_range_kernel(queue, knl, tuple(lsize), tuple(lsize))
+    queue.flush()
+    return ev
 
-    dev = select_device(device_index)
+
+def _serve(device_index: str, lines, out) -> None:
+    """Answer jobs until stdin closes: build each program as a session does (the same source and
+    options, through a ProgramCache), launch its kernel once, report."""
+    cl_dev = open_index(device_index)
+    ctx = cl.Context([cl_dev])
+    queue = cl.CommandQueue(ctx, cl_dev)
+    dummy = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 64)
+    programs = ProgramCache(ctx, cl_dev)
     for line in lines:
         try:
             job = json.loads(line)
@@ -279,10 +307,11 @@ def _serve(device_index: str, lines, out) -> None:
         except (ValueError, KeyError, TypeError):
             continue
         try:
-            prg = dev.program(str(job["program"]), [str(o) for o in job.get("options", [])])
+            name = str(job["program"])
+            prg = programs.get(name, kernel_source(name), [str(o) for o in job.get("options", [])])
             noop, lsize, kernel = decode_noop(job.get("noop")), job.get("lsize"), job.get("kernel")
             if noop is not None and lsize and kernel:
-                dev.launch_noop(prg, str(kernel), lsize, noop).wait()  # its code is in pocl's cache now
+                enqueue_noop(queue, dummy, prg, str(kernel), lsize, noop).wait()  # in pocl's cache now
             reply = {"id": job_id, "ok": True}
         except Exception as e:  # noqa: BLE001 - reported to the parent, which builds itself
             reply = {"id": job_id, "ok": False, "error": f"{type(e).__name__}: {e}"[:2000]}
@@ -295,6 +324,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                      description="Build clglow programs into the driver's cache (jobs on stdin).")
     parser.add_argument("--device", required=True, help="the device as P:D (platform and device index)")
     args = parser.parse_args(argv)
+    driver_cache.prepare(check_cache=False)  # the parent checked the folder it handed down
     try:
         _serve(args.device, sys.stdin, sys.stdout)
     except KeyboardInterrupt:

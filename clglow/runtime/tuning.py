@@ -1,4 +1,4 @@
-"""GEMM tile sizes chosen per device by measurement, once, and remembered.
+"""GEMM tile sizes chosen per device and target family by measurement, once, and remembered.
 
 The GEMM kernel (kernels_cl/gemm.cl) is specialised by `-D` tile sizes: rows per work-item
 (MR), vector width (VW), vectors per row (NV) and the work-group size. Which combination runs
@@ -11,8 +11,15 @@ measurement compares the tiles, not their padding, and the candidates run in tur
 robin, best time of each) so that a burst of other work on a shared machine does not land on
 one candidate only. The choice
 is stored as JSON under the cache folder (``<cache>/tuning/<key>.json``, the key covering the
-platform, device, driver and clglow versions and the candidate list), so later processes only
-read it. ``CLGLOW_TUNE=0`` skips measuring and uses the built-in default for the device type.
+platform, device, driver and clglow versions, the target family and the candidate list), so
+later processes only read it. ``CLGLOW_TUNE=0`` skips measuring and uses the built-in default
+for the family.
+
+Tuning state, per target family: a device under the CPU family (register-blocked tiles, one
+work-item per group) and under the GPU family (work-group tiles; ``CLGLOW_TARGET=gpu`` on pocl)
+needs different tiles, so `TuningState` keeps one choice per family and tunes each family once
+per process (`Device.ensure_tuned(family)`); `Device.target(family)` hands the family's choice
+to lowering inside the Target (``gemm_tiles``).
 
 The candidates are few on purpose: each one is a program the driver compiles (about half a
 second on pocl), and the first session on a device pays for them.
@@ -21,21 +28,25 @@ Example::
 
     result = tune_gemm(device)          # a TuneResult; device.info now carries the choice
     result.choice, result.timings_ms    # ((12, 16, 2, (1, 1, 1)), {...})
+    tune_gemm(device, family="gpu")     # the GPU family's tiles: device.target("gpu").gemm_tiles
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 import pyopencl as cl
 
 from .. import config
-from ..lower.base import Buf, DeviceInfo, Launch
+from ..lower.base import Buf, Launch
+from ..target import Target
 from ..lower.gemm import GemmConfig, Operand, default_gemm_config, gemm_launch
 from .cache import atomic_write, default_cache_dir, disk_key
 
@@ -47,7 +58,7 @@ Tiles = Tuple[int, int, int, Tuple[int, int, int]]  # (MR, VW, NV, local size)
 # are 24.5 tiles: on a Zen 4 (pocl, AVX-512) the 8 x 32 tiles won there by 10% while ResNet-50
 # ran 2% faster with the default 12 x 32 (and its 8 x 48 fit).
 SHAPE = (240, 576, 768)
-_VERSION = "gemm-tune-6"
+_VERSION = "gemm-tune-7"  # 7: the key names the target family
 _MARGIN = 0.05  # another candidate must beat the default by 5% to be chosen
 
 
@@ -63,16 +74,16 @@ def _label(t: Tiles) -> str:
     return f"{mr}x{vw}x{nv}@{'x'.join(map(str, ls))}"
 
 
-def candidates(info: DeviceInfo) -> List[Tiles]:
-    """A short list of tile configurations worth measuring on this device; the default first.
+def candidates(info: Target) -> List[Tiles]:
+    """A short list of tile configurations worth measuring on this target; the default first.
 
-    CPU devices (pocl): one work-item per work-group and MR x NV accumulators around what the
+    CPU family (pocl): one work-item per work-group and MR x NV accumulators around what the
     vector registers hold (AVX-512: 32 registers, the accumulators plus B and a broadcast).
-    GPUs: square work-groups within the device's limit, small register tiles.
+    GPU family: square work-groups within the device's limit, small register tiles.
     """
-    d = default_gemm_config(info)
+    d = default_gemm_config(dataclasses.replace(info, gemm_tiles=None))
     first: Tiles = (d.mr, d.vw, d.nv, tuple(d.lsize))
-    if info.type == "cpu":
+    if info.family == "cpu":
         if d.vw >= 16:
             # The candidates keep NR = 32: the column-tile width decides packing and paths
             # (an 8 x 48 choice, 6% faster on the tuning GEMM, made BERT's 64-wide head
@@ -91,11 +102,11 @@ def candidates(info: DeviceInfo) -> List[Tiles]:
     return out
 
 
-def _cache_path(device, cands: List[Tiles]) -> Optional[Path]:
+def _cache_path(device, family: str, cands: List[Tiles]) -> Optional[Path]:
     if not config.cache_enabled():
         return None
     key = disk_key(json.dumps([_label(c) for c in cands]), (), device.cl_device,
-                   extra=f"{_VERSION} {SHAPE}")
+                   extra=f"{_VERSION} {SHAPE} family={family}")
     return default_cache_dir() / "tuning" / f"{key}.json"
 
 
@@ -188,38 +199,99 @@ def _measure_all(device, cands: List[Tiles], rounds: int = 7) -> Dict[str, float
     return best
 
 
-def tune_gemm(device, force: bool = False) -> TuneResult:
-    """The GEMM tiles for `device`: from disk when measured before, else measured now (and
-    stored); with CLGLOW_TUNE=0 the default. Sets ``device.info.gemm_tiles``. A candidate that
-    fails to build or run is skipped (logged); if all fail the default stands."""
-    info = device.info
-    cands = candidates(info)
+def tune_gemm(device, force: bool = False, family: Optional[str] = None,
+              enabled: Optional[bool] = None) -> TuneResult:
+    """The GEMM tiles for `device` under `family` (None: the device's own): from disk when
+    measured before, else measured now (and stored); the default when measuring is off
+    (`enabled`, default CLGLOW_TUNE) and `force` is not set. Stores the choice on the device
+    (``device.target(family).gemm_tiles``). A candidate that fails to build or run is skipped
+    (logged); if all fail the default stands."""
+    target = device.target(family)
+    cands = candidates(target)
     default = cands[0]
-    if not config.tuning_enabled() and not force:
-        result = TuneResult(default, {}, "default")
-    else:
-        path = _cache_path(device, cands)
+    measure = config.tuning_enabled() if enabled is None else bool(enabled)
+    result: Optional[TuneResult] = None
+    if measure or force:
+        path = _cache_path(device, target.family, cands)
         result = None if force else _load(path, cands)
         if result is None:
-            t0 = time.perf_counter()
-            for t in cands:  # build and generate the candidates side by side (compile helpers too)
-                launch = _launch(t)
-                device.prepare(launch.program, launch.build_options(), launch.kernel, launch.lsize,
-                               launch.noop_args)
-            timings = _measure_all(device, cands)
-            if timings:
-                best = min((c for c in cands if _label(c) in timings), key=lambda c: timings[_label(c)])
-                base = timings.get(_label(default))
-                if base is not None and timings[_label(best)] > base / (1 + _MARGIN):
-                    best = default  # within the noise of a shared machine: keep the default
-                result = TuneResult(best, timings, "measured")
-                _store(path, result)
-                log.info("GEMM tiles for %s: %s (%s) in %.2f s", info.name, _label(best),
-                         ", ".join(f"{k} {v:.3f} ms" for k, v in timings.items()), time.perf_counter() - t0)
-            else:
-                result = TuneResult(default, {}, "default")
-    device.set_gemm_tiles(result.choice)
+            result = _measure(device, target, cands, path)
+    if result is None:
+        result = TuneResult(default, {}, "default")
+    device.set_gemm_tiles(result.choice, target.family)
     return result
 
 
-__all__ = ["TuneResult", "Tiles", "candidates", "tune_gemm", "SHAPE"]
+def _measure(device, target: Target, cands: List[Tiles], path: Optional[Path]) -> Optional[TuneResult]:
+    """Build the candidates side by side (compile helpers too), time them, keep the fastest
+    unless the default is within the margin; stored at `path`. None when none ran."""
+    t0 = time.perf_counter()
+    for t in cands:
+        launch = _launch(t)
+        device.prepare(launch.program, launch.build_options(), launch.kernel, launch.lsize, launch.noop_args)
+    timings = _measure_all(device, cands)
+    if not timings:
+        return None
+    default = cands[0]
+    best = min((c for c in cands if _label(c) in timings), key=lambda c: timings[_label(c)])
+    base = timings.get(_label(default))
+    if base is not None and timings[_label(best)] > base / (1 + _MARGIN):
+        best = default  # within the noise of a shared machine: keep the default
+    result = TuneResult(best, timings, "measured")
+    _store(path, result)
+    log.info("GEMM tiles for %s (%s family): %s (%s) in %.2f s", target.name, target.family, _label(best),
+             ", ".join(f"{k} {v:.3f} ms" for k, v in timings.items()), time.perf_counter() - t0)
+    return result
+
+
+class TuningState:
+    """One device's GEMM tiles per target family, and which families were tuned in this process.
+
+    Thread-safe: sessions tune on a thread of their own while the model loads; a family is
+    tuned once (`ensure`), later sessions read its choice (`tiles`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tiles: Dict[str, tuple] = {}
+        self._tuned: Set[str] = set()
+        self._family_locks: Dict[str, threading.Lock] = {}
+
+    def tiles(self, family: str) -> Optional[tuple]:
+        """The family's chosen (MR, VW, NV, local size), None before any choice."""
+        with self._lock:
+            return self._tiles.get(family)
+
+    def set(self, family: str, tiles: Optional[tuple]) -> None:
+        """Record a choice for `family` (None forgets it: the family's default applies)."""
+        with self._lock:
+            if tiles is None:
+                self._tiles.pop(family, None)
+            else:
+                mr, vw, nv, ls = tiles
+                self._tiles[family] = (int(mr), int(vw), int(nv), tuple(int(x) for x in ls))
+
+    def ensure(self, device: Any, family: str, enabled: Optional[bool] = None) -> None:
+        """Tune `family` on `device` once per process (from disk, or by measuring). With
+        measuring off (`enabled` False, default CLGLOW_TUNE) nothing is chosen: the family's
+        default tiles apply, and a later call that may measure still does. Never raises: tuning
+        is an optimisation, defaults work."""
+        if not (config.tuning_enabled() if enabled is None else bool(enabled)):
+            return
+        with self._lock:
+            if family in self._tuned:
+                return
+            lock = self._family_locks.setdefault(family, threading.Lock())
+        with lock:
+            with self._lock:
+                if family in self._tuned:
+                    return
+            try:
+                tune_gemm(device, family=family, enabled=enabled)
+            except Exception as e:  # noqa: BLE001 - tuning is an optimisation; defaults always work
+                log.warning("GEMM tuning failed on %s (%s family: %s); using default tiles",
+                            getattr(device, "name", device), family, e)
+            with self._lock:
+                self._tuned.add(family)
+
+
+__all__ = ["TuneResult", "Tiles", "TuningState", "candidates", "tune_gemm", "SHAPE"]
