@@ -1,7 +1,8 @@
-"""Zero copy (runtime.executor._zero_copy_binds): on a device whose CL_MEM_USE_HOST_PTR buffers
-are host memory (pocl), kernels that read a graph input with unaligned loads read the caller's
-array where it lies instead of a copy, and outputs are written straight into the arrays a run
-returns.
+"""Zero copy (runtime.planning.zero_copy_binds, runtime.binding.rebind): on a target whose
+policy allows it (Target.zero_copy: CL_MEM_USE_HOST_PTR buffers are host memory, as on pocl,
+under the CPU family) and with PlanOptions.zero_copy on, kernels that read a graph input with
+unaligned loads read the caller's array where it lies instead of a copy, and outputs are written
+straight into the arrays a run returns.
 
 Inputs are placed at addresses only 4-byte aligned on purpose (a numpy array is 16-byte aligned
 at best; the kernels' aligned loads would fault there). Oracles: numpy, onnx.reference."""
@@ -38,10 +39,11 @@ def _matmul(m: int, k: int, n: int) -> onnx.ModelProto:
 
 
 def _expect_bound(sess: clglow.InferenceSession, names: set) -> None:
-    """On a host-memory device exactly `names` (inputs and outputs) are bound to host arrays;
-    elsewhere none are."""
+    """Where the plan was made with zero copy on, exactly `names` (inputs and outputs) are bound
+    to host arrays; elsewhere none are."""
     plan = sess._engine.last_plan
-    want = names if sess.device.info.host_memory else set()
+    assert plan.zero_copy == (plan.target.zero_copy and sess._engine.options.zero_copy)
+    want = names if plan.zero_copy else set()
     assert set(plan.host_binds) == want
     assert plan.bound_to_host == want
 
@@ -151,7 +153,49 @@ def test_zero_copy_off(monkeypatch):
     rng = np.random.default_rng(8)
     a, b = rng.standard_normal((40, 1024), dtype=np.float32), rng.standard_normal((1024, 96), dtype=np.float32)
     np.testing.assert_allclose(sess.run(None, {"A": _misaligned(a), "B": b})[0], a @ b, rtol=1e-4, atol=1e-4)
-    assert sess._engine.last_plan.host_binds == {}
+    assert sess._engine.last_plan.host_binds == {} and not sess._engine.last_plan.zero_copy
+
+
+def _plan_for(sess: clglow.InferenceSession, target, options, feeds: dict):
+    """A plan of the session's graph built for `target` and `options` (executor.build_plan), and
+    one run of it (executor.execute): the policies are the plan's, whatever the session's are."""
+    from clglow.runtime import executor
+    from clglow.shapes import specialize
+
+    eng = sess._engine
+    spec, stop = specialize(eng.graph, {k: (v.dtype, v.shape) for k, v in feeds.items()})
+    plan = executor.build_plan(spec, stop, eng.graph.outputs, sess.device, eng.weights, target, options)
+    try:
+        outs, pending = executor.execute(plan, sess.device, eng.queue, feeds)
+        cl.wait_for_events(pending)
+        return plan, {k: np.array(v) for k, v in outs.items()}
+    finally:
+        plan.release()
+
+
+@pytest.mark.parametrize("how", ["option", "gpu family"])
+def test_copies_where_the_options_or_the_target_say_so(how):
+    """Zero copy off through PlanOptions, or under the GPU family's policy on this same device:
+    every input copied in, every output copied out, the results the same."""
+    from clglow.config import PlanOptions
+
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Add", ["A", "B"], ["S"]), helper.make_node("Relu", ["S"], ["Y"])], "add",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [64, 32]) for n in ("A", "B")],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [64, 32])]), opset_imports=[helper.make_opsetid("", 13)])
+    sess = clglow.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(14)
+    feeds = {n: rng.standard_normal((64, 32), dtype=np.float32) for n in ("A", "B")}
+    own = sess.device.info
+    target, options = (own, PlanOptions(zero_copy=False)) if how == "option" else (own.with_family("gpu"),
+                                                                                      PlanOptions())
+    plan, outs = _plan_for(sess, target, options, feeds)
+    assert plan.host_binds == {} and not plan.zero_copy and not plan.bound_to_host
+    np.testing.assert_allclose(outs["Y"], np.maximum(feeds["A"] + feeds["B"], 0), rtol=1e-6, atol=1e-6)
+    if own.zero_copy:  # the same device under its own policy binds them
+        plan, outs = _plan_for(sess, own, PlanOptions(), feeds)
+        assert plan.zero_copy and "Y" in plan.host_binds
+        np.testing.assert_allclose(outs["Y"], np.maximum(feeds["A"] + feeds["B"], 0), rtol=1e-6, atol=1e-6)
 
 
 def test_queued_runs_keep_their_arrays_alive():
@@ -186,7 +230,7 @@ def test_each_run_returns_arrays_of_its_own():
     outs = [sess.run(None, {"A": a, "B": b})[0] for a, b in runs]
     for (a, b), y in zip(runs, outs):
         np.testing.assert_allclose(y, a @ b, rtol=1e-4, atol=1e-4)
-        assert y.ctypes.data % sess.device.info.base_align == 0
+        assert y.ctypes.data % sess._engine.last_plan.target.base_align == 0
     _expect_bound(sess, {"A", "B", "Y"})
 
 
@@ -222,7 +266,7 @@ def test_outputs_sharing_a_buffer_and_bool_outputs():
     y_flat[:] = 0.0  # two arrays, not one memory
     assert np.abs(y).max() > 0
     bound = set(sess._engine.last_plan.host_binds)
-    assert bound == ({"A", "B", "C", "Z", "Z_relu", "Z_pos"} if sess.device.info.host_memory else set())
+    assert bound == ({"A", "B", "C", "Z", "Z_relu", "Z_pos"} if sess._engine.last_plan.zero_copy else set())
 
 
 def test_run_waits_for_outputs_written_in_place_after_a_host_step():

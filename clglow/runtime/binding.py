@@ -25,6 +25,7 @@ import pyopencl as cl
 from ..errors import DeviceError, InvalidModel, OutOfDeviceMemory
 from ..ir import Graph
 from ..lower.base import Buf, ConstBuf, Scratch
+from ..target import Target
 from .host import HostKernel
 from .planning import BufferPlan, HostNodeStep, KernelLaunchStep, Staged, UploadStep, scratch_name
 
@@ -175,7 +176,8 @@ class Plan:
     host_binds: dict = field(default_factory=dict)
     bound_to_host: set = field(default_factory=set)  # inputs/outputs whose kernels now hold a host array
     bind_outputs_at: int = -1  # the first step touching a bound output's buffer (-1: none)
-    base_align: int = 256  # the device's buffer alignment: outputs written in place start there
+    target: Target = field(default_factory=Target)  # what it was lowered for (base_align: outputs in place)
+    zero_copy: bool = False  # planned with zero copy on (the target's policy and the session's option)
     orphans: list = field(default_factory=list)  # (marker, host buffers) of failed runs still in flight
     next_stages: dict = field(default_factory=dict)
     _buffers: list = field(default_factory=list)
@@ -189,7 +191,7 @@ class Plan:
 
 
 def bind(bp: BufferPlan, staged: Staged, stop: Optional[int], device, weights: WeightCache,
-         base_align: int) -> Plan:
+         target: Target) -> Plan:
     """Allocate `bp`'s buffers and bind its kernels (Device.program builds or loads each
     program); a failure gives back what was allocated, so the session stays usable."""
     buffers: list = []
@@ -200,7 +202,8 @@ def bind(bp: BufferPlan, staged: Staged, stop: Optional[int], device, weights: W
         bind_at = index[bp.bind_outputs_at] if bp.bind_outputs_at >= 0 else -1
         return Plan(bp.graph, staged.placement, steps, device_tensors, bp.host_inputs, bp.device_inputs,
                     list(bp.outputs), stop, bp.planned_bytes, bp.scratch_bytes, len(kernels), root=bp.root,
-                    host_binds=host_binds, bind_outputs_at=bind_at, base_align=base_align, _buffers=buffers)
+                    host_binds=host_binds, bind_outputs_at=bind_at, target=target,
+                    zero_copy=bp.zero_copy_enabled, _buffers=buffers)
     except BaseException:
         for b in buffers:
             device_free(b)

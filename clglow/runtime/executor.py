@@ -113,7 +113,7 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
     staged = stage(graph, stop, outputs, target, options)
     lower = NodeLowerer(staged.graph, device, target, options, {} if memo is None else memo)
     bp = plan_buffers(staged, outputs, lower, target, zero_copy=target.zero_copy and options.zero_copy)
-    return bind(bp, staged, stop, device, weights, target.base_align)
+    return bind(bp, staged, stop, device, weights, target)
 
 
 # --- running ---------------------------------------------------------------------------------------
@@ -237,7 +237,7 @@ def _bind_outputs(run: _Run) -> None:
             v = plan.graph.values[name]
             dtype = np.dtype(v.dtype)
             arr = aligned_empty(tuple(int(d) for d in v.shape), np.dtype(np.uint8) if dtype == np.bool_ else dtype,
-                                plan.base_align)
+                                plan.target.base_align)
             host_buf = host_buffer(run.context, arr, writable=True) if arr.nbytes else None
             if host_buf is not None:
                 rebind(plan, name, host_buf, host=True)

@@ -159,6 +159,7 @@ class BufferPlan:
     pad_sizes: list
     planned_bytes: int  # the arena (or slots) and padded buffers
     storage: dict  # tensor -> its buffer's key (equal keys: one buffer object)
+    zero_copy_enabled: bool = False  # planned with zero copy on (the target's policy and the options)
     zero_copy: dict = field(default_factory=dict)  # input/output -> [(step index, argument position)]
     bind_outputs_at: int = -1  # the first step holding a zero-copy output's buffer (-1: none)
 
@@ -202,6 +203,7 @@ def plan_buffers(staged: Staged, outputs: Sequence[str], lower: Lowerer, target:
     sched = _schedule(graph, lowered, root, on_device, slices, outputs)
     bp = _layout(graph, sched, root, slices, padded, outputs, target)
     if zero_copy:
+        bp.zero_copy_enabled = True
         bp.zero_copy = zero_copy_binds(bp)
         bp.bind_outputs_at = min((s for o in outputs if o in bp.zero_copy for s, _ in bp.zero_copy[o]),
                                  default=-1)
