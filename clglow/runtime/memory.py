@@ -4,6 +4,10 @@ Each tensor is live from the step that writes it to the last step that reads it
 (or to the end for graph outputs). Tensors whose lifetimes do not overlap reuse
 the same buffer (best fit), so peak device memory is close to the largest set
 of simultaneously live activations, and allocation happens once per plan.
+
+Pure functions over `Interval`s: runtime.planning computes the lifetimes and calls
+`plan_offsets` (one arena) or, when the arena would exceed the device's largest
+allocation, `assign_buffers` (whole buffers); runtime.binding allocates the result.
 """
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ from dataclasses import dataclass
 
 @dataclass
 class Interval:
+    """A buffer live from step `start` to step `end` (both included), `nbytes` large."""
+
     name: str
     nbytes: int
     start: int
