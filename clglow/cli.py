@@ -10,6 +10,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from . import config
+
 
 def _print_devices(args: argparse.Namespace) -> int:
     from .runtime.device import list_devices
@@ -67,10 +69,10 @@ def _top5(y: np.ndarray) -> Optional[str]:
     return None
 
 
-def _make_session(model, device: Optional[str], profiling: bool = False):
+def _make_session(model, device: Optional[str], profiling: bool = False, target: Optional[str] = None):
     from . import InferenceSession, SessionOptions
 
-    return InferenceSession(model, SessionOptions(enable_profiling=profiling), device=device)
+    return InferenceSession(model, SessionOptions(enable_profiling=profiling, target=target), device=device)
 
 
 def _parse_dims(specs: Sequence[str]) -> dict:
@@ -83,7 +85,7 @@ def _parse_dims(specs: Sequence[str]) -> dict:
 
 def _run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
-    sess = _make_session(args.model, args.device)
+    sess = _make_session(args.model, args.device, target=args.target)
     t_load = time.perf_counter() - t0
     print(f"device: {sess.device.describe()}")
     feeds = _load_inputs(sess, args.input, args.seed, _parse_dims(args.dim))
@@ -119,7 +121,7 @@ def _demo(args: argparse.Namespace) -> int:
     print("building ResNet-50 (opset 13) with seeded weights ...", flush=True)
     model = resnet50(opset=13, batch=1, seed=0)
     t0 = time.perf_counter()
-    sess = _make_session(model, args.device)
+    sess = _make_session(model, args.device, target=args.target)
     t_load = time.perf_counter() - t0
     print(f"device: {sess.device.describe()}")
     print(f"loaded in {t_load:.2f} s: {sess.explain().splitlines()[0]}")
@@ -153,16 +155,19 @@ def _check(args: argparse.Namespace) -> int:
     from .partition import format_placement, place
     from .passes.pipeline import optimize
 
+    from .runtime.device import select_device
+
     proto, _ = load_model(args.model)
     g = optimize(import_model(proto))
-    print(format_placement(place(g, host_fallback=True)))
+    target = select_device(args.device).info.with_family(args.target or config.target_family())
+    print(format_placement(place(g, target, host_fallback=True)))
     return 0
 
 
 def _profile(args: argparse.Namespace) -> int:
     from .runtime.profiler import summary_by_op, write_chrome_trace
 
-    sess = _make_session(args.model, args.device, profiling=True)
+    sess = _make_session(args.model, args.device, profiling=True, target=args.target)
     feeds = _load_inputs(sess, args.input, args.seed, _parse_dims(args.dim))
     sess.run(None, feeds)  # warm-up (not recorded)
     sess._engine.records.clear()
@@ -229,9 +234,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("devices", help="list OpenCL devices and how to select each")
     sp.set_defaults(fn=_print_devices)
 
+    def target_arg(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--target", choices=["cpu", "gpu"], help="force a target family's kernels "
+                        "(as CLGLOW_TARGET; default: the device's own)")
+
     def model_args(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("model", help="path to an .onnx file")
         sp.add_argument("--device", help="device selector (as CLGLOW_DEVICE)")
+        target_arg(sp)
         sp.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="input data (default random)")
         sp.add_argument("--dim", action="append", metavar="SYMBOL=N", help="value of a symbolic dimension")
         sp.add_argument("--seed", type=int, default=0)
@@ -245,12 +255,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("demo", help="ResNet-50 (built locally) checked against onnx's reference")
     sp.add_argument("--device")
+    target_arg(sp)
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--repeat", type=int, default=5)
     sp.set_defaults(fn=_demo)
 
     sp = sub.add_parser("check", help="report which nodes of a model run on OpenCL and which on the host")
     sp.add_argument("model")
+    sp.add_argument("--device", help="device selector (as CLGLOW_DEVICE)")
+    target_arg(sp)
     sp.set_defaults(fn=_check)
 
     sp = sub.add_parser("profile", help="per-kernel times as a Chrome trace plus a per-op summary")

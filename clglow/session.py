@@ -21,6 +21,7 @@ import numpy as np
 import pyopencl as cl
 
 from . import config
+from .config import PlanOptions
 from .dtypes import onnx_type_string
 from .errors import InvalidArgument
 from .frontend.onnx_model import ModelLike, import_model, load_model
@@ -28,6 +29,7 @@ from .ir import Graph
 from .partition import Placement, format_placement, place
 from .passes.pipeline import optimize
 from .runtime.engine import Engine
+from .target import FAMILIES
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +40,46 @@ from .errors import ONNXIFI_STATUS_UNIDENTIFIED_NAME as _ONNXIFI_UNIDENTIFIED_NA
 
 @dataclass
 class SessionOptions:
-    """Options of a session (the subset of onnxruntime's that means something here)."""
+    """Options of a session: the subset of onnxruntime's that means something here, and
+    clglow's behaviour switches. Each switch left at None takes its CLGLOW_* environment
+    variable's value (config.py), so the environment only sets defaults; the switches that
+    change a plan (winograd, zero_copy, sub_batch_bytes, target, host_fallback) become the
+    session's `PlanOptions`, part of every plan's cache key.
+
+    Example::
+
+        SessionOptions(target="gpu", winograd=False)   # the GPU kernel families, no Winograd
+    """
 
     enable_profiling: bool = False
     profile_file_prefix: str = "clglow_profile"
-    host_fallback: Optional[bool] = None  # None: CLGLOW_HOST_FALLBACK (default on)
+    host_fallback: Optional[bool] = None  # CLGLOW_HOST_FALLBACK (default on)
     graph_optimization_level: int = 99  # 0 disables fusions (constant folding always runs)
     log_severity_level: int = 2
+    target: Optional[str] = None  # CLGLOW_TARGET: "cpu" | "gpu" kernel families (default: the device's)
+    winograd: Optional[bool] = None  # CLGLOW_WINOGRAD: Winograd for stride-1 3x3 convs (default on)
+    zero_copy: Optional[bool] = None  # CLGLOW_ZERO_COPY: kernels use the caller's arrays where allowed
+    sub_batch_bytes: Optional[int] = None  # CLGLOW_SUB_BATCH_BYTES: bytes per sub-batch piece (0: off)
+    tune: Optional[bool] = None  # CLGLOW_TUNE: measure the GEMM tiles on the device's first use
+    max_tensor_bytes: Optional[int] = None  # CLGLOW_MAX_TENSOR_BYTES: cap on any declared tensor
+
+    def plan_options(self) -> PlanOptions:
+        """The plan switches: these options over the CLGLOW_* defaults."""
+        for name in ("winograd", "zero_copy", "host_fallback", "tune"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (bool, np.bool_)) or value in (0, 1)):
+                raise InvalidArgument(f"SessionOptions.{name} must be True, False or None, got {value!r}")
+        if self.sub_batch_bytes is not None and (not isinstance(self.sub_batch_bytes, int) or self.sub_batch_bytes < 0):
+            raise InvalidArgument(f"SessionOptions.sub_batch_bytes must be an int >= 0 or None, "
+                                  f"got {self.sub_batch_bytes!r}")
+        if self.target is not None and self.target not in FAMILIES:
+            raise InvalidArgument(f"SessionOptions.target must be one of {list(FAMILIES)} or None, got {self.target!r}")
+        try:
+            return PlanOptions.from_env(winograd=self.winograd, zero_copy=self.zero_copy,
+                                        sub_batch_bytes=self.sub_batch_bytes, target=self.target,
+                                        host_fallback=None if self.host_fallback is None else bool(self.host_fallback))
+        except ValueError as e:  # a bad CLGLOW_TARGET
+            raise InvalidArgument(str(e)) from None
 
 
 @dataclass(frozen=True)
@@ -104,30 +139,32 @@ class InferenceSession:
                  providers: Optional[Sequence[Any]] = None, device: Any = None,
                  weights: Optional[Mapping[str, np.ndarray]] = None, **kwargs: Any):
         self.options = sess_options or SessionOptions()
+        plan_options = self.options.plan_options()
         t0 = time.perf_counter()
         self.device = _resolve_device(device)
         self.device.start_compile_helpers_if_cold()  # pocl: build in helper processes too (cold start)
-        # GEMM tiles for this device (measured once, then read from disk) while the model loads
-        tuning = threading.Thread(target=self.device.ensure_tuned, name="clglow-tune", daemon=True)
+        # GEMM tiles for this device and family (measured once, then read from disk) while the model loads
+        tune = config.tuning_enabled() if self.options.tune is None else bool(self.options.tune)
+        tuning = threading.Thread(target=self.device.ensure_tuned, args=(plan_options.target, tune),
+                                  name="clglow-tune", daemon=True)
         tuning.start()
         proto, self._base_dir = load_model(model)
         self._proto_meta = {"producer": proto.producer_name, "graph": proto.graph.name,
                             "opsets": {o.domain or "ai.onnx": o.version for o in proto.opset_import}}
-        imported = import_model(proto, weights)
+        imported = import_model(proto, weights, max_tensor_bytes=self.options.max_tensor_bytes)
         self._declared = {name: imported.values[name] for name in imported.inputs + imported.outputs}
         self._input_args = [self._node_arg(n, imported) for n in imported.inputs]
         self._output_args = [self._node_arg(n, imported) for n in imported.outputs]
         self.graph: Graph = optimize(imported, enabled=self.options.graph_optimization_level > 0)
-        self.host_fallback = config.host_fallback() if self.options.host_fallback is None \
-            else bool(self.options.host_fallback)
-        self._engine = Engine(self.graph, self.device, self.host_fallback, self.options.enable_profiling)
+        self.host_fallback = plan_options.host_fallback
+        self._engine = Engine(self.graph, self.device, plan_options, self.options.enable_profiling)
         static = all(isinstance(d, int) for a in self._input_args for d in a.shape) \
             and not self._has_unknown_inputs() and not self._engine.shape_inputs  # else plans wait for inputs
         if static and tuning.is_alive():  # a cold start: the programs start while the tuner measures
             self._engine.prewarm(self._input_types_static())
         tuning.join()
         # the static placement report (raises UnsupportedOperator now if something cannot run at all)
-        self._static_placement = place(self.graph, self.device.info, self.host_fallback)
+        self._static_placement = place(self.graph, self._engine.target, self.host_fallback)
         self._last_plan = None
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._profile_start = time.time()

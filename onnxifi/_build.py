@@ -29,7 +29,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import sys
 import sysconfig
 from dataclasses import dataclass

@@ -43,6 +43,7 @@ def test_builds_from_the_checked_in_source(out):
     assert b"onnxifi_clglow.c" in lib.read_bytes()  # debug information names the source
     stamp = json.loads((out / _build.STAMP_NAME).read_text())
     assert stamp["inputs"] == _build.build_inputs().digest
+    assert _build.EXPORTED == onnxifi.api.CORE_FUNCTIONS + ("onnxGetExtensionFunctionAddress",)
     nm = shutil.which("nm")
     if nm:
         p = subprocess.run([nm, "-D", "--defined-only", lib], capture_output=True, text=True, check=True)
