@@ -115,6 +115,23 @@ class Target:
             n *= 2
         return n
 
+    def fit_group(self, shape: Tuple[int, ...]) -> Tuple[int, ...]:
+        """A kernel's preferred work-group shape fitted to this device: each dimension within
+        max_work_item_sizes, the product within max_work_group_size (the largest dimension
+        halved until it fits). Local sizes are performance choices in clglow's kernels (none
+        depends on them), so a shape measured under one family stays correct on any device."""
+        dims = [max(1, min(int(d), int(self.max_work_item_sizes[i]) if i < len(self.max_work_item_sizes) else 1))
+                for i, d in enumerate(shape)]
+        limit = max(1, int(self.max_work_group_size))
+        while True:
+            total = 1
+            for d in dims:
+                total *= d
+            if total <= limit:
+                return tuple(dims)
+            i = dims.index(max(dims))
+            dims[i] = max(1, dims[i] // 2)
+
     def with_family(self, family: Optional[str]) -> "Target":
         """This device under another family's kernels and policies (None: unchanged)."""
         if not family or family == self.family:

@@ -15,23 +15,23 @@ import numpy as np
 
 from ..ir import Graph, Node
 from ..target import Target
-from . import _types as ty
 from .base import Launch, LowerCtx, device_op, i32
-from .elementwise import work_size
-from .movement import contiguous_strides, copy_launches
+from .common import BOOL, check_dtypes, check_int32_sizes, dtype_of, floats, type_defines, work_size
+from .index_space import contiguous_strides
+from .movement import copy_launches
 
 
 def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    r = ty.check(node, graph, ty.floats(target), inputs=[0, 1, 2, 4, 5])
+    r = check_dtypes(node, graph, floats(target), inputs=[0, 1, 2, 4, 5])
     if r:
         return r
-    fl = ty.floats(target)
+    fl = floats(target)
     if node.input(3):
-        dt = ty.dtype_of(graph, node.input(3))
-        if dt is not None and dt != ty.BOOL and dt not in fl:
+        dt = dtype_of(graph, node.input(3))
+        if dt is not None and dt != BOOL and dt not in fl:
             return f"attn_mask of dtype {dt.name}"
     if node.input(6):
-        r = ty.check(node, graph, {np.dtype(np.int64)}, inputs=[6])
+        r = check_dtypes(node, graph, {np.dtype(np.int64)}, inputs=[6])
         if r:
             return r
     return None
@@ -45,8 +45,7 @@ def _out(ctx: LowerCtx, j: int) -> bool:
 def lower_attention(ctx: LowerCtx) -> list:
     Q, K, V = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2]
     for t in list(ctx.inputs) + list(ctx.outputs):
-        if t is not None and t.size >= 2 ** 31:
-            raise ValueError(f"{ctx.node.name}: tensors over 2**31 elements are not supported by the OpenCL kernels")
+        check_int32_sizes(ctx)
     dt = np.dtype(Q.dtype)
     isz = dt.itemsize
     B = int(Q.shape[0])
@@ -89,12 +88,12 @@ def lower_attention(ctx: LowerCtx) -> list:
     rows = B * QH * SQ
     if rows == 0:
         return launches
-    defines = ty.type_defines(T=dt)
+    defines = type_defines(T=dt)
     args = [ctx.buf(0), kbuf, vbuf]
     mst, mlen = [0, 0, 0, 0], SKV
     if ctx.has_input(3):
         m = ctx.inputs[3]
-        defines["MASK_BOOL" if np.dtype(m.dtype) == ty.BOOL else "MASK_FLOAT"] = None
+        defines["MASK_BOOL" if np.dtype(m.dtype) == BOOL else "MASK_FLOAT"] = None
         shape = (1,) * (4 - len(m.shape)) + tuple(int(d) for d in m.shape)
         cst = contiguous_strides(shape)
         mst = [0 if shape[a] == 1 else cst[a] for a in range(4)]
@@ -128,10 +127,10 @@ def lower_attention(ctx: LowerCtx) -> list:
 
 # --- RotaryEmbedding -----------------------------------------------------------------------------
 def _supports_rotary(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    r = ty.check(node, graph, ty.floats(target), inputs=[0, 1, 2])
+    r = check_dtypes(node, graph, floats(target), inputs=[0, 1, 2])
     if r:
         return r
-    return ty.check(node, graph, {np.dtype(np.int64)}, inputs=[3])
+    return check_dtypes(node, graph, {np.dtype(np.int64)}, inputs=[3])
 
 
 @device_op("RotaryEmbedding", supports=_supports_rotary)
@@ -139,8 +138,7 @@ def lower_rotary(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
         return []
-    if x.size >= 2 ** 31:
-        raise ValueError(f"{ctx.node.name}: tensors over 2**31 elements are not supported by the OpenCL kernels")
+    check_int32_sizes(ctx)
     if len(x.shape) == 4:
         B, H, S, HD = (int(d) for d in x.shape)
         st = [H * S * HD, HD, S * HD]
@@ -150,7 +148,7 @@ def lower_rotary(ctx: LowerCtx) -> list:
         HD = int(x.shape[2]) // H
         st = [S * H * HD, H * HD, HD]
     rot = int(ctx.attr("rotary_embedding_dim", 0) or 0) or HD
-    defines = ty.type_defines(T=x.dtype)
+    defines = type_defines(T=x.dtype)
     args = [ctx.buf(0), ctx.buf(1), ctx.buf(2)]
     if ctx.has_input(3):
         defines["HAS_POS"] = None

@@ -289,19 +289,3 @@ def f32(x: float) -> np.float32:
 
 def round_up(x: int, m: int) -> int:
     return (int(x) + m - 1) // m * m
-
-
-def dtypes_of(node: Node, graph: Graph) -> list:
-    """dtypes of the node's present inputs (None where unknown)."""
-    return [graph.values[i].dtype if i and i in graph.values else None for i in node.inputs if i]
-
-
-def float32_only(node: Node, graph: Graph) -> Optional[str]:
-    """supports(): every present input and output is float32."""
-    for name in [i for i in node.inputs if i] + [o for o in node.outputs if o]:
-        v = graph.values.get(name)
-        if v is None or v.dtype is None:
-            continue
-        if np.dtype(v.dtype) != np.float32:
-            return f"tensor {name!r} has dtype {np.dtype(v.dtype).name}; the OpenCL kernel handles float32"
-    return None

@@ -17,17 +17,14 @@ from typing import Optional
 import numpy as np
 import onnx
 
-from ..ir import Graph, Node
-from ..target import Target
 from .base import Launch, LowerCtx, device_op, f32, i32
-from .elementwise import work_size
-from .movement import _supports_any, copy_launches
+from .common import STORAGE_CL, STORAGE_NP, check_int32_sizes, work_size
+from .movement import copy_launches, supports_movable
 
 NARROW = {"float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
           "float4_e2m1fn", "int4", "uint4", "int2", "uint2", "bfloat16"}
 _LOWINT_MASK = {"int4": 0xF, "uint4": 0xF, "int2": 0x3, "uint2": 0x3}
-_STORE = {1: "uchar", 2: "ushort", 4: "uint"}
-_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
+_TABLE_TYPES = (1, 2, 4)  # element sizes a table entry may have (castlut.cl lut8/16/32 store)
 
 
 def is_narrow(dt) -> bool:
@@ -37,7 +34,7 @@ def is_narrow(dt) -> bool:
 def supports_narrow_cast(src, dst) -> Optional[str]:
     """None when (src, dst) is a narrow-type cast this module runs, else a reason."""
     src, dst = np.dtype(src), np.dtype(dst)
-    if dst.itemsize not in _STORE:
+    if dst.itemsize not in _TABLE_TYPES:
         return f"Cast from {src.name} to {dst.name} is not handled by the OpenCL kernel"
     if src.itemsize == 1 or src in (np.dtype(np.float16),) or src.name == "bfloat16":
         return None
@@ -62,7 +59,7 @@ def _table(src: str, dst: str, saturate: bool, round_mode: str) -> np.ndarray:
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         out = np.asarray(cast_to(vals, to, saturate, round_mode)).astype(ddt)
-    return np.ascontiguousarray(out).view(_UINT[ddt.itemsize])
+    return np.ascontiguousarray(out).view(STORAGE_NP[ddt.itemsize])
 
 
 _LOWINT_RANGE = {"int4": (-8, 7), "uint4": (0, 15), "int2": (-2, 1), "uint2": (0, 3)}
@@ -105,8 +102,7 @@ def lower_narrow_cast(ctx: LowerCtx) -> list:
     out = ctx.outputs[0]
     if out.size == 0:
         return []
-    if out.size >= 2 ** 31:
-        raise ValueError(f"{ctx.node.name}: tensors over 2**31 elements are not supported by the OpenCL kernels")
+    check_int32_sizes(ctx)
     src, dst = np.dtype(ctx.inputs[0].dtype), np.dtype(out.dtype)
     g, l = work_size(ctx, out.size)
     if src == np.float32 and dst.name in _LOWINT_MASK:
@@ -125,15 +121,11 @@ def lower_narrow_cast(ctx: LowerCtx) -> list:
     cb = ctx.const_buffer(table, key=f"castlut:{src.name}:{dst.name}:{sat}:{rm}")
     kernel = {1: "lut8", 2: "lut16", 4: "lut32"}[src.itemsize]
     return [Launch("castlut", kernel, g, [ctx.buf(0), cb, ctx.out(0), i32(out.size)], l,
-                   {"TO": _STORE[dst.itemsize]}, ctx.label())]
+                   {"TO": STORAGE_CL[dst.itemsize]}, ctx.label())]
 
 
 # --- BitCast -------------------------------------------------------------------------------------
-def _supports_bitcast(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return _supports_any(node, graph, target)
-
-
-@device_op("BitCast", supports=_supports_bitcast)
+@device_op("BitCast", supports=supports_movable)
 def lower_bitcast(ctx: LowerCtx) -> list:
     """The output's bytes are the input's bytes: one byte copy."""
     x = ctx.inputs[0]

@@ -20,7 +20,7 @@ import numpy as np
 from ..ir import Graph, Node
 from ..target import Target
 from .base import Launch, LowerCtx, device_op, i32, round_up
-from .elementwise import check_dtypes, work_size
+from .common import F32, attr_str, check_dtypes, check_int32_sizes, grid, work_size
 from .gemm import Operand, b_unpacked_ok, gemm_config, gemm_launch, pack_a, pack_b_launch, packed_b_bytes
 
 
@@ -28,7 +28,7 @@ def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
     v = graph.values.get(node.input(0))
     if v is not None and v.shape is not None and not 3 <= len(v.shape) <= 5:
         return f"ConvTranspose of rank {len(v.shape)}"
-    return check_dtypes(node, graph, {np.dtype(np.float32)})
+    return check_dtypes(node, graph, {F32})
 
 
 @device_op("ConvTranspose", supports=_supports)
@@ -36,8 +36,7 @@ def lower_conv_transpose(ctx: LowerCtx) -> list:
     x, w, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
     if out.size == 0:
         return []
-    if any(t is not None and t.size >= 2 ** 31 for t in list(ctx.inputs) + [out]):
-        raise ValueError(f"{ctx.node.name}: tensors over 2**31 elements are not supported by the OpenCL kernels")
+    check_int32_sizes(ctx)
     sd = len(x.shape) - 2
     ins = [int(d) for d in x.shape[2:]]
     outs = [int(d) for d in out.shape[2:]]
@@ -46,16 +45,14 @@ def lower_conv_transpose(ctx: LowerCtx) -> list:
     d = [int(v) for v in (ctx.attr("dilations") or [1] * sd)]
     group = int(ctx.attr("group", 1))
     C, M = int(x.shape[1]), int(w.shape[1]) * group
-    auto = ctx.attr("auto_pad", "NOTSET")
-    auto = auto.decode() if isinstance(auto, bytes) else auto
+    auto = attr_str(ctx.attr("auto_pad"), "NOTSET")
     pads = ctx.attr("pads")
     if pads is None and auto in ("SAME_UPPER", "SAME_LOWER"):
         op = [int(v) for v in (ctx.attr("output_padding") or [0] * sd)]
-        target = [int(v) for v in (ctx.attr("output_shape") or [ins[a] * s[a] for a in range(sd)])][-sd:]
-        begin = []
-        for a in range(sd):
-            total = s[a] * (ins[a] - 1) + op[a] + (k[a] - 1) * d[a] + 1 - target[a]
-            begin.append(total // 2 if auto == "SAME_UPPER" else total - total // 2)
+        want = [int(v) for v in (ctx.attr("output_shape") or [ins[a] * s[a] for a in range(sd)])][-sd:]
+        # the total padding as onnx.reference computes it (it may be negative: never clipped)
+        begin = [(t // 2 if auto == "SAME_UPPER" else t - t // 2)
+                 for t in (s[a] * (ins[a] - 1) + op[a] + (k[a] - 1) * d[a] + 1 - want[a] for a in range(sd))]
     else:
         begin = [int(v) for v in (pads or [0] * (2 * sd))[:sd]]
     geo = ctx.const_buffer(np.array(ins + outs + k + s + d + begin, np.int32))
@@ -67,12 +64,11 @@ def lower_conv_transpose(ctx: LowerCtx) -> list:
         args = [cols] + ([ctx.buf(2)] if ctx.has_input(2) else []) + [ctx.out(0)]
         args += [i32(v) for v in (outs[0], outs[1], M, group, k[0], k[1], ins[0], ins[1], ty.shape[1], tx.shape[1])]
         n_img = int(x.shape[0])
-        gsize = (-(-outs[1] // 16), round_up(outs[0], 8), n_img * M)
+        gsize, ls = grid(ctx.device, (-(-outs[1] // 16), outs[0], n_img * M), (1, 8, 1))
         defines = {"SD": 2, **({"HAS_BIAS": None} if ctx.has_input(2) else {})}
         if k[1] == s[1] == 2 and d[1] == 1 and begin[1] == 0:
             defines["CT_S2"] = None  # the row as interleaved cols rows (kernel = stride = 2)
-        launches.append(Launch("conv_transpose", "col2im_2d", gsize, args + [tab], (1, 8, 1), defines,
-                               ctx.label()))
+        launches.append(Launch("conv_transpose", "col2im_2d", gsize, args + [tab], ls, defines, ctx.label()))
         return launches
     if ctx.const(1) is not None:
         cols = _products_gemm(ctx, C, M, group, int(np.prod(k)), int(np.prod(ins)), launches)
@@ -127,7 +123,7 @@ def _products_gemm(ctx: LowerCtx, C: int, M: int, group: int, ksz: int, isz: int
     else:
         per = packed_b_bytes(cfg.nr, cg, isz, 1) // 4
         dst = ctx.scratch(4 * per * n_img * group)
-        launches.append(pack_b_launch(cfg.nr, src=ctx.buf(0), off=0, s1=C * isz, s2=cg * isz, s_k=isz, s_n=1,
+        launches.append(pack_b_launch(ctx.device, cfg.nr, src=ctx.buf(0), off=0, s1=C * isz, s2=cg * isz, s_k=isz, s_n=1,
                                       k=cg, n=isz, batch=n_img * group, d2=group, dst=dst, label=ctx.label()))
         b = Operand(dst, packed=True, s1=group * per, s2=per)
     cols = ctx.scratch(4 * n_img * group * rows * isz)

@@ -13,16 +13,15 @@ import numpy as np
 
 from ..ir import Graph, Node
 from ..target import Target
-from . import _types as ty
 from .base import Launch, LowerCtx, device_op, i32
-from .elementwise import work_size
-from .movement import contiguous_strides
+from .common import check_dtypes, check_int32_sizes, numeric, type_defines, work_size
+from .index_space import contiguous_strides
 
 
 def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
     if not 1 <= len([i for i in node.inputs if i]) <= 3:
         return "Einsum with more than 3 operands"
-    return ty.check(node, graph, ty.numeric(target))
+    return check_dtypes(node, graph, numeric(target))
 
 
 def _parse(eq: str, shapes: list) -> tuple:
@@ -63,8 +62,7 @@ def lower_einsum(ctx: LowerCtx) -> list:
     out = ctx.outputs[0]
     if out.size == 0:
         return []
-    if any(t.size >= 2 ** 31 for t in ins + [out]):
-        raise ValueError(f"{ctx.node.name}: tensors over 2**31 elements are not supported by the OpenCL kernels")
+    check_int32_sizes(ctx)
     eq = ctx.attr("equation")
     eq = eq.decode() if isinstance(eq, bytes) else eq
     letters, out_l = _parse(eq, [t.shape for t in ins])
@@ -88,7 +86,7 @@ def lower_einsum(ctx: LowerCtx) -> list:
         strides += [per.get(c, 0) for c in out_l] + ([0] if not out_l else [])
         strides += [per.get(c, 0) for c in sum_l] + ([0] if not sum_l else [])
     meta = ctx.const_buffer(np.array(odims + sdims + strides, np.int32))
-    defines = ty.type_defines(T=out.dtype)
+    defines = type_defines(T=out.dtype)
     defines.update(NIN=len(ins), NO=len(odims), NS=len(sdims))
     g, l = work_size(ctx, out.size)
     args = [ctx.buf(i) for i, t in enumerate(ctx.inputs) if t is not None]

@@ -1,9 +1,11 @@
 """Lowering of elementwise ops to OpenCL launches (see lower/base.py for the contract).
 
 One program per (op, dtypes, rank): equal shapes take `binary_flat` (no index math);
-anything else is broadcast through `*_bcast`, after collapsing the index space so that
-common cases (bias per channel, scalar operand) need rank 1-3 index math. Shapes and
-strides travel in a small int32 ConstBuf, never in defines.
+anything else is broadcast through `*_bcast_rows` (host row offsets) or `*_bcast`, after
+collapsing the index space (lower/index_space.py) so that common cases (bias per channel,
+scalar operand) need rank 1-3 index math. Shapes and strides travel in a small int32 ConstBuf,
+never in defines. The float32 unary ops and Pow by 2, 3, -1 run as fused_elementwise.cl vector
+expressions (lower/fused.py); narrow-type casts as tables (lower/castlut.py).
 """
 from __future__ import annotations
 
@@ -15,81 +17,22 @@ import numpy as np
 from ..dtypes import cl_type
 from ..ir import Graph, Node
 from ..target import Target
-from . import _types as ty
-from .base import ConstBuf, Launch, LowerCtx, device_op, f32, i32, i64, round_up
+from .base import Launch, LowerCtx, device_op, f32, i32, i64
+from .castlut import is_narrow, lower_narrow_cast, supports_narrow_cast
+from .common import BOOL, INT32_MAX, INTS, SIGNED, check_dtypes, check_int32_sizes, dtype_of, floats, numeric, work_size
+from .fused import flat_launch
+from .index_space import collapse, meta_table, row_layout
 
 log = logging.getLogger(__name__)
 
-_INT_LIMIT = 2 ** 31 - 1  # index math is int32
-
-_INTS = {np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64)}
-_BOOL = {np.dtype(np.bool_)}
-
-
-# --- shared helpers (used by the other lowering modules too) -------------------------------------
-def work_size(ctx: LowerCtx, n: int, cap: int = 256) -> tuple:
-    """(gsize, lsize) for n independent work-items: a fixed work-group (pocl would pick 1 for a prime n)."""
-    ls = max(1, min(cap, int(ctx.device.max_work_group_size)))
-    return (round_up(max(int(n), 1), ls),), (ls,)
-
-
-def dtype_of(graph: Graph, name: str) -> Optional[np.dtype]:
-    v = graph.values.get(name) if name else None
-    return None if v is None or v.dtype is None else np.dtype(v.dtype)
-
-
-def check_dtypes(node: Node, graph: Graph, allowed: set, which: Optional[Sequence[int]] = None) -> Optional[str]:
-    """supports() helper: the listed inputs (default all present) have dtypes in `allowed`."""
-    idx = range(len(node.inputs)) if which is None else which
-    for i in idx:
-        name = node.input(i)
-        dt = dtype_of(graph, name)
-        if name and dt is not None and dt not in allowed:
-            return f"input {name!r} has dtype {dt.name}, not handled by the OpenCL kernel"
-    return None
-
-
-def collapse(out_shape: Sequence[int], in_shapes: Sequence[Sequence[int]]) -> tuple:
-    """Merge adjacent dims that every input broadcasts the same way.
-
-    Returns (dims, [strides per input]) with at least one dim; stride 0 marks a broadcast dim.
-    """
-    r = len(out_shape)
-    padded = [(1,) * (r - len(s)) + tuple(s) for s in in_shapes]
-    dims: list = []
-    full: list = []  # per kept dim, tuple of flags "input k is full (not broadcast) here"
-    for d in range(r):
-        od = int(out_shape[d])
-        if od == 1:
-            continue
-        flags = tuple(p[d] != 1 for p in padded)
-        if dims and full[-1] == flags:
-            dims[-1] *= od
-        else:
-            dims.append(od)
-            full.append(flags)
-    if not dims:
-        dims, full = [1], [tuple(True for _ in in_shapes)]
-    strides = []
-    for k in range(len(in_shapes)):
-        st, acc = [0] * len(dims), 1
-        for d in range(len(dims) - 1, -1, -1):
-            if full[d][k]:
-                st[d] = acc
-                acc *= dims[d]
-        strides.append(st)
-    return dims, strides
-
-
-def meta_table(ctx: LowerCtx, dims: Sequence[int], strides: Sequence[Sequence[int]]) -> ConstBuf:
-    return ctx.const_buffer(np.array(list(dims) + [s for st in strides for s in st], dtype=np.int32))
+_BOOL = {BOOL}
 
 
 def _defines(op: str, types: Sequence[np.dtype], out: np.dtype, **extra) -> dict:
     d = {f"OP_{op}": None, "TO": cl_type(out)}
     for k, t in enumerate(types):
         d[f"T{k}"] = cl_type(t)
-    if np.dtype(types[0]) in _INTS or np.dtype(types[0]) in _BOOL:
+    if np.dtype(types[0]) in INTS or np.dtype(types[0]) in _BOOL:
         d["IS_INT"] = None
     if any(np.dtype(t) == np.float64 for t in list(types) + [out]):
         d["USE_FP64"] = None
@@ -104,45 +47,6 @@ def unary_launch(ctx: LowerCtx, op: str, src, dst, n: int, in_dt: np.dtype, out_
                   l, _defines(op, [in_dt], out_dt), ctx.label())
 
 
-ROW_GROUP = (1, 32)  # the row layout's work-group: 32 rows
-# ... and for rows a multiple of 512 elements: 16 runs along 2 rows. 32 rows 2 or 4 KB apart
-# alias in the L1 sets: pocl, AVX-512, [256, 1024] + [1024]: 62 us in 1 x 32 groups, 22 us in
-# 16 x 2 ([64, 4096]: 106 vs 28 us; [160, 784]: 12 vs 15 us, so only for these rows).
-ROW_GROUP_LONG = (16, 2)
-ROW_VEC = 16  # elements of a row per work-item (bcast_index.h ROW_VEC)
-_ROW_TABLE_MAX = 1 << 16  # more rows than this: the per-element division layout instead
-
-
-def row_layout(dims: Sequence[int], strides: Sequence[Sequence[int]],
-               base: Optional[Sequence[int]] = None) -> Optional[tuple]:
-    """The row layout of kernels_cl/bcast_index.h for a collapsed index space, or None when it
-    does not fit (a short last dim, too many rows, offsets beyond int32).
-
-    Returns (gsize, lsize, inner, rows, rowoff [rows * nops] int32, last [nops] int32, defines): every
-    row's start offset per operand (plus `base`), computed here once so that the kernels do no
-    division per element. Each work-item takes ROW_VEC consecutive elements of a row
-    (bcast_index.h ROW_LOOP), work-groups of ROW_GROUP (32 rows) because pocl pays per group.
-    `defines` gives the kernel the strides along the row that are 0 or 1 at compile time
-    (ROW_S<k>, ROW_STEP): such runs are vector loads and stores (measured on pocl, AVX-512:
-    X[160, 784] * s[160] 82-120 us with one element per work-item, 10-16 us this way)."""
-    dims = [int(d) for d in dims]
-    inner = dims[-1]
-    rows = int(np.prod(dims[:-1], dtype=np.int64))
-    if len(dims) < 2 or inner < 16 or rows > _ROW_TABLE_MAX:
-        return None
-    idx = np.indices(dims[:-1], dtype=np.int64).reshape(len(dims) - 1, -1)
-    base = base if base is not None else [0] * len(strides)
-    rowoff = np.stack([np.tensordot(np.asarray(st[:-1], np.int64), idx, axes=1) + int(b)
-                       for st, b in zip(strides, base)], axis=1)
-    if rowoff.min() < -_INT_LIMIT or rowoff.max() > _INT_LIMIT:
-        return None
-    group = ROW_GROUP_LONG if inner % 512 == 0 else ROW_GROUP
-    gsize = (round_up(-(-inner // ROW_VEC), group[0]), round_up(rows, group[1]))
-    last = [int(st[-1]) for st in strides]
-    defines = {f"ROW_S{k}": v for k, v in enumerate(last) if v in (0, 1)}
-    return (gsize, group, inner, rows, rowoff.astype(np.int32).reshape(-1), np.array(last, np.int32), defines)
-
-
 def binary_launch(ctx: LowerCtx, op: str, a, b, c, shape_a, shape_b, out_shape,
                   dt_a: np.dtype, dt_b: np.dtype, dt_out: np.dtype) -> Launch:
     n = int(np.prod(out_shape, dtype=np.int64))
@@ -151,7 +55,7 @@ def binary_launch(ctx: LowerCtx, op: str, a, b, c, shape_a, shape_b, out_shape,
         return Launch("elementwise", "binary_flat", g, [a, b, c, i32(n)], l,
                       _defines(op, [dt_a, dt_b], dt_out), ctx.label())
     dims, strides = collapse(out_shape, [shape_a, shape_b])
-    rl = row_layout(dims, strides)
+    rl = row_layout(ctx.device, dims, strides)
     if rl is not None:
         gsize, group, inner, rows, rowoff, last, row_defines = rl
         defines = {**_defines(op, [dt_a, dt_b], dt_out), **row_defines}
@@ -169,11 +73,6 @@ def ternary_launch(ctx: LowerCtx, op: str, args: Sequence, shapes: Sequence, out
     dims, strides = collapse(out_shape, shapes)
     return Launch("elementwise", "ternary_bcast", g, [*args, out, i32(n), meta_table(ctx, dims, strides)], l,
                   _defines(op, dts, dt_out, RANK=len(dims)), ctx.label())
-
-
-def _too_big(ctx: LowerCtx) -> None:
-    if any(t is not None and t.size > _INT_LIMIT for t in list(ctx.inputs) + list(ctx.outputs)):
-        raise ValueError(f"{ctx.node.name}: tensors over 2**31 elements are not supported by the OpenCL kernels")
 
 
 # --- unary ---------------------------------------------------------------------------------------
@@ -195,12 +94,12 @@ _UNARY_PARAMS = {"LeakyRelu": (("alpha", 0.01), None), "Elu": (("alpha", 1.0), N
 
 def _supports_unary_float(node: Node, graph: Graph, target: Target) -> Optional[str]:
     if node.op_type == "Shrink":
-        return check_dtypes(node, graph, ty.floats(target) | ty.SIGNED)
-    return check_dtypes(node, graph, ty.floats(target))
+        return check_dtypes(node, graph, floats(target) | SIGNED)
+    return check_dtypes(node, graph, floats(target))
 
 
 def _supports_unary_numeric(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return check_dtypes(node, graph, ty.floats(target) | ty.SIGNED)
+    return check_dtypes(node, graph, floats(target) | SIGNED)
 
 
 # float32 unary ops that run as fused_elementwise.cl's vector expression (its macro per op)
@@ -216,7 +115,7 @@ def lower_unary(ctx: LowerCtx) -> list:
     out = ctx.outputs[0]
     if out.size == 0:
         return []
-    _too_big(ctx)
+    check_int32_sizes(ctx)
     op_type = ctx.node.op_type
     op = _UNARY_FLOAT.get(op_type) or _UNARY_NUMERIC[op_type]
     if op == "GELU" and ctx.attr("approximate", "none") == "tanh":
@@ -226,11 +125,9 @@ def lower_unary(ctx: LowerCtx) -> list:
         if p is not None:
             params[k] = float(ctx.attr(p[0], p[1]))
     dt = np.dtype(ctx.inputs[0].dtype)
-    if dt == np.float32 and op_type in _VECTOR_UNARY and out.size < _INT_LIMIT:
+    if dt == np.float32 and op_type in _VECTOR_UNARY and out.size <= INT32_MAX:
         # the fused kernel's 16-element vectors: one vector exp/tanh instead of 16 scalar calls
         # (pocl, AVX-512: Sigmoid over 128x40x40 184 -> 40 us; 256x1024 Tanh 330 -> 96, Exp 130 -> 41)
-        from .fused import flat_launch
-
         return [flat_launch(ctx, [ctx.buf(0)] * 4, out.size, {"EXPR": f"{_VECTOR_UNARY[op_type]}(X0)", "NIN": 1})]
     return [unary_launch(ctx, op, ctx.buf(0), ctx.out(0), out.size, dt, dt, params[0], params[1])]
 
@@ -248,7 +145,7 @@ def lower_not(ctx: LowerCtx) -> list:
 
 
 def _supports_isx(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return check_dtypes(node, graph, ty.floats(target))
+    return check_dtypes(node, graph, floats(target))
 
 
 @device_op("IsNaN", "IsInf", supports=_supports_isx)
@@ -263,7 +160,7 @@ def lower_isx(ctx: LowerCtx) -> list:
 
 
 def _supports_bitnot(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return check_dtypes(node, graph, _INTS)
+    return check_dtypes(node, graph, INTS)
 
 
 @device_op("BitwiseNot", supports=_supports_bitnot)
@@ -279,11 +176,9 @@ def lower_bitnot(ctx: LowerCtx) -> list:
 def _supports_cast(node: Node, graph: Graph, target: Target) -> Optional[str]:
     src = dtype_of(graph, node.input(0))
     dst = dtype_of(graph, node.outputs[0])
-    from .castlut import is_narrow, supports_narrow_cast
-
     if src is not None and dst is not None and (is_narrow(src) or is_narrow(dst)):
         return supports_narrow_cast(src, dst)
-    allowed = ty.numeric(target) | _BOOL
+    allowed = numeric(target) | _BOOL
     for dt in (src, dst):
         if dt is not None and dt not in allowed and dt != np.float16:
             return f"Cast involving {dt.name} is not handled by the OpenCL kernel"
@@ -298,10 +193,8 @@ def lower_cast(ctx: LowerCtx) -> list:
     out = ctx.outputs[0]
     if out.size == 0:
         return []
-    _too_big(ctx)
+    check_int32_sizes(ctx)
     src, dst = np.dtype(ctx.inputs[0].dtype), np.dtype(out.dtype)
-    from .castlut import is_narrow, lower_narrow_cast
-
     if is_narrow(src) or is_narrow(dst):
         return lower_narrow_cast(ctx)
     if np.float16 in (src, dst) and src != dst:  # half is storage only: vload_half / vstore_half
@@ -318,7 +211,7 @@ def lower_cast(ctx: LowerCtx) -> list:
 
 # --- Clip ----------------------------------------------------------------------------------------
 def _supports_clip(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return check_dtypes(node, graph, ty.numeric(target))
+    return check_dtypes(node, graph, numeric(target))
 
 
 @device_op("Clip", supports=_supports_clip)
@@ -327,7 +220,7 @@ def lower_clip(ctx: LowerCtx) -> list:
     out = ctx.outputs[0]
     if out.size == 0:
         return []
-    _too_big(ctx)
+    check_int32_sizes(ctx)
     dt = np.dtype(ctx.inputs[0].dtype)
     is_float = dt.kind == "f"
     if is_float:
@@ -385,18 +278,18 @@ def _pow_expr(ctx: LowerCtx, ta, tb, out) -> Optional[str]:
 def _supports_binary(node: Node, graph: Graph, target: Target) -> Optional[str]:
     op = node.op_type
     if op == "Pow":
-        return check_dtypes(node, graph, ty.numeric(target), [0]) or check_dtypes(node, graph, ty.numeric(target), [1])
+        return check_dtypes(node, graph, numeric(target), [0]) or check_dtypes(node, graph, numeric(target), [1])
     if op in ("BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor"):
-        return check_dtypes(node, graph, _INTS)
+        return check_dtypes(node, graph, INTS)
     if op in ("And", "Or", "Xor"):
         return check_dtypes(node, graph, _BOOL)
     if op == "Equal":
-        return check_dtypes(node, graph, ty.numeric(target) | _BOOL)
+        return check_dtypes(node, graph, numeric(target) | _BOOL)
     if op == "PRelu" and graph.opset(node.domain) < 7:
         return "PRelu before opset 7 broadcasts the slope per channel; it runs on the host"
     if op in ("PRelu", "Mean"):
-        return check_dtypes(node, graph, ty.floats(target))
-    return check_dtypes(node, graph, ty.numeric(target))
+        return check_dtypes(node, graph, floats(target))
+    return check_dtypes(node, graph, numeric(target))
 
 
 @device_op(*_BINARY, *_VARIADIC, supports=_supports_binary)
@@ -405,7 +298,7 @@ def lower_binary(ctx: LowerCtx) -> list:
     out = ctx.outputs[0]
     if out.size == 0:
         return []
-    _too_big(ctx)
+    check_int32_sizes(ctx)
     op_type = ctx.node.op_type
     ins = [(ctx.buf(i), ctx.inputs[i]) for i in range(len(ctx.inputs)) if ctx.has_input(i)]
     if op_type in _BINARY:
@@ -418,8 +311,6 @@ def lower_binary(ctx: LowerCtx) -> list:
         if op == "POW":
             expr = _pow_expr(ctx, ta, tb, out)
             if expr is not None:
-                from .fused import flat_launch
-
                 return [flat_launch(ctx, [a] * 4, out.size, {"EXPR": expr, "NIN": 1})]
         return [binary_launch(ctx, op, a, b, ctx.out(0), ta.shape, tb.shape, out.shape,
                               ta.dtype, tb.dtype, out.dtype)]
@@ -451,7 +342,7 @@ def lower_binary(ctx: LowerCtx) -> list:
 
 # --- Where ---------------------------------------------------------------------------------------
 def _supports_where(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return check_dtypes(node, graph, _BOOL, [0]) or check_dtypes(node, graph, ty.numeric(target) | _BOOL, [1, 2])
+    return check_dtypes(node, graph, _BOOL, [0]) or check_dtypes(node, graph, numeric(target) | _BOOL, [1, 2])
 
 
 @device_op("Where", supports=_supports_where)
@@ -459,7 +350,7 @@ def lower_where(ctx: LowerCtx) -> list:
     out = ctx.outputs[0]
     if out.size == 0:
         return []
-    _too_big(ctx)
+    check_int32_sizes(ctx)
     dt = np.dtype(out.dtype)
     return [ternary_launch(ctx, "WHERE", [ctx.buf(0), ctx.buf(1), ctx.buf(2)],
                            [t.shape for t in ctx.inputs[:3]], ctx.out(0), out.shape,

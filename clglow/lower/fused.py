@@ -10,8 +10,9 @@ import numpy as np
 from ..errors import InvalidModel
 from ..ir import Graph, Node
 from ..target import Target
-from .base import Launch, LowerCtx, device_op, float32_only, i32
-from .elementwise import _INT_LIMIT, collapse, meta_table, row_layout, work_size
+from .base import Launch, LowerCtx, device_op, i32
+from .common import INT32_MAX, float32_only, work_size
+from .index_space import collapse, meta_table, row_layout
 
 _MACROS = {"RELU", "SIGMOID", "TANH", "EXP", "LOG", "ABS", "NEG", "SQRT", "RECIP", "ERF",
            "ADD", "SUB", "MUL", "DIV"}
@@ -67,7 +68,7 @@ def lower_fused(ctx: LowerCtx) -> list:
     n = out.size
     if n == 0:
         return []
-    if n > _INT_LIMIT:
+    if n > INT32_MAX:
         raise InvalidModel(f"{n} elements: the fused kernel indexes with int32", node=ctx.label())
     nin = len(ctx.inputs)
     bufs = [ctx.buf(k) for k in range(nin)] + [ctx.buf(0)] * (4 - nin)  # unused slots: never read
@@ -79,7 +80,7 @@ def lower_fused(ctx: LowerCtx) -> list:
                 defines[f"S{k}"] = 1
         return [flat_launch(ctx, bufs, n, defines)]
     dims, strides = collapse(out.shape, shapes)
-    rl = row_layout(dims, strides)
+    rl = row_layout(ctx.device, dims, strides)
     if rl is not None:
         gsize, group, inner, rows, rowoff, last, row_defines = rl
         return [Launch("fused_elementwise", "fused_rows", gsize,

@@ -18,8 +18,8 @@ import numpy as np
 from ..errors import InvalidModel
 from ..ir import Graph, Node
 from ..target import Target
-from .base import (Arg, DeviceInfo, Launch, LowerCtx, Scratch, device_op, f32, float32_only, i32,
-                   round_up, unaligned)
+from .base import Arg, Launch, LowerCtx, Scratch, device_op, f32, i32, round_up, unaligned
+from .common import float32_only, grid
 
 log = logging.getLogger(__name__)
 
@@ -61,38 +61,32 @@ class GemmConfig:
     def nr(self) -> int:
         return self.vw * self.nv
 
-    @property
-    def cpu_tiles(self) -> bool:
-        """CPU-style tiles: work-groups along the row tiles only (pocl runs each group on one
-        thread, the work-items one after another). The shape choices tuned on pocl (8-row
-        tiles, the transposed and implicit GEMMs) are made only for these."""
-        return tuple(self.lsize[1:]) == (1, 1)
 
+def default_gemm_config(target: Target) -> GemmConfig:
+    """The Target's tile defaults (what the tuner measures first), by family and vector width.
 
-def default_gemm_config(device: DeviceInfo) -> GemmConfig:
-    """Device-dependent tile defaults (what the tuner measures first).
-
-    CPU (pocl): a work-group of one work-item each (pocl runs work-groups on threads) and as
-    many accumulators as the vector registers hold: 12 x 32 with float16 on AVX-512 (24 zmm
-    accumulators), 6 x 16 with float8 on AVX2. Larger groups measured on pocl (AVX-512):
-    within the noise on ResNet-50 as a whole, its 28x28 implicit 3x3 convs 25% slower with 4
-    row tiles per group (alone, back to back with waits, small-K GEMMs ran 2x faster with 4:
-    a benchmark artefact of waking pocl's threads per launch).
-    GPU/other: small 4 x 4 tiles in 8 x 8 work-groups; correct anywhere, tuned by measurement.
+    CPU family (register-blocked tiles): a work-group of one work-item each (a CPU driver runs
+    work-groups on threads) and as many accumulators as the vector registers hold: 12 x 32 with
+    float16 vectors (AVX-512: 24 zmm accumulators), 6 x 16 with float8 (AVX2). Larger groups
+    measured on pocl (AVX-512): within the noise on ResNet-50 as a whole, its 28x28 implicit 3x3
+    convs 25% slower with 4 row tiles per group (alone, back to back with waits, small-K GEMMs
+    ran 2x faster with 4: a benchmark artefact of waking pocl's threads per launch).
+    GPU family: small 4 x 4 tiles in 8 x 8 work-groups (within the device's work-group limit);
+    correct anywhere, tuned by measurement.
     """
-    if device.type == "cpu":
-        if device.preferred_vector_width_float >= 16:
+    if target.is_cpu_family:
+        if target.preferred_vector_width_float >= 16:
             return GemmConfig(12, 16, 2, (1, 1, 1))
         return GemmConfig(6, 8, 2, (1, 1, 1))
-    return GemmConfig(4, 4, 1, (8, 8, 1))
+    return GemmConfig(4, 4, 1, target.fit_group((8, 8, 1)))
 
 
-def gemm_config(device: DeviceInfo) -> GemmConfig:
-    """The tiles to lower with: the device's tuned choice (runtime.tuning) when it has one."""
-    if device.gemm_tiles is not None:
-        mr, vw, nv, ls = device.gemm_tiles
+def gemm_config(target: Target) -> GemmConfig:
+    """The tiles to lower with: the Target's tuned choice (runtime.tuning) when it has one."""
+    if target.gemm_tiles is not None:
+        mr, vw, nv, ls = target.gemm_tiles
         return GemmConfig(mr, vw, nv, tuple(ls))
-    return default_gemm_config(device)
+    return default_gemm_config(target)
 
 
 # --- host-side packing (plan time, for constant operands) -----------------------------------------
@@ -223,7 +217,7 @@ def gemm_launch(cfg: GemmConfig, *, m: int, n: int, k: int, batch: int, d2: int,
     ls = cfg.lsize
     if c_trans:  # gemm.cl: the transposed programs walk the images before the column tiles
         if tuple(ls[1:]) != (1, 1):
-            raise ValueError("transposed GEMMs take CPU tiles (one work-item per group)")
+            raise ValueError("transposed GEMMs take work-groups along the row tiles only (local size (n, 1, 1))")
         gsize = (round_up(-(-m // cfg.mr), ls[0]), batch, -(-n // cfg.nr))
     else:
         gsize = (round_up(-(-m // cfg.mr), ls[0]), round_up(-(-n // cfg.nr), ls[1]), round_up(batch, ls[2]))
@@ -231,27 +225,29 @@ def gemm_launch(cfg: GemmConfig, *, m: int, n: int, k: int, batch: int, d2: int,
                   noop_args=args + [i32(0), i32(0), i32(0)] + tail)
 
 
-def pack_b_launch(nr: int, *, src: Arg, off: int, s1: int, s2: int, s_k: int, s_n: int,
+def pack_b_launch(target: Target, nr: int, *, src: Arg, off: int, s1: int, s2: int, s_k: int, s_n: int,
                   k: int, n: int, batch: int, d2: int, dst: Scratch, label: str = "") -> Launch:
     """Pack `batch` strided [K, N] matrices into `nr`-column panels (dst stride = panel set size).
 
     `nr` is a GEMM config's NR for B panels, or its MR for the A panels of a transposed GEMM
-    (pixels as rows). One fixed local size (64 k-rows per group, the kernel skips k >= K: pocl
-    pays per group, so fewer larger groups; one work-group function per panel width)."""
+    (pixels as rows). One fixed local size (64 k-rows per group, the kernel skips k >= K: a CPU
+    driver pays per group, so fewer larger groups; one work-group function per panel width),
+    fitted to the Target."""
     np_ = round_up(n, nr)
     head = [unaligned(src), i32(off), i32(s1), i32(s2), i32(s_k), i32(s_n), dst, i32(np_ * k), i32(n)]
-    return Launch("im2col", "pack_b", (np_ // nr, round_up(k, 64), batch), head + [i32(k), i32(max(d2, 1))],
-                  (1, 64, 1), {"NR": nr}, label, noop_args=head + [i32(0), i32(max(d2, 1))])  # K = 0
+    gsize, ls = grid(target, (np_ // nr, k, batch), (1, 64, 1))
+    return Launch("im2col", "pack_b", gsize, head + [i32(k), i32(max(d2, 1))],
+                  ls, {"NR": nr}, label, noop_args=head + [i32(0), i32(max(d2, 1))])  # K = 0
 
 
-def pack_rows_launch(nr: int, *, src: Arg, s2: int, s_m: int, m: int, k: int, batch: int, dst: Scratch,
-                     label: str = "") -> Launch:
+def pack_rows_launch(target: Target, nr: int, *, src: Arg, s2: int, s_m: int, m: int, k: int, batch: int,
+                     dst: Scratch, label: str = "") -> Launch:
     """Pack `batch` row-major [M, K] matrices (rows s_m apart, s2 apart per batch) into
-    `nr`-row panels (im2col.cl pack_rows: 16 k per work-item, read as one vector per row)."""
-    ls = 16  # 256 k per group (pocl pays per group)
+    `nr`-row panels (im2col.cl pack_rows: 16 k per work-item, read as one vector per row; 256 k
+    per group: a CPU driver pays per group)."""
     head = [unaligned(src), i32(0), i32(0), i32(s2), i32(s_m), dst, i32(round_up(m, nr) * k), i32(m)]
-    return Launch("im2col", "pack_rows", (-(-m // nr), round_up(-(-k // 16), ls), batch),
-                  head + [i32(k), i32(max(batch, 1))], (1, ls, 1), {"NR": nr}, label,
+    gsize, ls = grid(target, (-(-m // nr), -(-k // 16), batch), (1, 16, 1))
+    return Launch("im2col", "pack_rows", gsize, head + [i32(k), i32(max(batch, 1))], ls, {"NR": nr}, label,
                   noop_args=head + [i32(0), i32(max(batch, 1))])  # K = 0
 
 
@@ -260,7 +256,7 @@ def packed_b_bytes(nr: int, k: int, n: int, batch: int) -> int:
     return 4 * max(round_up(n, nr), nr) * max(k, 1) * max(batch, 1)
 
 
-def fit_rows(cfg: GemmConfig, m: int, n: Optional[int] = None) -> GemmConfig:
+def fit_rows(target: Target, cfg: GemmConfig, m: int, n: Optional[int] = None) -> GemmConfig:
     """The config with 8-row tiles when they compute clearly fewer padded rows, or, given the
     GEMM's N, fewer padded outputs (rows x columns) than the config's tiles. With 16-float
     vectors the 8-row tiles are 3 vectors wide (8 x 48: 24 accumulators, as many as 12 x 32, for
@@ -269,9 +265,9 @@ def fit_rows(cfg: GemmConfig, m: int, n: Optional[int] = None) -> GemmConfig:
     padding 12-row tiles and 32-column tiles compute there) and the choice is the one that
     pads less: ResNet's 64-channel layers (72 rows with 12-row tiles), its 128-channel 3x3s and
     56x56 1x1s; 12 x 32 stays for 14x14 outputs (196 columns: 224 with 32-column tiles, 240
-    with 48). CPU tiles only (one work-item per group); the conv's B panels (im2col) take the
-    chosen config's NR."""
-    if not cfg.cpu_tiles or cfg.mr <= 8:
+    with 48). Under the CPU family only (register-blocked tiles); the conv's B panels (im2col)
+    take the chosen config's NR."""
+    if not target.is_cpu_family or cfg.mr <= 8:
         return cfg
     narrow = narrow_rows(cfg)
     if n is None:
@@ -296,17 +292,18 @@ def in_place_columns(cfg: GemmConfig, n: int) -> int:
     return full * cfg.nr + (cfg.vw if cfg.nv > 1 and rem <= cfg.vw and n >= cfg.nr else cfg.nr)
 
 
-def transposed_config(cfg: GemmConfig, m: int, n: int) -> Optional[GemmConfig]:
+def transposed_config(target: Target, cfg: GemmConfig, m: int, n: int) -> Optional[GemmConfig]:
     """A config for computing C^T = B^T A^T when N is small, else None.
 
     With N = 49 (ResNet's layer4, 7x7 pixels) the NR-column tiles pad N to 64 (23% of the
     FLOPs wasted) and give few tiles; transposed, the pixels become MR-row tiles with an MR
     that divides N (7 x 7) and the output channels the NR columns; the weights are then read
     once instead of once per column tile. Taken for N <= 8 * NR when it wastes clearly fewer
-    FLOPs on padding (ResNet-50: layer4 N = 49 and layer3 N = 196 with MR = 7). CPU tiles only.
+    FLOPs on padding (ResNet-50: layer4 N = 49 and layer3 N = 196 with MR = 7). Under the CPU
+    family only (its tiles: work-groups along the row tiles, which the transposed programs need).
     """
     cfg = GemmConfig(cfg.mr, cfg.vw, 2, cfg.lsize)  # conv.py's transposed path takes NR = 2 x VW
-    if not cfg.cpu_tiles or n > 8 * cfg.nr or m < 2 * cfg.nr:
+    if not target.is_cpu_family or n > 8 * cfg.nr or m < 2 * cfg.nr:
         return None
     pad_n = round_up(n, cfg.nr) / n
     best = None
@@ -358,20 +355,20 @@ def supports_matmul(node: Node, graph: Graph, target: Target) -> Optional[str]:
 
 
 # --- Gemm ---------------------------------------------------------------------------------------------
-def pack_a_at_run_time(cfg: GemmConfig, m: int, k: int, row_pitch: int) -> bool:
+def pack_a_at_run_time(target: Target, cfg: GemmConfig, m: int, k: int, row_pitch: int) -> bool:
     """Whether a live A is packed into MR-row panels (pack_rows) before the GEMM, or read in
-    place (strided rows, `row_pitch` elements apart). CPU tiles read it in place: measured on
+    place (strided rows, `row_pitch` elements apart). The CPU family reads it in place: measured on
     pocl (AVX-512, Zen 5), A/B in one process, every shape ran faster without the pack (kernel
     time: SGEMM 1024^3 6.07 -> 5.82 ms, 256x4096x256 1.90 -> 1.41, 512x4608x49 2.36 -> 0.78,
     BERT-style 2.96 -> 2.88 ms per run; an MR-row tile's rows stay in L1 as it walks k) -- except
     rows a multiple of 4 KiB apart: then a tile's MR rows all fall in one L1 set, more than its
     ways on a Zen 4 (32 KiB, 8-way), and each k step misses. Packed there (Zen 4, A/B in one
     process): SGEMM 1024^3 23-29% faster, BERT-style (its FFN's 3072-wide rows) 5%; 512x2048 and
-    768^3 unchanged. Other devices (unmeasured) keep the pack, except for a few rows (GEMV-like),
+    768^3 unchanged. The GPU family (unmeasured) keeps the pack, except for a few rows (GEMV-like),
     where A is tiny anyway."""
     if m < 4 * cfg.mr or k < 16:
         return False
-    return not cfg.cpu_tiles or (4 * row_pitch) % 4096 == 0
+    return not target.is_cpu_family or (4 * row_pitch) % 4096 == 0
 
 
 def _pack_a_launch(ctx: LowerCtx, cfg: GemmConfig, i: int, m: int, k: int, trans: bool, batch: int,
@@ -383,11 +380,11 @@ def _pack_a_launch(ctx: LowerCtx, cfg: GemmConfig, i: int, m: int, k: int, trans
     row). The batch strides are the caller's: ceil(M / MR) * MR * K elements per matrix."""
     dst = ctx.scratch(packed_b_bytes(cfg.mr, k, m, batch))
     if trans:
-        launches.append(pack_b_launch(cfg.mr, src=ctx.buf(i), off=0, s1=0, s2=m * k, s_k=m if trans else 1,
+        launches.append(pack_b_launch(ctx.device, cfg.mr, src=ctx.buf(i), off=0, s1=0, s2=m * k, s_k=m if trans else 1,
                                       s_n=1 if trans else k, k=k, n=m, batch=batch, d2=batch, dst=dst,
                                       label=ctx.label()))
     else:
-        launches.append(pack_rows_launch(cfg.mr, src=ctx.buf(i), s2=m * k, s_m=k, m=m, k=k, batch=batch,
+        launches.append(pack_rows_launch(ctx.device, cfg.mr, src=ctx.buf(i), s2=m * k, s_m=k, m=m, k=k, batch=batch,
                                          dst=dst, label=ctx.label()))
     return Operand(dst, packed=True)
 
@@ -400,7 +397,7 @@ def _a_operand(ctx: LowerCtx, cfg: GemmConfig, i: int, m: int, k: int, trans: bo
             w2 = np.asarray(w, np.float32).reshape(-1, w.shape[-1]) if w.ndim >= 2 else w.reshape(1, -1)
             return pack_a(w2.T if trans else w2, cfg.mr)
         return Operand(ctx.derived(i, f"packA{cfg.mr}t{int(trans)}", fn), packed=True)
-    if pack_a_at_run_time(cfg, m, k, 1 if trans else k):
+    if pack_a_at_run_time(ctx.device, cfg, m, k, 1 if trans else k):
         return _pack_a_launch(ctx, cfg, i, m, k, trans, 1, launches)
     # A'[m, k] = A[k, m] when transposed.
     return Operand(ctx.buf(i), ld=1 if trans else k, ld2=m if trans else 1)
@@ -417,7 +414,7 @@ def _b_operand(ctx: LowerCtx, cfg: GemmConfig, i: int, k: int, n: int, trans: bo
     if not trans and b_unpacked_ok(cfg, n):
         return Operand(ctx.buf(i), ld=n)
     dst = ctx.scratch(packed_b_bytes(cfg.nr, k, n, 1))
-    launches.append(pack_b_launch(cfg.nr, src=ctx.buf(i), off=0, s1=0, s2=0, s_k=1 if trans else n,
+    launches.append(pack_b_launch(ctx.device, cfg.nr, src=ctx.buf(i), off=0, s1=0, s2=0, s_k=1 if trans else n,
                                   s_n=k if trans else 1, k=k, n=n, batch=1, d2=1, dst=dst,
                                   label=ctx.label()))
     return Operand(dst, packed=True)
@@ -604,12 +601,12 @@ def _lower_matmul_views(ctx: LowerCtx, perms: list, bias: Optional[Bias] = None,
         s1, s2 = ([0, 0] + bs)[-2:]
         nmat = d1 * d2
         dst = ctx.scratch(packed_b_bytes(width, rows, cols, nmat))
-        launches.append(pack_b_launch(width, src=ctx.buf(i), off=0, s1=s1, s2=s2, s_k=s_rows, s_n=s_cols, k=rows,
+        launches.append(pack_b_launch(ctx.device, width, src=ctx.buf(i), off=0, s1=s1, s2=s2, s_k=s_rows, s_n=s_cols, k=rows,
                                       n=cols, batch=nmat, d2=d2, dst=dst, label=label))
         return Operand(dst, packed=True), max(round_up(cols, width), width) * rows
 
     # A: MR-row panels packed at run time, or read strided
-    if pack_a_at_run_time(cfg, m, k, sta[-2]):
+    if pack_a_at_run_time(ctx.device, cfg, m, k, sta[-2]):
         a, a_mat = pack(0, cfg.mr, k, m, sta[-1], sta[-2], sa, sta)
         a_st = _batch_strides(tuple(d for d in sa[:-2]), out_batch, a_mat)
     else:
@@ -673,7 +670,7 @@ def _lower_matmul(ctx: LowerCtx, bias: Optional[Bias] = None, res: Optional[Arg]
         a = Operand(ctx.derived(0, f"packA{cfg.mr}mm",
                                 lambda w: pack_a(np.asarray(w).reshape(*ba, m, k), cfg.mr)), packed=True)
         a_mat = mp * k
-    elif pack_a_at_run_time(cfg, m, k, k):
+    elif pack_a_at_run_time(ctx.device, cfg, m, k, k):
         na = int(np.prod(ba, dtype=np.int64))
         a = _pack_a_launch(ctx, cfg, 0, m, k, False, na, launches)
         a_mat = max(round_up(m, cfg.mr), cfg.mr) * k
@@ -693,7 +690,7 @@ def _lower_matmul(ctx: LowerCtx, bias: Optional[Bias] = None, res: Optional[Arg]
     else:
         nb = int(np.prod(bb, dtype=np.int64))
         dst = ctx.scratch(packed_b_bytes(cfg.nr, k, n, nb))
-        launches.append(pack_b_launch(cfg.nr, src=ctx.buf(1), off=0, s1=0, s2=k * n, s_k=n, s_n=1, k=k,
+        launches.append(pack_b_launch(ctx.device, cfg.nr, src=ctx.buf(1), off=0, s1=0, s2=k * n, s_k=n, s_n=1, k=k,
                                       n=n, batch=nb, d2=nb, dst=dst, label=label))
         b = Operand(dst, packed=True)
         b_mat = np_ * k

@@ -13,10 +13,10 @@ import numpy as np
 
 from ..ir import Graph, Node
 from ..target import Target
-from . import _types as ty
 from .base import Launch, LowerCtx, device_op, i32
-from .elementwise import work_size
-from .movement import _BITS_NP, _supports_any, _t, contiguous_strides, copy_launches
+from .common import BOOL, F16, INDEX, check_dtypes, fill_bits, norm_axis, numeric, storage_type, type_defines, work_size
+from .index_space import contiguous_strides
+from .movement import copy_launches, supports_movable
 
 log = logging.getLogger(__name__)
 
@@ -50,17 +50,13 @@ def _fill(ctx: LowerCtx, value: np.ndarray) -> list:
     if out.size == 0:
         return []
     dt = np.dtype(out.dtype)
-    v = np.asarray(value).astype(dt).reshape(-1)[:1]
-    if dt == np.bool_:
-        v = v.astype(np.uint8)
-    bits = int(v.view(_BITS_NP[dt.itemsize])[0])
     g, l = work_size(ctx, out.size)
-    return [Launch("movement", "fill", g, [ctx.out(0), i32(out.size), np.uint64(bits)], l, {"T": _t(dt)},
-                   ctx.label())]
+    return [Launch("movement", "fill", g, [ctx.out(0), i32(out.size), fill_bits(value, dt)], l,
+                   {"T": storage_type(dt)}, ctx.label())]
 
 
 def _supports_cos(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return ty.check(node, graph, ty.numeric(target) | {ty.BOOL, ty.F16}, [], outputs=True)
+    return check_dtypes(node, graph, numeric(target) | {BOOL, F16}, [], outputs=True)
 
 
 @device_op("ConstantOfShape", supports=_supports_cos)
@@ -70,7 +66,7 @@ def lower_constant_of_shape(ctx: LowerCtx) -> list:
 
 
 def _supports_range(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return ty.check(node, graph, ty.numeric(target))
+    return check_dtypes(node, graph, numeric(target))
 
 
 @device_op("Range", supports=_supports_range)
@@ -81,11 +77,11 @@ def lower_range(ctx: LowerCtx) -> list:
     dt = np.dtype(out.dtype)
     g, l = work_size(ctx, out.size)
     return [Launch("generate", "range", g, [ctx.buf(0), ctx.buf(2), ctx.out(0), i32(out.size)], l,
-                   ty.type_defines(T=dt), ctx.label())]
+                   type_defines(T=dt), ctx.label())]
 
 
 def _supports_eyelike(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return ty.check(node, graph, ty.numeric(target) | {ty.BOOL}, [], outputs=True)
+    return check_dtypes(node, graph, numeric(target) | {BOOL}, [], outputs=True)
 
 
 @device_op("EyeLike", supports=_supports_eyelike)
@@ -96,11 +92,11 @@ def lower_eyelike(ctx: LowerCtx) -> list:
     rows, cols = int(out.shape[0]), int(out.shape[1])
     g, l = work_size(ctx, out.size)
     return [Launch("generate", "eye", g, [ctx.out(0), i32(out.size), i32(rows), i32(cols), i32(int(ctx.attr("k", 0)))],
-                   l, ty.type_defines(T=np.dtype(out.dtype)), ctx.label())]
+                   l, type_defines(T=np.dtype(out.dtype)), ctx.label())]
 
 
 def _supports_trilu(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return ty.check(node, graph, ty.numeric(target) | {ty.BOOL}, [0])
+    return check_dtypes(node, graph, numeric(target) | {BOOL}, [0])
 
 
 @device_op("Trilu", supports=_supports_trilu)
@@ -119,12 +115,12 @@ def lower_trilu(ctx: LowerCtx) -> list:
     g, l = work_size(ctx, out.size)
     return [Launch("generate", "trilu", g, [ctx.buf(0), ctx.out(0), i32(out.size), i32(rows), i32(cols), i32(k),
                                             i32(int(ctx.attr("upper", 1)))], l,
-                   {"T": _t(x.dtype)}, ctx.label())]
+                   {"T": storage_type(x.dtype)}, ctx.label())]
 
 
 def _supports_onehot(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return ty.check(node, graph, {np.dtype(np.int32), np.dtype(np.int64)}, [0]) or \
-        ty.check(node, graph, ty.numeric(target), [2])
+    return check_dtypes(node, graph, INDEX, [0]) or \
+        check_dtypes(node, graph, numeric(target), [2])
 
 
 @device_op("OneHot", supports=_supports_onehot)
@@ -133,10 +129,10 @@ def lower_onehot(ctx: LowerCtx) -> list:
     if out.size == 0:
         return []
     r = len(out.shape)
-    axis = ty.norm_axis(ctx.attr("axis", -1), r)
+    axis = norm_axis(ctx.attr("axis", -1), r)
     depth = int(out.shape[axis])
     inner = int(np.prod(out.shape[axis + 1:], dtype=np.int64))
-    defines = ty.type_defines(T=np.dtype(out.dtype))
+    defines = type_defines(T=np.dtype(out.dtype))
     defines["TI"] = "int" if np.dtype(ind.dtype) == np.int32 else "long"
     g, l = work_size(ctx, out.size)
     return [Launch("generate", "onehot", g, [ctx.buf(0), ctx.buf(2), ctx.out(0), i32(out.size), i32(depth),
@@ -144,7 +140,7 @@ def lower_onehot(ctx: LowerCtx) -> list:
 
 
 # --- DepthToSpace / SpaceToDepth: reshape + transpose as one strided copy ------------------------
-@device_op("DepthToSpace", "SpaceToDepth", supports=_supports_any)
+@device_op("DepthToSpace", "SpaceToDepth", supports=supports_movable)
 def lower_depth_space(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:

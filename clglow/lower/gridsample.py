@@ -12,25 +12,20 @@ import numpy as np
 
 from ..ir import Graph, Node
 from ..target import Target
-from . import _types as ty
 from .base import Launch, LowerCtx, device_op, i32
-from .elementwise import work_size
+from .common import attr_str, check_dtypes, check_int32_sizes, floats, type_defines, work_size
 
 _MODES = {"nearest": 0, "linear": 1, "bilinear": 1, "cubic": 2, "bicubic": 2}
 _PADS = {"zeros": 0, "border": 1, "reflection": 2}
-
-
-def _s(v) -> str:
-    return v.decode() if isinstance(v, bytes) else v
 
 
 def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
     v = graph.values.get(node.input(0))
     if v is not None and v.shape is not None and not 3 <= len(v.shape) <= 5:
         return f"GridSample of rank {len(v.shape)}"
-    if _s(node.attr("mode", "bilinear" if graph.opset(node.domain) < 20 else "linear")) not in _MODES:
+    if attr_str(node.attr("mode", "bilinear" if graph.opset(node.domain) < 20 else "linear")) not in _MODES:
         return "GridSample mode"
-    return ty.check(node, graph, ty.floats(target), inputs=[0, 1])
+    return check_dtypes(node, graph, floats(target), inputs=[0, 1])
 
 
 @device_op("GridSample", supports=_supports)
@@ -38,12 +33,11 @@ def lower_grid_sample(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
         return []
-    if x.size >= 2 ** 31 or out.size >= 2 ** 31:
-        raise ValueError(f"{ctx.node.name}: tensors over 2**31 elements are not supported by the OpenCL kernels")
+    check_int32_sizes(ctx)
     sd = len(x.shape) - 2
-    mode = _MODES[_s(ctx.attr("mode", "bilinear" if ctx.opset < 20 else "linear"))]
-    pad = _PADS[_s(ctx.attr("padding_mode", "zeros"))]
-    defines = ty.type_defines(T=x.dtype)
+    mode = _MODES[attr_str(ctx.attr("mode", "bilinear" if ctx.opset < 20 else "linear"))]
+    pad = _PADS[attr_str(ctx.attr("padding_mode", "zeros"))]
+    defines = type_defines(T=x.dtype)
     if np.dtype(ctx.inputs[1].dtype) != np.dtype(x.dtype):
         raise ValueError(f"{ctx.node.name}: GridSample grid dtype differs from X")
     defines.update(SD=sd, MODE=mode, PAD=pad)

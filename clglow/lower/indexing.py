@@ -14,21 +14,10 @@ import numpy as np
 from ..dtypes import cl_type
 from ..ir import Graph, Node
 from ..target import Target
-from . import _types as ty
 from .base import Launch, LowerCtx, device_op, i32, i64
-from .elementwise import work_size
-from .movement import _BITS, _supports_any, contiguous_strides, copy_launches
-
-_IDX = {np.dtype(np.int32), np.dtype(np.int64)}
-
-
-def _t(dt) -> str:
-    return _BITS[np.dtype(dt).itemsize]
-
-
-def _big(ctx: LowerCtx) -> None:
-    if any(t is not None and t.size >= 2 ** 31 for t in list(ctx.inputs) + list(ctx.outputs)):
-        raise ValueError(f"{ctx.node.name}: tensors over 2**31 elements are not supported by the OpenCL kernels")
+from .common import F64, INDEX, check_dtypes, check_int32_sizes, dtype_of, norm_axis, numeric, storage_type, work_size
+from .index_space import contiguous_strides
+from .movement import copy_launches, supports_movable
 
 
 def _reduction(node: Node) -> str:
@@ -37,24 +26,24 @@ def _reduction(node: Node) -> str:
 
 
 def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    r = ty.check(node, graph, _IDX, inputs=[1])
+    r = check_dtypes(node, graph, INDEX, inputs=[1])
     if r:
         return r
     red = _reduction(node)
     if red != "none":
-        dt = ty.dtype_of(graph, node.input(0))
-        if dt is not None and dt not in ty.numeric(target):
+        dt = dtype_of(graph, node.input(0))
+        if dt is not None and dt not in numeric(target):
             return f"{node.op_type} reduction {red!r} over dtype {dt.name} runs on the host"
-    return _supports_any(node, graph, target)
+    return supports_movable(node, graph, target)
 
 
 def _defines(ctx: LowerCtx, dt, idx_dt, **extra) -> dict:
-    d = {"T": _t(dt), "TI": cl_type(idx_dt)}
+    d = {"T": storage_type(dt), "TI": cl_type(idx_dt)}
     red = _reduction(ctx.node)
     if red != "none":
         d["TV"] = cl_type(dt)
         d[f"REDUCE_{red.upper()}"] = None
-        if np.dtype(dt) == ty.F64:
+        if np.dtype(dt) == F64:
             d["USE_FP64"] = None
     d.update(extra)
     return d
@@ -65,9 +54,9 @@ def lower_gather_elements(ctx: LowerCtx) -> list:
     x, ind, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
     if out.size == 0:
         return []
-    _big(ctx)
+    check_int32_sizes(ctx)
     r = len(x.shape)
-    axis = ty.norm_axis(ctx.attr("axis", 0), r)
+    axis = norm_axis(ctx.attr("axis", 0), r)
     meta = ctx.const_buffer(np.array(list(ind.shape) + contiguous_strides(x.shape), np.int32))
     g, l = work_size(ctx, out.size)
     return [Launch("indexing", "gather_elements", g, [ctx.buf(0), ctx.buf(1), ctx.out(0), i32(out.size), meta,
@@ -85,12 +74,12 @@ def lower_scatter_elements(ctx: LowerCtx) -> list:
     x, ind, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
     if out.size == 0:
         return []
-    _big(ctx)
+    check_int32_sizes(ctx)
     launches = _copy_data(ctx)
     if ind.size == 0:
         return launches
     r = len(x.shape)
-    axis = ty.norm_axis(ctx.attr("axis", 0), r)
+    axis = norm_axis(ctx.attr("axis", 0), r)
     meta = ctx.const_buffer(np.array(list(ind.shape) + contiguous_strides(x.shape), np.int32))
     serial = _reduction(ctx.node) != "none"
     g, l = ((1,), (1,)) if serial else work_size(ctx, ind.size)
@@ -114,7 +103,7 @@ def lower_scatter_nd(ctx: LowerCtx) -> list:
     x, ind, upd, out = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2], ctx.outputs[0]
     if out.size == 0:
         return []
-    _big(ctx)
+    check_int32_sizes(ctx)
     launches = _copy_data(ctx)
     if upd.size == 0:
         return launches
@@ -138,7 +127,7 @@ def lower_gather_nd(ctx: LowerCtx) -> list:
     x, ind, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
     if out.size == 0:
         return []
-    _big(ctx)
+    check_int32_sizes(ctx)
     b = int(ctx.attr("batch_dims", 0))
     k = int(ind.shape[-1])
     if k == 0:

@@ -13,23 +13,21 @@ import numpy as np
 
 from ..ir import Graph, Node
 from ..target import Target
-from . import _types as ty
 from .base import Launch, LowerCtx, device_op, i32, i64
-from .elementwise import work_size
+from .common import check_dtypes, check_int32_sizes, floats, type_defines, work_size
 
 
 def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    r = ty.check(node, graph, ty.floats(target), inputs=[0, 2])
+    r = check_dtypes(node, graph, floats(target), inputs=[0, 2])
     if r:
         return r
-    return ty.check(node, graph, {np.dtype(np.int32), np.dtype(np.int64)}, inputs=[1])
+    return check_dtypes(node, graph, {np.dtype(np.int32), np.dtype(np.int64)}, inputs=[1])
 
 
 @device_op("NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss", supports=_supports)
 def lower_loss(ctx: LowerCtx) -> list:
     x, tgt = ctx.inputs[0], ctx.inputs[1]
-    if x.size >= 2 ** 31:
-        raise ValueError(f"{ctx.node.name}: tensors over 2**31 elements are not supported by the OpenCL kernels")
+    check_int32_sizes(ctx)
     N, C = int(x.shape[0]), int(x.shape[1])
     D = int(np.prod(x.shape[2:], dtype=np.int64))
     rows = N * D
@@ -38,7 +36,7 @@ def lower_loss(ctx: LowerCtx) -> list:
     red = ctx.attr("reduction", "mean")
     red = red.decode() if isinstance(red, bytes) else red
     ignore = ctx.attr("ignore_index")
-    defines = ty.type_defines(T=dt, TI=tgt.dtype)
+    defines = type_defines(T=dt, TI=tgt.dtype)
     launches = []
     scores = ctx.buf(0)
     if ctx.node.op_type == "SoftmaxCrossEntropyLoss":
@@ -62,5 +60,5 @@ def lower_loss(ctx: LowerCtx) -> list:
                                                               i32(ignore is not None)], l, defines, ctx.label()))
     if red != "none":
         launches.append(Launch("loss", "nll_reduce", (1,), [loss, wbuf, ctx.out(0), i32(rows), i32(red == "mean")],
-                               (1,), ty.type_defines(T=dt), ctx.label()))
+                               (1,), type_defines(T=dt), ctx.label()))
     return launches

@@ -13,14 +13,14 @@ import numpy as np
 from ..ir import Graph, Node
 from ..target import Target
 from .base import Launch, LowerCtx, device_op, f32, i32
-from .elementwise import check_dtypes, work_size
+from .common import F32, attr_str, check_dtypes, check_int32_sizes, resolve_pads, work_size
 
 
 def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
     v = graph.values.get(node.input(0))
     if v is not None and v.shape is not None and not 3 <= len(v.shape) <= 5:
         return f"LpPool of rank {len(v.shape)}"
-    return check_dtypes(node, graph, {np.dtype(np.float32)})
+    return check_dtypes(node, graph, {F32})
 
 
 @device_op("LpPool", supports=_supports)
@@ -28,25 +28,14 @@ def lower_lppool(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
         return []
-    if x.size >= 2 ** 31:
-        raise ValueError(f"{ctx.node.name}: tensors over 2**31 elements are not supported by the OpenCL kernels")
+    check_int32_sizes(ctx)
     sd = len(x.shape) - 2
     ins = [int(d) for d in x.shape[2:]]
     outs = [int(d) for d in out.shape[2:]]
     k = [int(v) for v in ctx.attr("kernel_shape")]
     s = [int(v) for v in (ctx.attr("strides") or [1] * sd)]
     d = [int(v) for v in (ctx.attr("dilations") or [1] * sd)]
-    auto = ctx.attr("auto_pad", "NOTSET")
-    auto = auto.decode() if isinstance(auto, bytes) else auto
-    if auto in ("SAME_UPPER", "SAME_LOWER"):
-        begin = []
-        for a in range(sd):
-            total = max(0, (outs[a] - 1) * s[a] + (k[a] - 1) * d[a] + 1 - ins[a])
-            begin.append(total // 2 if auto == "SAME_UPPER" else total - total // 2)
-    elif auto == "VALID":
-        begin = [0] * sd
-    else:
-        begin = [int(v) for v in (ctx.attr("pads") or [0] * (2 * sd))[:sd]]
+    begin = list(resolve_pads(attr_str(ctx.attr("auto_pad"), "NOTSET"), ctx.attr("pads"), ins, outs, k, s, d)[0])
     geo = ctx.const_buffer(np.array(ins + outs + k + s + d + begin, np.int32))
     g, l = work_size(ctx, out.size)
     return [Launch("lppool", "lppool", g, [ctx.buf(0), ctx.out(0), i32(out.size), geo, f32(ctx.attr("p", 2))], l,

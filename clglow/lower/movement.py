@@ -13,45 +13,11 @@ import numpy as np
 
 from ..ir import Graph, Node
 from ..target import Target
-from .base import Launch, LowerCtx, device_op, i32, round_up, view_op
-from .elementwise import ROW_GROUP, ROW_VEC, collapse, dtype_of, row_layout, work_size
+from .base import Launch, LowerCtx, device_op, i32, view_op
+from .common import STORAGE_CL, check_int32_sizes, dtype_of, fill_bits, grid, storage_type, work_size
+from .index_space import ROW_GROUP, ROW_VEC, collapse, collapse_copy, contiguous_strides, row_layout
 
 log = logging.getLogger(__name__)
-
-_BITS = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
-
-
-def _t(dtype: np.dtype) -> str:
-    return _BITS[np.dtype(dtype).itemsize]
-
-
-def contiguous_strides(shape: Sequence[int]) -> list:
-    st, acc = [0] * len(shape), 1
-    for d in range(len(shape) - 1, -1, -1):
-        st[d] = acc
-        acc *= int(shape[d])
-    return st
-
-
-def _collapse_copy(dims: Sequence[int], ss: Sequence[int], ds: Sequence[int]) -> tuple:
-    """Drop unit dims and merge neighbours that are contiguous on both sides."""
-    out_d: list = []
-    out_s: list = []
-    out_t: list = []
-    for d, s, t in zip(dims, ss, ds):
-        d = int(d)
-        if d == 1:
-            continue
-        if out_d and out_s[-1] == s * d and out_t[-1] == t * d:
-            out_d[-1] *= d
-            out_s[-1], out_t[-1] = s, t
-        else:
-            out_d.append(d)
-            out_s.append(int(s))
-            out_t.append(int(t))
-    if not out_d:
-        return [1], [0], [0]
-    return out_d, out_s, out_t
 
 
 def copy_launches(ctx: LowerCtx, src, dst, dtype: np.dtype, dims: Sequence[int], src_strides: Sequence[int],
@@ -60,7 +26,7 @@ def copy_launches(ctx: LowerCtx, src, dst, dtype: np.dtype, dims: Sequence[int],
     n = int(np.prod(dims, dtype=np.int64))
     if n == 0:
         return []
-    d, s, t = _collapse_copy(dims, src_strides, dst_strides)
+    d, s, t = collapse_copy(dims, src_strides, dst_strides)
     if (np.dtype(dtype).itemsize == 4 and len(d) in (2, 3) and t[-1] == 1 and s[-2] == 1
             and min(d[-2], d[-1]) >= 16 and s[-1] >= d[-2] and t[-2] >= d[-1]):
         # the last two axes swapped (NCHW <-> NHWC): 16 x 16 tiles, vectors on both sides
@@ -71,39 +37,35 @@ def copy_launches(ctx: LowerCtx, src, dst, dtype: np.dtype, dims: Sequence[int],
     g, l = work_size(ctx, n)
     if len(d) == 1 and s[0] == 1 and t[0] == 1:
         return [Launch("movement", "copy", g, [src, dst, i32(n), i32(src_off), i32(dst_off)], l,
-                       {"T": _t(dtype)}, ctx.label())]
-    rl = row_layout(d, [s, t], base=[src_off, dst_off])
+                       {"T": storage_type(dtype)}, ctx.label())]
+    rl = row_layout(ctx.device, d, [s, t], base=[src_off, dst_off])
     if rl is not None:  # rows of the innermost dim, offsets from the host (BERT's head transposes 2x faster)
         gsize, group, inner, rows, rowoff, last, row_defines = rl
         return [Launch("movement", "strided_copy_rows", gsize,
                        [src, dst, i32(inner), i32(rows), ctx.const_buffer(rowoff), ctx.const_buffer(last)], group,
-                       {"T": _t(dtype), **row_defines}, ctx.label())]
+                       {"T": storage_type(dtype), **row_defines}, ctx.label())]
     meta = ctx.const_buffer(np.array(d + s + t, dtype=np.int32))
     return [Launch("movement", "strided_copy", g, [src, dst, i32(n), i32(src_off), i32(dst_off), meta], l,
-                   {"T": _t(dtype), "RANK": len(d)}, ctx.label())]
+                   {"T": storage_type(dtype), "RANK": len(d)}, ctx.label())]
 
 
-
-def _supports_any(node: Node, graph: Graph, target: Target) -> Optional[str]:
+def supports_movable(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    """supports() of the ops that only move bits: input 0 and the outputs are bool, integer or
+    float tensors of 1, 2, 4 or 8 bytes (the storage types)."""
     for name in list(node.inputs[:1]) + list(node.outputs):
         dt = dtype_of(graph, name)
-        if dt is not None and (dt.kind not in "biuf" or dt.itemsize not in _BITS):
+        if dt is not None and (dt.kind not in "biuf" or dt.itemsize not in STORAGE_CL):
             return f"tensor {name!r} has dtype {dt}, not movable by the OpenCL kernels"
     return None
 
 
-def _big(ctx: LowerCtx) -> None:
-    if any(t is not None and t.size >= 2 ** 31 for t in list(ctx.inputs) + list(ctx.outputs)):
-        raise ValueError(f"{ctx.node.name}: tensors over 2**31 elements are not supported by the OpenCL kernels")
-
-
 # --- Transpose -----------------------------------------------------------------------------------
-@device_op("Transpose", supports=_supports_any)
+@device_op("Transpose", supports=supports_movable)
 def lower_transpose(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
         return []
-    _big(ctx)
+    check_int32_sizes(ctx)
     r = len(x.shape)
     perm = ctx.attr("perm") or list(range(r - 1, -1, -1))
     ins = contiguous_strides(x.shape)
@@ -112,12 +74,12 @@ def lower_transpose(ctx: LowerCtx) -> list:
 
 
 # --- Concat / Split ------------------------------------------------------------------------------
-@device_op("Concat", supports=_supports_any)
+@device_op("Concat", supports=supports_movable)
 def lower_concat(ctx: LowerCtx) -> list:
     out = ctx.outputs[0]
     if out.size == 0:
         return []
-    _big(ctx)
+    check_int32_sizes(ctx)
     r = len(out.shape)
     axis = int(ctx.attr("axis", 1 if ctx.opset < 4 else 0))
     axis = axis + r if axis < 0 else axis
@@ -134,14 +96,14 @@ def lower_concat(ctx: LowerCtx) -> list:
 
 
 def _supports_split(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return _supports_any(node, graph, target)
+    return supports_movable(node, graph, target)
 
 
 @device_op("Split", supports=_supports_split)
 def lower_split(ctx: LowerCtx) -> list:
     """Output sizes come from the concrete output shapes, so `split` needs no parsing."""
     x = ctx.inputs[0]
-    _big(ctx)
+    check_int32_sizes(ctx)
     r = len(x.shape)
     axis = int(ctx.attr("axis", 0))
     axis = axis + r if axis < 0 else axis
@@ -180,7 +142,7 @@ def _slice_params(node: Node, graph: Graph, opset: int) -> Optional[tuple]:
 def _supports_slice(node: Node, graph: Graph, target: Target) -> Optional[str]:
     if _slice_params(node, graph, graph.opset(node.domain)) is None:
         return "Slice with run-time starts, axes or steps runs on the host"
-    return _supports_any(node, graph, target)
+    return supports_movable(node, graph, target)
 
 
 @device_op("Slice", supports=_supports_slice)
@@ -188,7 +150,7 @@ def lower_slice(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
         return []
-    _big(ctx)
+    check_int32_sizes(ctx)
     params = _slice_params(ctx.node, ctx.graph, ctx.opset)
     if params is None:
         raise ValueError(f"{ctx.node.name}: Slice parameters are not constant")
@@ -210,23 +172,23 @@ def lower_slice(ctx: LowerCtx) -> list:
 
 
 # --- Expand / Tile -------------------------------------------------------------------------------
-@device_op("Expand", supports=_supports_any)
+@device_op("Expand", supports=supports_movable)
 def lower_expand(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
         return []
-    _big(ctx)
+    check_int32_sizes(ctx)
     dims, (st,) = collapse(out.shape, [x.shape])
     return copy_launches(ctx, ctx.buf(0), ctx.out(0), x.dtype, dims, st, contiguous_strides(dims))
 
 
-@device_op("Tile", supports=_supports_any)
+@device_op("Tile", supports=supports_movable)
 def lower_tile(ctx: LowerCtx) -> list:
     """Tile as a broadcast over interleaved (repeat, dim) pairs; repeats come from the output shape."""
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
         return []
-    _big(ctx)
+    check_int32_sizes(ctx)
     ist = contiguous_strides(x.shape)
     dims, st = [], []
     for d, od, s in zip(x.shape, out.shape, ist):
@@ -264,7 +226,7 @@ def _supports_pad(node: Node, graph: Graph, target: Target) -> Optional[str]:
         return f"Pad mode {mode!r} runs on the host"
     if _pad_params(node, graph, graph.opset(node.domain)) is None:
         return "Pad with run-time pads or value runs on the host"
-    return _supports_any(node, graph, target)
+    return supports_movable(node, graph, target)
 
 
 @device_op("Pad", supports=_supports_pad)
@@ -273,7 +235,7 @@ def lower_pad(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
         return []
-    _big(ctx)
+    check_int32_sizes(ctx)
     params = _pad_params(ctx.node, ctx.graph, ctx.opset)
     if params is None:
         raise ValueError(f"{ctx.node.name}: Pad parameters are not constant")
@@ -292,12 +254,11 @@ def lower_pad(ctx: LowerCtx) -> list:
                                          + contiguous_strides(x.shape) + begin, np.int32))
         g, l = work_size(ctx, out.size)
         return [Launch("movement", "pad_index", g, [ctx.buf(0), ctx.out(0), i32(out.size), meta], l,
-                       {"T": _t(x.dtype), "RANK": max(r, 1), "MODE": _PAD_MODES[mode]}, ctx.label())]
+                       {"T": storage_type(x.dtype), "RANK": max(r, 1), "MODE": _PAD_MODES[mode]}, ctx.label())]
     dt = np.dtype(out.dtype)
-    v = np.zeros(1, dt) if value is None else np.asarray(value).astype(dt).reshape(-1)[:1]
-    bits = int(v.view(_BITS_NP[dt.itemsize])[0])
+    bits = fill_bits(np.zeros(1, dt) if value is None else value, dt)
     g, l = work_size(ctx, out.size)
-    launches = [Launch("movement", "fill", g, [ctx.out(0), i32(out.size), np.uint64(bits)], l, {"T": _t(dt)},
+    launches = [Launch("movement", "fill", g, [ctx.out(0), i32(out.size), bits], l, {"T": storage_type(dt)},
                        ctx.label())]
     ist, ost = contiguous_strides(x.shape), contiguous_strides(out.shape)
     dims, soff, doff = [], 0, 0
@@ -312,7 +273,6 @@ def lower_pad(ctx: LowerCtx) -> list:
     return launches
 
 
-_BITS_NP = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _PAD_MODES = {"constant": 0, "edge": 1, "reflect": 2, "wrap": 3}
 
 
@@ -321,7 +281,7 @@ def _supports_gather(node: Node, graph: Graph, target: Target) -> Optional[str]:
     dt = dtype_of(graph, node.input(1))
     if dt is not None and dt not in (np.dtype(np.int32), np.dtype(np.int64)):
         return f"Gather indices of dtype {dt.name}"
-    return _supports_any(node, graph, target)
+    return supports_movable(node, graph, target)
 
 
 @device_op("Gather", supports=_supports_gather)
@@ -329,7 +289,7 @@ def lower_gather(ctx: LowerCtx) -> list:
     x, ind, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
     if out.size == 0:
         return []
-    _big(ctx)
+    check_int32_sizes(ctx)
     r = len(x.shape)
     axis = int(ctx.attr("axis", 0))
     axis = axis + r if axis < 0 else axis
@@ -341,15 +301,15 @@ def lower_gather(ctx: LowerCtx) -> list:
     ti = "int" if np.dtype(ind.dtype) == np.int32 else "long"
     if inner >= ROW_VEC:
         outer = int(np.prod(x.shape[:axis], dtype=np.int64))
-        gsize = (-(-inner // ROW_VEC), round_up(nidx, ROW_GROUP[1]), outer)
+        gsize, ls = grid(ctx.device, (-(-inner // ROW_VEC), nidx, outer), (1, ROW_GROUP[1], 1))
         head = [ctx.buf(0), ctx.buf(1), ctx.out(0)]
         tail = [i32(nidx), i32(axis_len), i32(outer)]
-        return [Launch("movement", "gather_rows", gsize, head + [i32(inner)] + tail, (1, ROW_GROUP[1], 1),
-                       {"T": _t(x.dtype), "TI": ti}, ctx.label(),
+        return [Launch("movement", "gather_rows", gsize, head + [i32(inner)] + tail, ls,
+                       {"T": storage_type(x.dtype), "TI": ti}, ctx.label(),
                        noop_args=head + [i32(0)] + tail)]  # inner = 0: code generated early
     g, l = work_size(ctx, out.size)
     return [Launch("movement", "gather", g, [ctx.buf(0), ctx.buf(1), ctx.out(0), i32(out.size), i32(inner),
-                                             i32(nidx), i32(axis_len)], l, {"T": _t(x.dtype), "TI": ti},
+                                             i32(nidx), i32(axis_len)], l, {"T": storage_type(x.dtype), "TI": ti},
                    ctx.label())]
 
 

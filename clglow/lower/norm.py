@@ -13,17 +13,16 @@ import numpy as np
 
 from ..ir import Graph, Node
 from ..target import Target
-from .base import Launch, LowerCtx, device_op, f32, i32, round_up
-from .elementwise import check_dtypes, work_size
+from .base import Launch, LowerCtx, device_op, f32, i32
+from .common import F32, check_dtypes, check_int32_sizes, grid, work_size
 
 log = logging.getLogger(__name__)
 
-_F32 = {np.dtype(np.float32)}
+_F32 = {F32}
 
 
 def _big(ctx: LowerCtx) -> None:
-    if any(t is not None and t.size >= 2 ** 31 for t in list(ctx.inputs) + list(ctx.outputs)):
-        raise ValueError(f"{ctx.node.name}: tensors over 2**31 elements are not supported by the OpenCL kernels")
+    check_int32_sizes(ctx)
 
 
 def _used_outputs(node: Node) -> int:
@@ -49,7 +48,7 @@ def lower_batchnorm(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
         return []
-    _big(ctx)
+    check_int32_sizes(ctx)
     eps = float(ctx.attr("epsilon", 1e-5))
     C = int(x.shape[1]) if len(x.shape) > 1 else 1
     inner = int(np.prod(x.shape[2:], dtype=np.int64))
@@ -65,8 +64,9 @@ def lower_batchnorm(ctx: LowerCtx) -> list:
         launches.append(Launch("norm", "bn_prepare", g, [ctx.buf(1), ctx.buf(2), ctx.buf(3), ctx.buf(4), ab,
                                                          i32(C), f32(eps)], l, {}, ctx.label()))
     planes = out.size // max(inner, 1)
-    launches.append(Launch("norm", "channel_affine", (-(-inner // 16), round_up(planes, 8)),
-                           [ctx.buf(0), ab, ctx.out(0), i32(planes), i32(C), i32(inner)], (1, 8), {}, ctx.label()))
+    gsize, ls = grid(ctx.device, (-(-inner // 16), planes), (1, 8))  # 8 planes per group
+    launches.append(Launch("norm", "channel_affine", gsize,
+                           [ctx.buf(0), ab, ctx.out(0), i32(planes), i32(C), i32(inner)], ls, {}, ctx.label()))
     return launches
 
 
@@ -80,7 +80,7 @@ def lower_lrn(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
         return []
-    _big(ctx)
+    check_int32_sizes(ctx)
     size = int(ctx.attr("size"))
     C = int(x.shape[1])
     inner = int(np.prod(x.shape[2:], dtype=np.int64))
@@ -107,7 +107,7 @@ def lower_layernorm(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
         return []
-    _big(ctx)
+    check_int32_sizes(ctx)
     r = len(x.shape)
     axis = int(ctx.attr("axis", -1))
     axis = axis + r if axis < 0 else axis
@@ -150,7 +150,7 @@ def lower_instancenorm(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
         return []
-    _big(ctx)
+    check_int32_sizes(ctx)
     C = int(x.shape[1])
     planes = int(x.shape[0]) * C
     length = int(np.prod(x.shape[2:], dtype=np.int64))
@@ -166,7 +166,7 @@ def lower_groupnorm(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
         return []
-    _big(ctx)
+    check_int32_sizes(ctx)
     N, C = int(x.shape[0]), int(x.shape[1])
     G = int(ctx.attr("num_groups"))
     inner = int(np.prod(x.shape[2:], dtype=np.int64))
@@ -198,7 +198,7 @@ def lower_lpnorm(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
         return []
-    _big(ctx)
+    check_int32_sizes(ctx)
     r = len(x.shape)
     axis = int(ctx.attr("axis", -1))
     axis = axis + r if axis < 0 else axis

@@ -11,18 +11,15 @@ from typing import Optional
 
 import numpy as np
 
+from ..errors import InvalidModel
 from ..ir import Graph, Node
 from ..target import Target
-from .base import Launch, LowerCtx, device_op, i32, round_up
-from .elementwise import check_dtypes, work_size
+from .base import Launch, LowerCtx, device_op, i32
+from .common import AUTO_PADS, F32, attr_str, check_dtypes, check_int32_sizes, grid, resolve_pads, work_size
 
 log = logging.getLogger(__name__)
 
-_F32 = {np.dtype(np.float32)}
-
-
-def _s(v) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
+_F32 = {F32}
 
 
 def _supports_pool(node: Node, graph: Graph, target: Target) -> Optional[str]:
@@ -32,31 +29,13 @@ def _supports_pool(node: Node, graph: Graph, target: Target) -> Optional[str]:
     ks = node.attr("kernel_shape")
     if ks is None or not 1 <= len(ks) <= 3:
         return "pooling needs kernel_shape with 1 to 3 spatial dims"
-    auto_pad = _s(node.attr("auto_pad", "NOTSET"))
-    if auto_pad not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"):
+    auto_pad = attr_str(node.attr("auto_pad"), "NOTSET")
+    if auto_pad not in AUTO_PADS:
         return f"auto_pad {auto_pad!r}"
     if node.op_type == "MaxPool" and len(node.outputs) > 1 and node.outputs[1]:
         if int(node.attr("storage_order", 0)) != 0:
             return "MaxPool Indices with storage_order=1 run on the host"
     return None
-
-
-def _pads(ctx: LowerCtx, in_sp: list, out_sp: list, ks: list, st: list, dil: list) -> tuple:
-    nd = len(ks)
-    auto_pad = _s(ctx.attr("auto_pad", "NOTSET"))
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        begin, end = [], []
-        for d in range(nd):
-            total = max(0, (out_sp[d] - 1) * st[d] + (ks[d] - 1) * dil[d] + 1 - in_sp[d])
-            small = total // 2
-            b = small if auto_pad == "SAME_UPPER" else total - small
-            begin.append(b)
-            end.append(total - b)
-        return begin, end
-    if auto_pad == "VALID":
-        return [0] * nd, [0] * nd
-    pads = list(ctx.attr("pads") or [0] * (2 * nd))
-    return [int(v) for v in pads[:nd]], [int(v) for v in pads[nd:]]
 
 
 _MP_MAXW = 256  # pool.cl MP_MAXW: the widest input row of the pool2d_rows fast path
@@ -67,15 +46,15 @@ def lower_pool(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
         return []
-    if out.size >= 2 ** 31 or x.size >= 2 ** 31:
-        raise ValueError(f"{ctx.node.name}: tensors over 2**31 elements are not supported by the OpenCL kernels")
+    check_int32_sizes(ctx)
     ks = [int(k) for k in ctx.attr("kernel_shape")]
     nd = len(ks)
     st = [int(s) for s in (ctx.attr("strides") or [1] * nd)]
     dil = [int(d) for d in (ctx.attr("dilations") or [1] * nd)]
     in_sp = [int(v) for v in x.shape[2:]]
     out_sp = [int(v) for v in out.shape[2:]]
-    pb, pe = _pads(ctx, in_sp, out_sp, ks, st, dil)
+    pb, pe = (list(p) for p in resolve_pads(attr_str(ctx.attr("auto_pad"), "NOTSET"), ctx.attr("pads"), in_sp,
+                                            out_sp, ks, st, dil))
     pad3 = lambda v, fill: [fill] * (3 - nd) + list(v)  # noqa: E731
     geom = (pad3(in_sp, 1) + pad3(out_sp, 1) + pad3(ks, 1) + pad3(st, 1) + pad3(pb, 0) + pad3(pe, 0)
             + pad3(dil, 1))
@@ -97,16 +76,16 @@ def lower_pool(ctx: LowerCtx) -> list:
     if ("WITH_INDICES" not in defines and nd <= 2 and all(d == 1 for d in dil)
             and 15 * sw + kw <= 48 and w <= _MP_MAXW and max(pw, ew, ph, eh) <= 16):
         # 2-D fast path: input rows reduced into a private row, one work-item per output row.
-        # 8 output rows per work-group (rows past OH return): pocl pays per group
+        # 8 output rows per work-group (rows past OH return): a CPU driver pays per group
         rows = [h, w, oh, ow, kh, kw, sh, sw, ph, pw, eh, ew]
         noop = args + [i32(v) for v in rows[:2] + [0] + rows[3:]]  # OH = 0: code generated early
-        return [Launch("pool", "pool2d_rows", (round_up(oh, 8), nc),
-                       args + [i32(v) for v in rows], (8, 1), defines, ctx.label(), noop_args=noop)]
+        gsize, ls = grid(ctx.device, (oh, nc), (8, 1))
+        return [Launch("pool", "pool2d_rows", gsize, args + [i32(v) for v in rows], ls, defines, ctx.label(),
+                       noop_args=noop)]
     # 16 output columns per work-group (pocl vectorises across them); one local size for all.
-    l0 = 16
     noop = args + [i32(0) if i == 5 else i32(v) for i, v in enumerate(geom)]  # OW = 0: returns at once
-    return [Launch("pool", "pool", (round_up(ow, l0), oh, nc * od), args + [i32(v) for v in geom],
-                   (l0, 1, 1), defines, ctx.label(), noop_args=noop)]
+    gsize, ls = grid(ctx.device, (ow, oh, nc * od), (16, 1, 1))
+    return [Launch("pool", "pool", gsize, args + [i32(v) for v in geom], ls, defines, ctx.label(), noop_args=noop)]
 
 
 def _supports_global(node: Node, graph: Graph, target: Target) -> Optional[str]:
@@ -121,8 +100,9 @@ def lower_global_pool(ctx: LowerCtx) -> list:
         return []
     nc = int(np.prod(x.shape[:2], dtype=np.int64))
     length = int(np.prod(x.shape[2:], dtype=np.int64))
-    if length == 0 or x.size >= 2 ** 31:
-        raise ValueError(f"{ctx.node.name}: global pooling of {x.shape} is not supported on the device")
+    if length == 0:
+        raise InvalidModel(f"global pooling of an empty plane ({x.shape})", node=ctx.label())
+    check_int32_sizes(ctx)
     op = "POOL_MAX" if ctx.node.op_type == "GlobalMaxPool" else "POOL_AVG"
     g, l = work_size(ctx, nc, cap=64)
     return [Launch("pool", "global_pool", g, [ctx.buf(0), ctx.out(0), i32(nc), i32(length)], l,

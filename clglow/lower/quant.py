@@ -13,9 +13,8 @@ import numpy as np
 from ..dtypes import cl_type
 from ..ir import Graph, Node
 from ..target import Target
-from . import _types as ty
 from .base import Launch, LowerCtx, device_op, i32
-from .elementwise import work_size
+from .common import F32, F64, check_dtypes, check_int32_sizes, dtype_of, floats, norm_axis, work_size
 
 _QINTS = {np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16)}
 _DQ_INTS = _QINTS | {np.dtype(np.int32)}
@@ -24,19 +23,19 @@ _DQ_INTS = _QINTS | {np.dtype(np.int32)}
 def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
     if node.attr("precision"):
         return f"{node.op_type} with a precision attribute"
-    fl = ty.floats(target)
+    fl = floats(target)
     if node.op_type == "QuantizeLinear":
-        r = ty.check(node, graph, fl, inputs=[0, 1]) or ty.check(node, graph, _QINTS, inputs=[2])
+        r = check_dtypes(node, graph, fl, inputs=[0, 1]) or check_dtypes(node, graph, _QINTS, inputs=[2])
         if r:
             return r
-        out = ty.dtype_of(graph, node.outputs[0])
+        out = dtype_of(graph, node.outputs[0])
         if out is not None and out not in _QINTS:
             return f"QuantizeLinear to {out.name}"
         return None
-    r = ty.check(node, graph, _DQ_INTS, inputs=[0, 2]) or ty.check(node, graph, fl, inputs=[1])
+    r = check_dtypes(node, graph, _DQ_INTS, inputs=[0, 2]) or check_dtypes(node, graph, fl, inputs=[1])
     if r:
         return r
-    out = ty.dtype_of(graph, node.outputs[0])
+    out = dtype_of(graph, node.outputs[0])
     if out is not None and out not in fl:
         return f"DequantizeLinear to {out.name}"
     return None
@@ -47,21 +46,20 @@ def lower_quant(ctx: LowerCtx) -> list:
     x, s, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
     if out.size == 0:
         return []
-    if x.size >= 2 ** 31:
-        raise ValueError(f"{ctx.node.name}: tensors over 2**31 elements are not supported by the OpenCL kernels")
+    check_int32_sizes(ctx)
     r = len(x.shape)
     blk = int(ctx.attr("block_size", 0) or 0)
     if s.size == 1 and len(s.shape) <= 1 and not blk:
         mode, axis = 0, 0
     else:
-        axis = ty.norm_axis(ctx.attr("axis", 1), r)
+        axis = norm_axis(ctx.attr("axis", 1), r)
         mode = 2 if blk else 1
     L = int(x.shape[axis]) if r else 1
     inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64)) if r else 1
     SL = int(s.shape[axis]) if mode == 2 else L
     sdt = np.dtype(s.dtype)
     defines = {"TX": cl_type(x.dtype), "TY": cl_type(out.dtype), "TS": cl_type(sdt)}
-    if ty.F64 in (sdt, np.dtype(x.dtype), np.dtype(out.dtype)):
+    if F64 in (sdt, np.dtype(x.dtype), np.dtype(out.dtype)):
         defines["USE_FP64"] = None
     args = [ctx.buf(0), ctx.buf(1)]
     if ctx.has_input(2):
@@ -78,15 +76,14 @@ def lower_quant(ctx: LowerCtx) -> list:
 
 
 def _supports_dyn(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return ty.check(node, graph, {ty.F32}, inputs=[0])
+    return check_dtypes(node, graph, {F32}, inputs=[0])
 
 
 @device_op("DynamicQuantizeLinear", supports=_supports_dyn)
 def lower_dynamic_quant(ctx: LowerCtx) -> list:
     """Parameters by one work-item into outputs 1 and 2, then the per-tensor quantize kernel."""
     x, out = ctx.inputs[0], ctx.outputs[0]
-    if x.size >= 2 ** 31:
-        raise ValueError(f"{ctx.node.name}: tensors over 2**31 elements are not supported by the OpenCL kernels")
+    check_int32_sizes(ctx)
     outs = ctx.node.outputs
     scale = ctx.out(1) if len(outs) > 1 and outs[1] else ctx.scratch(4)
     zp = ctx.out(2) if len(outs) > 2 and outs[2] else ctx.scratch(4)

@@ -12,11 +12,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from ..dtypes import cl_type
 from ..ir import Graph, Node
 from ..target import Target
-from . import _types as ty
 from .base import Launch, LowerCtx, device_op, i32
-from .elementwise import work_size
+from .common import F64, acc_type, check_dtypes, check_int32_sizes, floats, norm_axis, numeric, type_defines, work_size
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +34,8 @@ def _axes_from_input(op_type: str, opset: int) -> bool:
 
 
 def _supports_reduce(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    allowed = ty.numeric(target) if node.op_type not in ("ReduceLogSumExp", "ReduceLogSum") else ty.floats(target)
-    if node.op_type in ("ReduceMax", "ReduceMin"):
-        allowed = allowed | {ty.BOOL} if False else allowed
-    return ty.check(node, graph, allowed, [0])
+    allowed = numeric(target) if node.op_type not in ("ReduceLogSumExp", "ReduceLogSum") else floats(target)
+    return check_dtypes(node, graph, allowed, [0])
 
 
 def _strides(shape: Sequence[int]) -> list:
@@ -94,7 +92,7 @@ def _reduce_axes(ctx: LowerCtx) -> list:
         axes = list(ctx.attr("axes", []) or [])
     if not axes:
         return [] if noop else list(range(r))
-    return sorted({ty.norm_axis(a, r) for a in axes})
+    return sorted({norm_axis(a, r) for a in axes})
 
 
 def _empty_value(op: str, dt: np.dtype) -> str:
@@ -113,8 +111,8 @@ def lower_reduce(ctx: LowerCtx) -> list:
     axes = _reduce_axes(ctx)
     meta, rk, rr, n_out, n_red = reduce_meta(x.shape, axes)
     dt = np.dtype(x.dtype)
-    defines = ty.type_defines(T=dt, TO=np.dtype(out.dtype))
-    defines.update({f"OP_{op}": None, "ACC": ty.acc_type(dt), "RK": rk, "RR": rr})
+    defines = type_defines(T=dt, TO=np.dtype(out.dtype))
+    defines.update({f"OP_{op}": None, "ACC": acc_type(dt), "RK": rk, "RR": rr})
     if op in ("MAX", "MIN"):
         defines["EMPTY"] = _empty_value(op, dt)
     g, l = work_size(ctx, n_out)
@@ -126,7 +124,7 @@ def lower_reduce(ctx: LowerCtx) -> list:
 
 
 def _supports_arg(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return ty.check(node, graph, ty.numeric(target), [0])
+    return check_dtypes(node, graph, numeric(target), [0])
 
 
 @device_op("ArgMax", "ArgMin", supports=_supports_arg)
@@ -134,13 +132,13 @@ def lower_arg(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
         return []
-    axis = ty.norm_axis(ctx.attr("axis", 0), len(x.shape))
+    axis = norm_axis(ctx.attr("axis", 0), len(x.shape))
     shape = list(x.shape)
     st = _strides(shape)
     kd, ks = _merge([shape[a] for a in range(len(shape)) if a != axis], [st[a] for a in range(len(shape)) if a != axis])
     meta = np.array(kd + ks + [shape[axis], st[axis]], dtype=np.int32)
     n_out = out.size
-    defines = ty.type_defines(T=np.dtype(x.dtype))
+    defines = type_defines(T=np.dtype(x.dtype))
     defines.update({"OP_" + ctx.node.op_type.upper(): None, "RK": len(kd), "RR": 1})
     inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
     if np.dtype(x.dtype) == np.float32 and inner >= 16 and shape[axis] > 0:
@@ -165,7 +163,7 @@ def _axis_meta(shape: Sequence[int], axis: int) -> tuple:
 
 
 def _supports_hardmax(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return ty.check(node, graph, ty.floats(target), [0])
+    return check_dtypes(node, graph, floats(target), [0])
 
 
 @device_op("Hardmax", supports=_supports_hardmax)
@@ -175,13 +173,13 @@ def lower_hardmax(ctx: LowerCtx) -> list:
         return []
     r = len(x.shape)
     if ctx.opset < 13:  # coerced to 2-D at `axis`, the max over the flattened trailing dims
-        axis = ty.norm_axis(ctx.attr("axis", 1), r)
+        axis = norm_axis(ctx.attr("axis", 1), r)
         outer = int(np.prod(x.shape[:axis], dtype=np.int64))
         shape, axis = (outer, int(np.prod(x.shape[axis:], dtype=np.int64))), 1
     else:
-        axis, shape = ty.norm_axis(ctx.attr("axis", -1), r), x.shape
+        axis, shape = norm_axis(ctx.attr("axis", -1), r), x.shape
     meta, rk, n_out = _axis_meta(shape, axis)
-    defines = ty.type_defines(T=np.dtype(x.dtype))
+    defines = type_defines(T=np.dtype(x.dtype))
     defines.update({"RK": rk, "RR": 1})
     g, l = work_size(ctx, n_out)
     return [Launch("reduce", "hardmax", g, [ctx.buf(0), ctx.out(0), i32(n_out), i32(shape[axis]),
@@ -189,7 +187,7 @@ def lower_hardmax(ctx: LowerCtx) -> list:
 
 
 def _supports_scan(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return ty.check(node, graph, ty.numeric(target), [0])
+    return check_dtypes(node, graph, numeric(target), [0])
 
 
 @device_op("CumSum", "CumProd", supports=_supports_scan)
@@ -200,11 +198,11 @@ def lower_scan(ctx: LowerCtx) -> list:
     c = ctx.const(1)
     if c is None:
         raise ValueError(f"{ctx.node.name}: {ctx.node.op_type} with a run-time axis")
-    axis = ty.norm_axis(int(np.asarray(c).reshape(-1)[0]), len(x.shape))
+    axis = norm_axis(int(np.asarray(c).reshape(-1)[0]), len(x.shape))
     meta, rk, n_out = _axis_meta(x.shape, axis)
     dt = np.dtype(x.dtype)
-    defines = ty.type_defines(T=dt)
-    defines.update({"RK": rk, "RR": 1, "ACC": ty.acc_type(dt), "OP_" + ctx.node.op_type.upper(): None})
+    defines = type_defines(T=dt)
+    defines.update({"RK": rk, "RR": 1, "ACC": acc_type(dt), "OP_" + ctx.node.op_type.upper(): None})
     g, l = work_size(ctx, n_out)
     return [Launch("reduce", "scan", g, [ctx.buf(0), ctx.out(0), i32(n_out), i32(x.shape[axis]),
                                          ctx.const_buffer(meta), i32(int(ctx.attr("exclusive", 0))),
@@ -222,29 +220,23 @@ def _topk_k(node: Node, graph: Graph) -> Optional[int]:
 def _supports_topk(node: Node, graph: Graph, target: Target) -> Optional[str]:
     if _topk_k(node, graph) is None:
         return "TopK with a run-time k runs on the host"
-    from . import _types as ty
-
-    return ty.check(node, graph, ty.numeric(target), inputs=[0])
+    return check_dtypes(node, graph, numeric(target), inputs=[0])
 
 
 @device_op("TopK", supports=_supports_topk)
 def lower_topk(ctx: LowerCtx) -> list:
-    from ..dtypes import cl_type
-    from . import _types as ty
-
     x, vals = ctx.inputs[0], ctx.outputs[0]
     k = _topk_k(ctx.node, ctx.graph)
     if vals.size == 0 or k == 0:
         return []
-    if x.size >= 2 ** 31:
-        raise ValueError(f"{ctx.node.name}: tensors over 2**31 elements are not supported by the OpenCL kernels")
+    check_int32_sizes(ctx)
     r = len(x.shape)
-    axis = ty.norm_axis(ctx.attr("axis", -1), r)
+    axis = norm_axis(ctx.attr("axis", -1), r)
     length = int(x.shape[axis])
     inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
     rows = x.size // length
     defines = {"TOPK_T": cl_type(x.dtype)}
-    if np.dtype(x.dtype) == ty.F64:
+    if np.dtype(x.dtype) == F64:
         defines["USE_FP64"] = None
     if int(ctx.attr("largest", 1)):
         defines["LARGEST"] = None

@@ -14,16 +14,9 @@ import numpy as np
 
 from ..ir import Graph, Node
 from ..target import Target
-from . import _types as ty
-from .base import Launch, LowerCtx, device_op, i32, round_up
-from .elementwise import work_size
+from .base import Launch, LowerCtx, device_op, i32
+from .common import attr_str, check_dtypes, check_int32_sizes, floats, grid, norm_axis, type_defines, work_size
 from .movement import copy_launches
-
-
-def _s(v, default):
-    if v is None:
-        return default
-    return v.decode() if isinstance(v, bytes) else v
 
 
 def _consts(node: Node, graph: Graph) -> Optional[tuple]:
@@ -54,16 +47,16 @@ def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
         from onnx.reference.ops import op_resize  # noqa: F401
     except ImportError:  # pragma: no cover
         return "Resize needs onnx.reference's coefficient functions"
-    return ty.check(node, graph, ty.floats(target), inputs=[0])
+    return check_dtypes(node, graph, floats(target), inputs=[0])
 
 
 def _coeff_fn(ctx: LowerCtx):
     from onnx.reference.ops import op_resize as R
 
-    mode = _s(ctx.attr("mode"), "nearest")
+    mode = attr_str(ctx.attr("mode"), "nearest")
     antialias = int(ctx.attr("antialias", 0) or 0)
     if mode == "nearest":
-        nm = _s(ctx.attr("nearest_mode"), "round_prefer_floor" if ctx.opset >= 11 else "floor")
+        nm = attr_str(ctx.attr("nearest_mode"), "round_prefer_floor" if ctx.opset >= 11 else "floor")
         return lambda x, s: R._nearest_coeffs(x, mode=nm)
     if mode == "cubic":
         a = float(ctx.attr("cubic_coeff_a", -0.75))
@@ -122,8 +115,7 @@ def lower_resize(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
         return []
-    if x.size >= 2 ** 31 or out.size >= 2 ** 31:
-        raise ValueError(f"{ctx.node.name}: tensors over 2**31 elements are not supported by the OpenCL kernels")
+    check_int32_sizes(ctx)
     consts = _consts(ctx.node, ctx.graph)
     if consts is None:
         raise ValueError(f"{ctx.node.name}: Resize parameters are not constant")
@@ -132,7 +124,7 @@ def lower_resize(ctx: LowerCtx) -> list:
     in_shape = [int(d) for d in x.shape]
     out_shape = [int(d) for d in out.shape]
     axes = ctx.attr("axes")
-    axes = list(range(r)) if axes is None else [ty.norm_axis(a, r) for a in axes]
+    axes = list(range(r)) if axes is None else [norm_axis(a, r) for a in axes]
     full_roi = None
     if roi is not None:
         roi = np.asarray(roi, np.float64).reshape(-1)
@@ -147,14 +139,14 @@ def lower_resize(ctx: LowerCtx) -> list:
     else:
         for a in axes:
             scale[a] = out_shape[a] / in_shape[a]  # the sizes (after any aspect policy) over the input
-        pol = _s(ctx.attr("keep_aspect_ratio_policy"), "stretch")
+        pol = attr_str(ctx.attr("keep_aspect_ratio_policy"), "stretch")
         if pol != "stretch":
             sz = np.asarray(sizes, np.float64).reshape(-1)
             req = [sz[k] / in_shape[a] for k, a in enumerate(axes)]
             s = min(req) if pol == "not_larger" else max(req)
             for a in axes:
                 scale[a] = s
-    ctm = _s(ctx.attr("coordinate_transformation_mode"), "half_pixel" if ctx.opset >= 11 else "asymmetric")
+    ctm = attr_str(ctx.attr("coordinate_transformation_mode"), "half_pixel" if ctx.opset >= 11 else "asymmetric")
     excl = bool(int(ctx.attr("exclude_outside", 0) or 0))
     ev = float(ctx.attr("extrapolation_value", 0.0) or 0.0)
     fn = _coeff_fn(ctx)
@@ -199,8 +191,8 @@ def lower_resize(ctx: LowerCtx) -> list:
         if (ix.shape[1] == 1 and np.array_equal(ix[:, 0], np.arange(ow) // 2) and np.all(wx == 1.0)
                 and not ex.any()):
             defines["RS_DUP2"] = None  # YOLO's nearest 2x upsampling: a shuffle per 16 outputs
-        return [Launch("resize", "resize_2d", (-(-ow // 16), round_up(oh, 8), planes), args,
-                       (1, 8, 1), defines, ctx.label())]
+        gsize, ls = grid(ctx.device, (-(-ow // 16), oh, planes), (1, 8, 1))
+        return [Launch("resize", "resize_2d", gsize, args, ls, defines, ctx.label())]
     launches = []
     src, cur_shape = ctx.buf(0), list(in_shape)
     for k, (a, a_roi) in enumerate(steps):
@@ -213,6 +205,6 @@ def lower_resize(ctx: LowerCtx) -> list:
         launches.append(Launch("resize", "resize_axis", g, [
             src, dst, i32(n), i32(cur_shape[a]), i32(out_shape[a]), i32(inner), i32(idx.shape[1]),
             ctx.const_buffer(idx), ctx.const_buffer(w.astype(dt)), ctx.const_buffer(ext.astype(np.uint8)),
-            dt.type(ev)], l, ty.type_defines(T=dt), ctx.label()))
+            dt.type(ev)], l, type_defines(T=dt), ctx.label()))
         src, cur_shape = dst, nxt
     return launches

@@ -14,7 +14,7 @@ import numpy as np
 from ..ir import Graph, Node
 from ..target import Target
 from .base import Launch, LowerCtx, device_op, i32
-from .elementwise import check_dtypes, work_size
+from .common import check_dtypes, check_int32_sizes, work_size
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +28,7 @@ def lower_softmax(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
         return []
-    if x.size >= 2 ** 31:
-        raise ValueError(f"{ctx.node.name}: tensors over 2**31 elements are not supported by the OpenCL kernels")
+    check_int32_sizes(ctx)
     shape = [int(d) for d in x.shape]
     r = len(shape)
     legacy = ctx.opset < 13

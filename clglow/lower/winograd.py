@@ -9,7 +9,8 @@ output transform folds the alpha^2 products of each tile back into its pixels an
 conv's epilogue (bias, residual, activation). Three launches per conv (per piece of images or of
 tile rows, the scratch capped), kernels_cl/winograd.cl.
 
-Taken (winograd_variant) on CPU tiles for single-group 3x3 stride-1 undilated convs with at least
+Taken (winograd_variant; lower/conv.py's CONV_PATHS) under the CPU family, unless the plan
+options turn it off (PlanOptions.winograd, CLGLOW_WINOGRAD=0), for single-group 3x3 stride-1 undilated convs with at least
 16 input and output channels: F(4x4) when its tiles give the GEMM at least 4 column tiles per
 image (ResNet-50's 56x56 layers: 196 tiles), else F(2x2) when its do (the 28x28 layers: 196
 tiles). ResNet-50's 14x14 and 7x7 layers keep the transposed GEMM: few tiles per image, and
@@ -26,8 +27,10 @@ from typing import Optional
 
 import numpy as np
 
-from .. import config
+from ..config import PlanOptions
+from ..target import Target
 from .base import Launch, LowerCtx, f32, i32, round_up, unaligned
+from .common import ConvGeometry, Epilogue, grid
 from .gemm import (GemmConfig, Operand, act_params, b_unpacked_ok, gemm_launch, in_place_columns, narrow_rows,
                    pack_a)
 
@@ -81,18 +84,20 @@ def gemm_tiles(cfg: GemmConfig, m: int, n: int) -> Optional[GemmConfig]:
     return min(cands, key=lambda c: round_up(m, c.mr) * in_place_columns(c, n))
 
 
-def winograd_variant(cfg: GemmConfig, geom: tuple, g: int, cin_g: int, m: int) -> Optional[tuple]:
+def winograd_variant(target: Target, options: PlanOptions, cfg: GemmConfig,
+                     geom: ConvGeometry) -> Optional[tuple]:
     """(the Winograd variant a conv runs as, its GEMM's tiles), or None (see the module
     docstring): F(4x4) where its tiles give the GEMM enough columns, else F(2x2) where those do."""
-    h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw = geom
-    if not cfg.cpu_tiles or not config.winograd():
+    g = geom
+    if not target.is_cpu_family or not options.winograd:
         return None
-    if (kh, kw, sh, sw, dh, dw) != (3, 3, 1, 1, 1, 1) or g != 1 or cin_g < 16 or m < 16:
+    if (g.kh, g.kw, g.sh, g.sw, g.dh, g.dw) != (3, 3, 1, 1, 1, 1) or g.groups != 1 or g.cin_g < 16 or g.m < 16:
         return None
     for v in (F4, F2):
-        th, tw = v.tiles(oh, ow)
+        th, tw = v.tiles(g.oh, g.ow)
         nt = th * tw
-        tiles = gemm_tiles(cfg, m, nt) if max(pw + w, v.span(tw)) <= _WINO_ROW and nt >= 4 * cfg.nr else None
+        fits = max(g.pw + g.w, v.span(tw)) <= _WINO_ROW and nt >= 4 * cfg.nr
+        tiles = gemm_tiles(cfg, g.m, nt) if fits else None
         if tiles is not None:
             return v, tiles
     return None
@@ -118,10 +123,11 @@ def _pieces(n_img: int, th: int, tw: int, per_row: int, min_rows: int) -> list:
     return [(i, 1, r0, min(rows, th - r0)) for i in range(n_img) for r0 in range(0, th, rows)]
 
 
-def lower_winograd(ctx: LowerCtx, v: Variant, cfg: GemmConfig, *, n_img: int, cin: int, m: int, geom: tuple,
-                   has_bias: bool, has_res: bool, act: tuple) -> list:
+def lower_winograd(ctx: LowerCtx, v: Variant, cfg: GemmConfig, geom: ConvGeometry, epi: Epilogue) -> list:
     """The launches of a conv as Winograd variant `v`, its GEMM on tiles `cfg` (winograd_variant)."""
-    h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw = geom
+    n_img, cin, m = geom.n_img, geom.cin, geom.m
+    h, w, oh, ow, ph, pw = geom.h, geom.w, geom.oh, geom.ow, geom.ph, geom.pw
+    has_bias, has_res = epi.has_bias, epi.has_res
     th, tw = v.tiles(oh, ow)
     nx = v.alpha ** 2
     label = ctx.label()
@@ -133,8 +139,7 @@ def lower_winograd(ctx: LowerCtx, v: Variant, cfg: GemmConfig, *, n_img: int, ci
     sizes = [(round_up(rows * tw + 8, 16), rows * tw) for _, _, _, rows in pieces]
     vs = ctx.scratch(4 * max(nx * ldv * cin * ni for (ldv, _), (_, ni, _, _) in zip(sizes, pieces)))
     ms = ctx.scratch(4 * (max(nx * m * nt * ni for (_, nt), (_, ni, _, _) in zip(sizes, pieces)) + 8))  # + slack
-    act_name, act_a, act_b = act
-    act_code, act_p = act_params(act_name, act_a, act_b)
+    act_code, act_p = act_params(epi.act, epi.alpha, epi.beta)
     defines = {"ACT": act_code} if act_code else {}
     x_s1, y_s1 = cin * h * w, m * oh * ow
     flags = (1 if has_bias else 0) | (2 if has_res else 0)
@@ -146,14 +151,16 @@ def lower_winograd(ctx: LowerCtx, v: Variant, cfg: GemmConfig, *, n_img: int, ci
         per_v, per_m = nx * ldv * cin, nx * m * nt
         head = [unaligned(ctx.buf(0)), i32(i0 * x_s1), i32(x_s1)]
         tail = [i32(h), i32(w), i32(ph), i32(pw), i32(tw), i32(ty0), i32(rows), i32(ldv), vs, i32(per_v)]
-        launches.append(Launch("winograd", k_in, (k * cin,), head + [i32(cin)] + tail,
-                               (1,), {}, label, noop_args=head + [i32(0)] + tail))  # Cin = 0: no-op
+        gsize, ls = grid(ctx.device, (k * cin,), (1,))
+        launches.append(Launch("winograd", k_in, gsize, head + [i32(cin)] + tail,
+                               ls, {}, label, noop_args=head + [i32(0)] + tail))  # Cin = 0: no-op
         launches.append(gemm_launch(cfg, m=m, n=nt, k=cin, batch=k * nx, d2=nx, a=a,
                                     b=Operand(vs, ld=nx * ldv, s1=per_v, s2=ldv),
                                     c=Operand(ms, ld=nt, s1=per_m, s2=m * nt), label=label))
         head = [ms, i32(per_m)]
         tail = [i32(tw), i32(ty0), i32(rows), i32(oh), i32(ow), unaligned(ctx.out(0)), i32(i0 * y_s1), i32(y_s1),
                 bias_arg, unaligned(z_arg), i32(flags)] + [f32(p) for p in act_p]
-        launches.append(Launch("winograd", k_out, (rows, k * m), head + [i32(m)] + tail,
-                               (1, 1), defines, label, noop_args=head + [i32(0)] + tail))  # Cout = 0
+        gsize, ls = grid(ctx.device, (rows, k * m), (1, 1))
+        launches.append(Launch("winograd", k_out, gsize, head + [i32(m)] + tail,
+                               ls, defines, label, noop_args=head + [i32(0)] + tail))  # Cout = 0
     return launches

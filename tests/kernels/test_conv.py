@@ -18,7 +18,14 @@ except ImportError:
 
 from clglow.ir import Graph, Node, Value
 from clglow.lower import conv as conv_mod
+from clglow.lower import conv_gemm
 from clglow.lower.base import Buf, lookup
+from clglow.lower.common import ConvGeometry
+from clglow.lower.gemm import GemmConfig, fit_rows, gemm_config, transposed_config
+from clglow.target import Target
+
+CPU = Target(family="cpu")  # the CPU family's path choices, whatever device runs the tests
+GPU = Target(family="gpu")
 
 RNG = np.random.default_rng(2)
 
@@ -80,8 +87,8 @@ def test_im2col_table_runs(geom, nr):
     row edge can start and end exactly PV-1 apart, and must not be flagged)."""
     h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw = geom
     np_ = -(-oh * ow // nr) * nr
-    full = conv_mod.im2col_table(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, np_, nr)
-    pv = conv_mod.panel_vector_width(nr)
+    full = conv_gemm.im2col_table(ConvGeometry(*geom), np_, nr)
+    pv = conv_gemm.panel_vector_width(nr)
     tab, fast = full[:kh * kw * np_].reshape(kh * kw, np_), full[kh * kw * np_:].reshape(kh * kw, np_ // pv)
     for r in range(kh * kw):
         for j in range(np_ // pv):
@@ -137,7 +144,7 @@ def test_no_bias_opset1():
 
 def test_gpu_tiles():
     """The GPU configuration (small tiles in padded 8x8 work-groups) on the same cases."""
-    dev = dataclasses.replace(device_info(), type="gpu")
+    dev = device_info().with_family("gpu")
     for i in (1, 6, 14):
         x_shape, w_shape, attrs = CASES[i]
         conv_check(x_shape, w_shape, device=dev, **attrs)
@@ -147,7 +154,7 @@ def test_gpu_tiles():
 def test_scratch_pieces(monkeypatch, cap):
     """A packed operand larger than the scratch cap is made piece by piece (images, then runs of
     panels of one image), in both GEMM orientations, with residual and grouped convs."""
-    monkeypatch.setattr(conv_mod, "_SCRATCH_CAP", cap)
+    monkeypatch.setattr(conv_gemm, "SCRATCH_CAP", cap)
     conv_check((3, 4, 9, 40), (5, 4, 3, 3), pads=[1, 1, 1, 1])
     conv_check((3, 4, 7, 7), (5, 4, 1, 1))  # 1x1 whose pack runs per image / per panel run
     conv_check((2, 6, 9, 40), (8, 3, 3, 3), group=2, pads=[1, 1, 1, 1])
@@ -374,10 +381,9 @@ def test_small_n_implicit_rows(x_shape, w_shape, attrs, phases):
     a ragged last row tile computed overlapping its neighbour; no im2col or pack launch."""
     dev = _default_tiles()
     g = attrs.get("group", 1)
-    geom = _geom(x_shape, w_shape, attrs.get("pads", (0,) * 4), attrs.get("strides", (1, 1)))
-    cfg = conv_mod.transposed_config(conv_mod.gemm_config(dev), w_shape[0] // g, geom[2] * geom[3])
-    pointwise = w_shape[2:] == (1, 1) and attrs.get("strides", (1, 1)) == (1, 1)
-    assert cfg is not None and conv_mod.implicit_rows_ok(cfg, geom, pointwise, w_shape[0] // g)
+    geom = _geom(x_shape, w_shape, attrs.get("pads", (0,) * 4), attrs.get("strides", (1, 1)), groups=g)
+    cfg = transposed_config(dev, gemm_config(dev), w_shape[0] // g, geom[2] * geom[3])
+    assert cfg is not None and conv_gemm.implicit_rows_ok(dev, cfg, ConvGeometry(*geom))
     x, w, b = rand(*x_shape), rand(*w_shape), rand(w_shape[0])
     node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
     launches = lower(node, {"x": x}, {"w": w, "b": b},
@@ -392,12 +398,12 @@ def test_small_n_implicit_rows(x_shape, w_shape, attrs, phases):
 
 
 def test_small_n_uses_transposed_tiles():
-    from clglow.lower.gemm import GemmConfig, transposed_config
     cfg = GemmConfig(12, 16, 2, (1, 1, 1))
-    assert transposed_config(cfg, 512, 49).mr == 7
-    assert transposed_config(cfg, 2048, 49).mr == 7
-    assert transposed_config(cfg, 512, 3136) is None
-    assert transposed_config(cfg, 8, 49) is None
+    assert transposed_config(CPU, cfg, 512, 49).mr == 7
+    assert transposed_config(CPU, cfg, 2048, 49).mr == 7
+    assert transposed_config(CPU, cfg, 512, 3136) is None
+    assert transposed_config(CPU, cfg, 8, 49) is None
+    assert transposed_config(GPU, cfg, 512, 49) is None  # the GPU family keeps the plain GEMM
 
 
 # --- implicit GEMM (phase images + row offsets, gemm.cl implicit flag) ---------------------------------
@@ -406,17 +412,19 @@ def _default_tiles():
     choices below are asserted for them, and they run on any CPU device (an AVX2 pocl, or one
     a session elsewhere in the run tuned to other tiles)."""
     info = dataclasses.replace(device_info(), gemm_tiles=None, preferred_vector_width_float=16)
-    if info.type != "cpu":
-        pytest.skip("the implicit GEMM paths are taken with CPU tiles only")
+    if not info.is_cpu_family:
+        pytest.skip("the implicit GEMM paths are taken under the CPU family only")
     return info
 
 
-def _geom(x_shape, w_shape, pads=(0, 0, 0, 0), strides=(1, 1), dilations=(1, 1)):
+def _geom(x_shape, w_shape, pads=(0, 0, 0, 0), strides=(1, 1), dilations=(1, 1), groups=1):
+    """The ConvGeometry fields of a conv, as a tuple (h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw,
+    images, cin, cout, groups)."""
     h, w = x_shape[2:]
     kh, kw = w_shape[2:]
     oh = (h + pads[0] + pads[2] - (kh - 1) * dilations[0] - 1) // strides[0] + 1
     ow = (w + pads[1] + pads[3] - (kw - 1) * dilations[1] - 1) // strides[1] + 1
-    return (h, w, oh, ow, kh, kw, *strides, pads[0], pads[1], *dilations)
+    return (h, w, oh, ow, kh, kw, *strides, pads[0], pads[1], *dilations, x_shape[0], x_shape[1], w_shape[0], groups)
 
 
 IMPLICIT = [
@@ -436,10 +444,10 @@ IMPLICIT = [
 @pytest.mark.parametrize("x_shape,w_shape,attrs", IMPLICIT, ids=[str(i) for i in range(len(IMPLICIT))])
 def test_implicit_conv(x_shape, w_shape, attrs):
     dev = _default_tiles()
-    cfg = conv_mod.fit_rows(conv_mod.gemm_config(dev), w_shape[0] // attrs.get("group", 1))
+    cfg = fit_rows(dev, gemm_config(dev), w_shape[0] // attrs.get("group", 1))
     geom = _geom(x_shape, w_shape, attrs.get("pads", (0,) * 4), attrs.get("strides", (1, 1)),
-                 attrs.get("dilations", (1, 1)))
-    assert conv_mod.implicit_ok(cfg, geom)
+                 attrs.get("dilations", (1, 1)), attrs.get("group", 1))
+    assert conv_gemm.implicit_ok(dev, cfg, ConvGeometry(*geom))
     node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
     x, w, b = rand(*x_shape), rand(*w_shape), rand(w_shape[0])
     oh, ow = geom[2:4]
@@ -464,7 +472,7 @@ def test_implicit_fused_residual(act, alpha, beta):
 @pytest.mark.parametrize("cap", [1, 2 * 4 * 11 * 42 * 4 + 1])
 def test_implicit_pieces(monkeypatch, cap):
     """Phase images made per image or per run of images within the scratch cap."""
-    monkeypatch.setattr(conv_mod, "_SCRATCH_CAP", cap)
+    monkeypatch.setattr(conv_gemm, "SCRATCH_CAP", cap)
     conv_check((5, 4, 9, 40), (5, 4, 3, 3), pads=[1, 1, 1, 1])
     fused_check((3, 4, 9, 40), (6, 4, 3, 3), "Relu", 0.0, 0.0, pads=[1, 1, 1, 1])
 
@@ -476,10 +484,11 @@ def test_implicit_offsets(case):
     x_shape, w_shape, attrs = IMPLICIT[case]
     geom = _geom(x_shape, w_shape, attrs.get("pads", (0,) * 4), attrs.get("strides", (1, 1)),
                  attrs.get("dilations", (1, 1)))
-    h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw = geom
+    h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw = geom[:12]
     cin_g = w_shape[1]
-    nh, nw, hph, wph = conv_mod.phase_geometry(geom)
-    koff = conv_mod.implicit_offsets(cin_g, geom)
+    g = ConvGeometry(*geom[:12], cin=cin_g)
+    nh, nw, hph, wph = conv_gemm.phase_geometry(g)
+    koff = conv_gemm.implicit_offsets(g)
     assert koff.shape == (cin_g * kh * kw,)
     # the phase images of a random input, built directly from the definition
     x = rand(cin_g, h, w)
@@ -500,24 +509,27 @@ def test_implicit_choice_resnet50():
     """Where the implicit GEMM is taken on a CPU device: ResNet-50's stem and its 56x56 and 28x28
     3x3 convs (little padding waste) and its strided 1x1 (one phase image: X subsampled), not
     the 14x14 ones (the transposed GEMM comes first)."""
-    cfg = conv_mod.GemmConfig(12, 16, 2, (1, 1, 1))
-    assert conv_mod.implicit_ok(cfg, (224, 224, 112, 112, 7, 7, 2, 2, 3, 3, 1, 1))
-    assert conv_mod.implicit_ok(cfg, (56, 56, 56, 56, 3, 3, 1, 1, 1, 1, 1, 1))
-    assert conv_mod.implicit_ok(cfg, (56, 56, 28, 28, 3, 3, 2, 2, 1, 1, 1, 1))
-    assert conv_mod.implicit_ok(cfg, (28, 28, 28, 28, 3, 3, 1, 1, 1, 1, 1, 1))
-    assert conv_mod.transposed_config(cfg, 256, 14 * 14) is not None  # taken before implicit_ok
-    tcfg = conv_mod.transposed_config(cfg, 256, 14 * 14)
-    assert conv_mod.implicit_rows_ok(tcfg, (14, 14, 14, 14, 3, 3, 1, 1, 1, 1, 1, 1), False, 256)  # 210 rows
-    assert conv_mod.implicit_rows_ok(tcfg, (14, 14, 14, 14, 1, 1, 1, 1, 0, 0, 1, 1), True, 256)   # X in place
-    assert not conv_mod.implicit_rows_ok(tcfg, (14, 14, 14, 14, 1, 1, 1, 1, 0, 0, 1, 1), True, 1024)  # conv3
-    tcfg = conv_mod.transposed_config(cfg, 512, 7 * 7)
-    assert not conv_mod.implicit_rows_ok(tcfg, (7, 7, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1), False, 512)  # 56 rows
-    assert conv_mod.implicit_ok(cfg, (56, 56, 28, 28, 1, 1, 2, 2, 0, 0, 1, 1))  # downsample: one phase
-    assert conv_mod.phase_geometry((56, 56, 28, 28, 1, 1, 2, 2, 0, 0, 1, 1)) == (1, 1, 29, 28)
+    cfg = GemmConfig(12, 16, 2, (1, 1, 1))
+    G = ConvGeometry
+    ok = conv_gemm.implicit_ok
+    assert ok(CPU, cfg, G(224, 224, 112, 112, 7, 7, 2, 2, 3, 3, 1, 1))
+    assert ok(CPU, cfg, G(56, 56, 56, 56, 3, 3, 1, 1, 1, 1, 1, 1))
+    assert ok(CPU, cfg, G(56, 56, 28, 28, 3, 3, 2, 2, 1, 1, 1, 1))
+    assert ok(CPU, cfg, G(28, 28, 28, 28, 3, 3, 1, 1, 1, 1, 1, 1))
+    assert transposed_config(CPU, cfg, 256, 14 * 14) is not None  # taken before implicit_ok
+    tcfg = transposed_config(CPU, cfg, 256, 14 * 14)
+    rows_ok = conv_gemm.implicit_rows_ok
+    assert rows_ok(CPU, tcfg, G(14, 14, 14, 14, 3, 3, 1, 1, 1, 1, 1, 1, cout=256))  # 210 rows
+    assert rows_ok(CPU, tcfg, G(14, 14, 14, 14, 1, 1, 1, 1, 0, 0, 1, 1, cout=256))  # X in place
+    assert not rows_ok(CPU, tcfg, G(14, 14, 14, 14, 1, 1, 1, 1, 0, 0, 1, 1, cout=1024))  # conv3
+    tcfg = transposed_config(CPU, cfg, 512, 7 * 7)
+    assert not rows_ok(CPU, tcfg, G(7, 7, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1, cout=512))  # 56 rows
+    assert ok(CPU, cfg, G(56, 56, 28, 28, 1, 1, 2, 2, 0, 0, 1, 1))  # downsample: one phase
+    assert conv_gemm.phase_geometry(G(56, 56, 28, 28, 1, 1, 2, 2, 0, 0, 1, 1)) == (1, 1, 29, 28)
     # taps reading phases 0 and 2 of 4 (dilation 2, stride 4): im2col
-    assert not conv_mod.implicit_ok(cfg, (40, 200, 10, 50, 2, 2, 4, 4, 0, 0, 2, 2))
-    assert not conv_mod.implicit_ok(conv_mod.GemmConfig(4, 4, 1, (8, 8, 1)),
-                                    (56, 56, 56, 56, 3, 3, 1, 1, 1, 1, 1, 1))
+    assert not ok(CPU, cfg, G(40, 200, 10, 50, 2, 2, 4, 4, 0, 0, 2, 2))
+    # the GPU family keeps im2col
+    assert not ok(GPU, GemmConfig(4, 4, 1, (8, 8, 1)), G(56, 56, 56, 56, 3, 3, 1, 1, 1, 1, 1, 1))
 
 
 def test_conv_tiles_fit_the_computed_columns():

@@ -103,7 +103,7 @@ def test_matmul_const_a(shapes):
 
 def test_matmul_gpu_tiles():
     """The GPU configuration (small tiles, 8x8 work-groups, padded global size) is correct too."""
-    dev = dataclasses.replace(device_info(), type="gpu")
+    dev = device_info().with_family("gpu")
     node = helper.make_node("MatMul", ["a", "b"], ["y"])
     check(node, {"a": rand(2, M, K), "b": rand(2, K, N)}, device=dev)
     check(helper.make_node("Gemm", ["a", "b", "c"], ["y"], transB=1), {"a": rand(M, K), "c": rand(M, 1)},
@@ -112,7 +112,7 @@ def test_matmul_gpu_tiles():
 
 def test_matmul_avx2_tiles():
     """The 8-wide CPU configuration (6 x 16 tiles)."""
-    dev = dataclasses.replace(device_info(), type="cpu", preferred_vector_width_float=8)
+    dev = dataclasses.replace(device_info().with_family("cpu"), gemm_tiles=None, preferred_vector_width_float=8)
     check(helper.make_node("MatMul", ["a", "b"], ["y"]), {"a": rand(3, M, K), "b": rand(K, 200)}, device=dev)
 
 
@@ -124,13 +124,14 @@ def test_pack_layouts():
     assert pb[1, 2, 2] == b[2, 6] and pb[1, 2, 3] == 0.0
 
 
-@pytest.mark.parametrize("tiles,packed", [((4, 4, 1, (8, 8, 1)), True), ((12, 16, 2, (1, 1, 1)), False)],
+@pytest.mark.parametrize("family,tiles,packed", [("gpu", (4, 4, 1, (8, 8, 1)), True),
+                                                 ("cpu", (12, 16, 2, (1, 1, 1)), False)],
                          ids=["gpu_tiles_pack", "cpu_tiles_in_place"])
-def test_matmul_live_a(tiles, packed):
-    """A live batched A: packed at run time by pack_rows with GPU-style tiles (a ragged last
-    panel, 50 = 12 x 4 + 2 rows, and a ragged k block, 37 = 2 x 16 + 5), read in place with CPU
-    tiles (measured faster on pocl)."""
-    dev = dataclasses.replace(device_info(), gemm_tiles=tiles)
+def test_matmul_live_a(family, tiles, packed):
+    """A live batched A: packed at run time by pack_rows under the GPU family (a ragged last
+    panel, 50 = 12 x 4 + 2 rows, and a ragged k block, 37 = 2 x 16 + 5), read in place under the
+    CPU family (measured faster on pocl)."""
+    dev = dataclasses.replace(device_info().with_family(family), gemm_tiles=tiles)
     a, b = rand(2, 3, 50, 37), rand(2, 3, 37, 33)
     node = helper.make_node("MatMul", ["a", "b"], ["y"])
     kernels = [l.kernel for l in lower(node, {"a": a, "b": b}, {}, {"y": ((2, 3, 50, 33), np.float32)}, device=dev)]
@@ -141,7 +142,7 @@ def test_matmul_live_a(tiles, packed):
 def test_matmul_live_a_rows_4k_apart():
     """CPU tiles pack a live A whose rows are a multiple of 4 KiB apart (an MR-row tile's rows
     would share one L1 set), and read it in place otherwise: MatMul and Gemm, vs onnx.reference."""
-    dev = dataclasses.replace(device_info(), gemm_tiles=(12, 16, 2, (1, 1, 1)))
+    dev = dataclasses.replace(device_info().with_family("cpu"), gemm_tiles=(12, 16, 2, (1, 1, 1)))
     for k, packed in [(1024, True), (1000, False)]:
         a, b = rand(60, k), rand(k, 40)
         node = helper.make_node("MatMul", ["a", "b"], ["y"])
@@ -160,14 +161,16 @@ def test_matmul_large():
 
 def test_fit_rows_picks_tiles_that_pad_less():
     from clglow.lower.gemm import GemmConfig, fit_rows
+    from clglow.target import Target
+    fam = Target(family="cpu")
     cpu = GemmConfig(12, 16, 2, (1, 1, 1))
-    assert fit_rows(cpu, 64).mr == 8      # 72 rows with 12-row tiles, 64 with 8
-    assert fit_rows(cpu, 256).mr == 12    # 264 vs 256: within 5%, keep the larger tile
-    assert fit_rows(cpu, 48).mr == 12     # exact either way
+    assert fit_rows(fam, cpu, 64).mr == 8      # 72 rows with 12-row tiles, 64 with 8
+    assert fit_rows(fam, cpu, 256).mr == 12    # 264 vs 256: within 5%, keep the larger tile
+    assert fit_rows(fam, cpu, 48).mr == 12     # exact either way
     # given N, the tiles that compute fewer padded outputs (8 x 48 against 12 x 32)
-    assert fit_rows(cpu, 128, 28 * 29).mr == 8    # 128 x 816 < 132 x 832 (ResNet's 28x28 3x3)
-    assert fit_rows(cpu, 256, 3136).nr == 48      # 256 x 3168 < 264 x 3136
-    assert fit_rows(cpu, 1024, 196).mr == 12      # 1032 x 224 < 1024 x 240 (14x14 outputs)
-    assert fit_rows(cpu, 48, 96) is cpu           # equal work: the config's tiles
+    assert fit_rows(fam, cpu, 128, 28 * 29).mr == 8    # 128 x 816 < 132 x 832 (ResNet's 28x28 3x3)
+    assert fit_rows(fam, cpu, 256, 3136).nr == 48      # 256 x 3168 < 264 x 3136
+    assert fit_rows(fam, cpu, 1024, 196).mr == 12      # 1032 x 224 < 1024 x 240 (14x14 outputs)
+    assert fit_rows(fam, cpu, 48, 96) is cpu           # equal work: the config's tiles
     gpu = GemmConfig(4, 4, 1, (8, 8, 1))
-    assert fit_rows(gpu, 64) is gpu       # GPU tiles are left to the tuner
+    assert fit_rows(Target(family="gpu"), gpu, 64) is gpu  # the GPU family's tiles are left to the tuner

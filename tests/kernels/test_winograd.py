@@ -18,8 +18,11 @@ except ImportError:
     from harness import check, device_info, lower, run  # type: ignore
     from run_launches import reference  # type: ignore
 
+from clglow.config import PlanOptions
 from clglow.lower import winograd as wino
+from clglow.lower.common import ConvGeometry
 from clglow.lower.gemm import GemmConfig
+from clglow.target import Target
 
 RNG = np.random.default_rng(5)
 
@@ -32,8 +35,8 @@ def _tiles():
     """The test device with the AVX-512 CPU tile defaults (12 x 32 tiles of float16), for which
     the path choice is asserted; they run on any CPU device."""
     info = dataclasses.replace(device_info(), gemm_tiles=None, preferred_vector_width_float=16)
-    if info.type != "cpu":
-        pytest.skip("Winograd is taken with CPU tiles only")
+    if not info.is_cpu_family:
+        pytest.skip("Winograd is taken under the CPU family only")
     return info
 
 
@@ -119,14 +122,17 @@ def test_winograd_pieces(monkeypatch, cap, x_shape, pieces):
     check(node, {"x": x}, {"w": w, "b": b}, device=dev)
 
 
-def test_winograd_choice(monkeypatch):
+def test_winograd_choice():
     """ResNet-50's 56x56 stride-1 3x3s take F(4x4), its 28x28 ones F(2x2) (49 tiles of 4 x 4: too
     few columns for the GEMM), its 14x14 and 7x7 ones neither; nor does a strided, dilated,
-    grouped, 5x5 or few-channel conv, an image wider than the row ring, GPU tiles, or
-    CLGLOW_WINOGRAD=0."""
+    grouped, 5x5 or few-channel conv, an image wider than the row ring, the GPU family, or
+    PlanOptions.winograd off (CLGLOW_WINOGRAD=0)."""
     cfg = GemmConfig(12, 16, 2, (1, 1, 1))
-    def pick(*a):  # the variant of winograd_variant's (variant, GEMM tiles)
-        chosen = wino.winograd_variant(*a)
+    cpu, on = Target(family="cpu"), PlanOptions(winograd=True)
+
+    def pick(cfg, spatial, groups, cin_g, m, target=cpu, options=on):  # the variant of (variant, GEMM tiles)
+        geom = ConvGeometry(*spatial, cin=cin_g * groups, cout=m * groups, groups=groups)
+        chosen = wino.winograd_variant(target, options, cfg, geom)
         return None if chosen is None else chosen[0]
     assert pick(cfg, (56, 56, 56, 56, 3, 3, 1, 1, 1, 1, 1, 1), 1, 64, 64) is wino.F4
     assert pick(cfg, (28, 28, 28, 28, 3, 3, 1, 1, 1, 1, 1, 1), 1, 128, 128) is wino.F2
@@ -137,9 +143,9 @@ def test_winograd_choice(monkeypatch):
     assert pick(cfg, (56, 56, 56, 56, 5, 5, 1, 1, 2, 2, 1, 1), 1, 64, 64) is None
     assert pick(cfg, (56, 56, 56, 56, 3, 3, 1, 1, 1, 1, 1, 1), 1, 8, 64) is None
     assert pick(cfg, (600, 600, 600, 600, 3, 3, 1, 1, 1, 1, 1, 1), 1, 64, 64) is None  # beyond the row ring
-    assert pick(GemmConfig(4, 4, 1, (8, 8, 1)), (56, 56, 56, 56, 3, 3, 1, 1, 1, 1, 1, 1), 1, 64, 64) is None
-    monkeypatch.setenv("CLGLOW_WINOGRAD", "0")
-    assert pick(cfg, (56, 56, 56, 56, 3, 3, 1, 1, 1, 1, 1, 1), 1, 64, 64) is None
+    assert pick(GemmConfig(4, 4, 1, (8, 8, 1)), (56, 56, 56, 56, 3, 3, 1, 1, 1, 1, 1, 1), 1, 64, 64,
+                target=Target(family="gpu")) is None
+    assert pick(cfg, (56, 56, 56, 56, 3, 3, 1, 1, 1, 1, 1, 1), 1, 64, 64, options=PlanOptions(winograd=False)) is None
 
 
 _BT = {2: [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
