@@ -1,8 +1,10 @@
 """The engine: plans per input signature, staged execution, synchronous and queued runs.
 
-One engine belongs to one session. Plans are cached by the concrete (dtype,
-shape) of every input; a model whose shapes depend on data is run in stages,
-each stage planned for the real shapes of what the previous stage produced.
+One engine belongs to one session. It lowers for one Target (the session's device under the
+session's target family, with that family's tuned GEMM tiles) and one PlanOptions (the
+session's plan switches); plans are cached by both and by the concrete (dtype, shape) of every
+input. A model whose shapes depend on data is run in stages, each stage planned for the real
+shapes of what the previous stage produced.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import pyopencl as cl
 
 from ..config import PlanOptions
 from ..ir import Graph, Value
+from ..target import Target
 from ..shapes import specialize
 from .executor import Plan, RunRecord, WeightCache, build_plan, execute, prewarm
 
@@ -56,11 +59,10 @@ def shape_inputs(graph: Graph) -> set:
 
 
 class Engine:
-    def __init__(self, graph: Graph, device, host_fallback: bool = True, profiling: bool = False):
+    def __init__(self, graph: Graph, device, options: Optional[PlanOptions] = None, profiling: bool = False):
         self.graph = graph
         self.device = device
-        self.host_fallback = host_fallback
-        self.options = PlanOptions.from_env(host_fallback=host_fallback)
+        self.options = options if options is not None else PlanOptions.from_env()
         self.queue = device.make_queue(profiling=True) if profiling else device.queue
         self.weights = WeightCache(device.context, self.queue)
         self._plans: dict[tuple, Plan] = {}
@@ -70,6 +72,13 @@ class Engine:
         self.shape_inputs = shape_inputs(graph)
         self._prewarmed: Optional[tuple] = None  # (specialised graph, derived constants) of prewarm
         self.last_plan: Optional[Plan] = None
+
+    @property
+    def target(self) -> Target:
+        """What this engine lowers for: the device under the session's family, with that
+        family's GEMM tiles as the tuner left them (read per plan: the tuner may finish after
+        the engine was made)."""
+        return self.device.target(self.options.target)
 
     # -- planning --------------------------------------------------------------------------------
     def _shape_values(self, feeds: Optional[dict]) -> dict:
@@ -90,8 +99,9 @@ class Engine:
         """The plan for these input (dtype, shape)s; `feeds` supplies the values of shape-deciding
         inputs (see SHAPE_INPUTS), which then become constants of the plan."""
         values = self._shape_values(feeds)
-        key = _signature(input_types) + tuple(sorted((k, v.dtype.str, v.shape, v.tobytes())
-                                                     for k, v in values.items()))
+        # the options and the tiles are part of the key: a plan is only valid for what it was lowered for
+        key = (self.options, self.target.gemm_tiles) + _signature(input_types) + \
+            tuple(sorted((k, v.dtype.str, v.shape, v.tobytes()) for k, v in values.items()))
         built = False
         with self._lock:
             plan = self._plans.get(key)
@@ -124,7 +134,7 @@ class Engine:
             log.debug("prewarm: %s", e)
             return
         memo: dict = {}
-        prewarm(spec, stop, self.device, self.device.info, self.options, memo)
+        prewarm(spec, stop, self.device, self.target, self.options, memo)
         self._prewarmed = (spec, memo)  # spec: its arrays' ids are the memo's keys
 
     def _build(self, graph: Graph, input_types: dict, outputs: Sequence[str]) -> Plan:
@@ -132,14 +142,14 @@ class Engine:
         warm, self._prewarmed = self._prewarmed, None  # for the first plan only
         memo = warm[1] if warm is not None else None
         if stop is None:
-            return build_plan(spec, None, outputs, self.device, self.weights, self.device.info, self.options, memo)
+            return build_plan(spec, None, outputs, self.device, self.weights, self.target, self.options, memo)
         # staged: this stage hands over everything the rest of the graph needs
         produced = set(spec.inputs)
         for n in spec.nodes[:stop]:
             produced.update(o for o in n.outputs if o)
         later_needs = {i for n in spec.nodes[stop:] for i in n.inputs if i}
         crossing = sorted((later_needs | set(outputs)) & produced)
-        return build_plan(spec, stop, crossing, self.device, self.weights, self.device.info, self.options, memo)
+        return build_plan(spec, stop, crossing, self.device, self.weights, self.target, self.options, memo)
 
     def _next_stage(self, plan: Plan, values: dict) -> Plan:
         spec = plan.graph
@@ -150,7 +160,7 @@ class Engine:
         if st is None:
             values_map = dict(spec.values)
             rest = Graph(list(rest_nodes), values_map, carried, list(self.graph.outputs), spec.opsets, spec.name,
-                         spec.ir_version)
+                         spec.ir_version, spec.max_tensor_bytes)
             types = {k: (values[k].dtype, values[k].shape) for k in carried}
             st = self._build(rest, types, self.graph.outputs)
             plan.next_stages[key] = st
