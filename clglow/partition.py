@@ -12,7 +12,8 @@ from typing import Optional
 import onnx
 
 from .errors import UnsupportedNode, UnsupportedOperator
-from .ir import Graph, Node
+from .frontend.onnx_model import attribute_value, type_to_dtype_shape
+from .ir import Graph, Node, Value
 from .lower import lookup
 from .lower.base import GENERIC_TARGET
 from .runtime.host import host_supported
@@ -79,13 +80,12 @@ def format_placement(placements: list[Placement]) -> str:
     return "\n".join(lines)
 
 
-def judge_node(node: onnx.NodeProto, opset: int, types: Optional[dict] = None) -> tuple:
+def judge_node(node: onnx.NodeProto, opset: int, types: Optional[dict] = None,
+               target: Optional[Target] = None) -> tuple:
     """Cheap verdict for one NodeProto without importing a model or weights (ONNXIFI's compatibility
     probe): ('SUCCESS' | 'FALLBACK' | 'UNSUPPORTED_OPERATOR', reason). `types` maps value names to
-    declared onnx.TypeProto where the caller knows them."""
-    from .frontend.onnx_model import attribute_value, type_to_dtype_shape
-    from .ir import graph as ir
-
+    declared onnx.TypeProto where the caller knows them; `target` is the device's Target (None: a
+    generic device, without fp64)."""
     types = types or {}
     attrs = {a.name: attribute_value(a) for a in node.attribute}
     values: dict = {}
@@ -94,11 +94,11 @@ def judge_node(node: onnx.NodeProto, opset: int, types: Optional[dict] = None) -
             continue
         tp = types.get(name)
         dtype, shape = type_to_dtype_shape(tp) if tp is not None else (None, None)
-        values[name] = ir.Value(name, dtype, shape)
-    n = ir.Node(node.op_type, node.name or node.op_type, list(node.input), list(node.output), attrs,
+        values[name] = Value(name, dtype, shape)
+    n = Node(node.op_type, node.name or node.op_type, list(node.input), list(node.output), attrs,
                 node.domain, node)
-    g = ir.Graph([n], values, [], [], {node.domain or "": opset})
-    reason = device_reason(n, g)
+    g = Graph([n], values, [], [], {node.domain or "": opset})
+    reason = device_reason(n, g, target)
     if reason is None:
         return "SUCCESS", ""
     host = host_supported(n, opset)

@@ -15,7 +15,7 @@ from ..lower.base import GENERIC_TARGET, lookup
 _ACTIVATIONS = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "HardSigmoid", "Tanh", "HardSwish"}
 
 
-def _activation(node: Node, graph: Graph) -> Optional[tuple]:
+def fused_activation(node: Node, graph: Graph) -> Optional[tuple]:
     """(name, alpha, beta) when `node` is an activation the epilogue can apply."""
     if node.domain not in ("", "ai.onnx") or node.op_type not in _ACTIVATIONS:
         return None
@@ -108,7 +108,7 @@ def _fuse_conv_one(g: Graph, consumers: dict, outputs: set) -> bool:
                 chain.append(add)
                 cur = add.outputs[0]
         users = consumers.get(cur, [])
-        a = _activation(users[0], g) if len(users) == 1 and cur not in outputs else None
+        a = fused_activation(users[0], g) if len(users) == 1 and cur not in outputs else None
         sw = swish(g, consumers, cur, outputs) if a is None else None
         if a is not None:
             act = a

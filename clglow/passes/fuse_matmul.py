@@ -24,7 +24,7 @@ import numpy as np
 
 from ..ir import Graph, Node
 from ..lower.base import GENERIC_TARGET, lookup
-from .fuse_conv import _activation, rewrite_to_fixed_point, splice_fused, swish
+from .fuse_conv import fused_activation, rewrite_to_fixed_point, splice_fused, swish
 
 
 def _scalar_const(graph: Graph, name: str) -> Optional[float]:
@@ -144,7 +144,7 @@ def _fuse_matmul_one(g: Graph, consumers: dict, outputs: set) -> bool:
             chain.append(user)
             cur = user.outputs[0]
         user = single_user()
-        a = _activation(user, g) if user is not None else None
+        a = fused_activation(user, g) if user is not None else None
         gelu = _gelu(g, consumers, cur, outputs) if a is None else None
         sw = swish(g, consumers, cur, outputs) if a is None and gelu is None else None
         if a is not None:
