@@ -230,7 +230,8 @@ def test_each_run_returns_arrays_of_its_own():
     outs = [sess.run(None, {"A": a, "B": b})[0] for a, b in runs]
     for (a, b), y in zip(runs, outs):
         np.testing.assert_allclose(y, a @ b, rtol=1e-4, atol=1e-4)
-        assert y.ctypes.data % sess._engine.last_plan.target.base_align == 0
+        if sess._engine.last_plan.zero_copy:  # written in place: aligned like a device buffer
+            assert y.ctypes.data % sess._engine.last_plan.target.base_align == 0
     _expect_bound(sess, {"A", "B", "Y"})
 
 
