@@ -5,6 +5,8 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
+from .target import FAMILIES
+
 
 def _flag(name: str, default: bool) -> bool:
     value = os.environ.get(name)
@@ -110,6 +112,11 @@ class PlanOptions:
     sub_batch_bytes: Optional[int] = None  # CLGLOW_SUB_BATCH_BYTES (None: from the target's cache)
     target: Optional[str] = None  # CLGLOW_TARGET (None: the device's own family)
     host_fallback: bool = True  # CLGLOW_HOST_FALLBACK
+
+    def __post_init__(self) -> None:
+        if self.target is not None and self.target not in FAMILIES:
+            raise ValueError(f"unknown target family {self.target!r} (CLGLOW_TARGET or SessionOptions.target); "
+                             f"choose one of {', '.join(FAMILIES)}")
 
     @classmethod
     def from_env(cls, **overrides) -> "PlanOptions":
