@@ -371,6 +371,30 @@ def pack_a_at_run_time(target: Target, cfg: GemmConfig, m: int, k: int, row_pitc
     return not target.is_cpu_family or (4 * row_pitch) % 4096 == 0
 
 
+# --- operand paths: how each GEMM operand reaches gemm.cl, best first ----------------------------------
+# The first applicable row is taken (Gemm, MatMul, FusedMatMul and its transposed views share them;
+# convolutions have their own table, lower/conv.py CONV_PATHS):
+#   A (M x K)  "constant"  weights packed once into MR-row panels at plan time (ctx.derived)
+#              "packed"    a live A packed at run time into MR-row panels (pack_a_at_run_time:
+#                          the GPU family, or rows a multiple of 4 KiB apart under the CPU family)
+#              "strided"   a live A read in place through its strides
+#   B (K x N)  "constant"  weights packed once into NR-column panels at plan time
+#              "in place"  a live row-major B read where it lies (b_unpacked_ok)
+#              "packed"    a live B packed at run time into NR-column panels (pack_b)
+def a_path(target: Target, cfg: GemmConfig, *, const: bool, m: int, k: int, row_pitch: int) -> str:
+    """The A operand's path ("constant", "packed" or "strided"; see the table above)."""
+    if const:
+        return "constant"
+    return "packed" if pack_a_at_run_time(target, cfg, m, k, row_pitch) else "strided"
+
+
+def b_path(cfg: GemmConfig, *, const: bool, n: int, row_major: bool = True) -> str:
+    """The B operand's path ("constant", "in place" or "packed"; see the table above)."""
+    if const:
+        return "constant"
+    return "in place" if row_major and b_unpacked_ok(cfg, n) else "packed"
+
+
 def _pack_a_launch(ctx: LowerCtx, cfg: GemmConfig, i: int, m: int, k: int, trans: bool, batch: int,
                    launches: list) -> Operand:
     """Pack a live A (or A^T when `trans`) of `batch` matrices into MR-row panels (pack_b's
@@ -392,12 +416,13 @@ def _pack_a_launch(ctx: LowerCtx, cfg: GemmConfig, i: int, m: int, k: int, trans
 def _a_operand(ctx: LowerCtx, cfg: GemmConfig, i: int, m: int, k: int, trans: bool,
                launches: list) -> Operand:
     """A as packed constant panels (weights), panels packed at run time, or a strided read."""
-    if ctx.const(i) is not None:
+    path = a_path(ctx.device, cfg, const=ctx.const(i) is not None, m=m, k=k, row_pitch=1 if trans else k)
+    if path == "constant":
         def fn(w: np.ndarray) -> np.ndarray:
             w2 = np.asarray(w, np.float32).reshape(-1, w.shape[-1]) if w.ndim >= 2 else w.reshape(1, -1)
             return pack_a(w2.T if trans else w2, cfg.mr)
         return Operand(ctx.derived(i, f"packA{cfg.mr}t{int(trans)}", fn), packed=True)
-    if pack_a_at_run_time(ctx.device, cfg, m, k, 1 if trans else k):
+    if path == "packed":
         return _pack_a_launch(ctx, cfg, i, m, k, trans, 1, launches)
     # A'[m, k] = A[k, m] when transposed.
     return Operand(ctx.buf(i), ld=1 if trans else k, ld2=m if trans else 1)
@@ -406,12 +431,13 @@ def _a_operand(ctx: LowerCtx, cfg: GemmConfig, i: int, m: int, k: int, trans: bo
 def _b_operand(ctx: LowerCtx, cfg: GemmConfig, i: int, k: int, n: int, trans: bool,
                launches: list) -> Operand:
     """B as packed constant panels, an in-place row-major read, or panels packed at run time."""
-    if ctx.const(i) is not None:
+    path = b_path(cfg, const=ctx.const(i) is not None, n=n, row_major=not trans)
+    if path == "constant":
         def fn(w: np.ndarray) -> np.ndarray:
             w2 = np.asarray(w, np.float32)
             return pack_b(w2.T if trans else w2, cfg.nr)
         return Operand(ctx.derived(i, f"packB{cfg.nr}t{int(trans)}", fn), packed=True)
-    if not trans and b_unpacked_ok(cfg, n):
+    if path == "in place":
         return Operand(ctx.buf(i), ld=n)
     dst = ctx.scratch(packed_b_bytes(cfg.nr, k, n, 1))
     launches.append(pack_b_launch(ctx.device, cfg.nr, src=ctx.buf(i), off=0, s1=0, s2=0, s_k=1 if trans else n,
@@ -606,14 +632,14 @@ def _lower_matmul_views(ctx: LowerCtx, perms: list, bias: Optional[Bias] = None,
         return Operand(dst, packed=True), max(round_up(cols, width), width) * rows
 
     # A: MR-row panels packed at run time, or read strided
-    if pack_a_at_run_time(ctx.device, cfg, m, k, sta[-2]):
+    if a_path(ctx.device, cfg, const=False, m=m, k=k, row_pitch=sta[-2]) == "packed":
         a, a_mat = pack(0, cfg.mr, k, m, sta[-1], sta[-2], sa, sta)
         a_st = _batch_strides(tuple(d for d in sa[:-2]), out_batch, a_mat)
     else:
         a = Operand(ctx.buf(0), ld=sta[-2], ld2=sta[-1])
         a_st = bstrides(sa, sta)
     # B: rows in place when they are contiguous, else packed
-    if stb[-1] == 1 and b_unpacked_ok(cfg, n):
+    if b_path(cfg, const=False, n=n, row_major=stb[-1] == 1) == "in place":
         b = Operand(ctx.buf(1), ld=stb[-2])
         b_st = bstrides(sb, stb)
     else:
@@ -662,15 +688,16 @@ def _lower_matmul(ctx: LowerCtx, bias: Optional[Bias] = None, res: Optional[Arg]
     # A broadcast B matrix and a batched A: fold A's batch into M (one big GEMM, no batch loop).
     if int(np.prod(bb, dtype=np.int64)) == 1 and ctx.const(0) is None:
         m, out_batch, nbatch, ba = m * nbatch, (), 1, ()
-    a_const, b_const = ctx.const(0) is not None, ctx.const(1) is not None
+    a_kind = a_path(ctx.device, cfg, const=ctx.const(0) is not None, m=m, k=k, row_pitch=k)
+    b_kind = b_path(cfg, const=ctx.const(1) is not None, n=n)
 
     # A
-    if a_const:
+    if a_kind == "constant":
         mp = max(round_up(m, cfg.mr), cfg.mr)
         a = Operand(ctx.derived(0, f"packA{cfg.mr}mm",
                                 lambda w: pack_a(np.asarray(w).reshape(*ba, m, k), cfg.mr)), packed=True)
         a_mat = mp * k
-    elif pack_a_at_run_time(ctx.device, cfg, m, k, k):
+    elif a_kind == "packed":
         na = int(np.prod(ba, dtype=np.int64))
         a = _pack_a_launch(ctx, cfg, 0, m, k, False, na, launches)
         a_mat = max(round_up(m, cfg.mr), cfg.mr) * k
@@ -678,13 +705,12 @@ def _lower_matmul(ctx: LowerCtx, bias: Optional[Bias] = None, res: Optional[Arg]
         a = Operand(ctx.buf(0), ld=k, ld2=1)
         a_mat = m * k
     # B
-    b_rowmajor = not b_const and b_unpacked_ok(cfg, n)
     np_ = max(round_up(n, cfg.nr), cfg.nr)
-    if b_const:
+    if b_kind == "constant":
         b = Operand(ctx.derived(1, f"packB{cfg.nr}mm",
                                 lambda w: pack_b(np.asarray(w).reshape(*bb, k, n), cfg.nr)), packed=True)
         b_mat = np_ * k
-    elif b_rowmajor:
+    elif b_kind == "in place":
         b = Operand(ctx.buf(1), ld=n)
         b_mat = k * n
     else:
