@@ -47,7 +47,7 @@ class Buf:
     """A tensor's device buffer. `unaligned`: the kernel reads it only with scalar loads or
     vector types of 4-byte alignment (`floatN_u`), so any float-aligned address will do; a graph
     input that only such reads consume may be the caller's own array, bound without a copy on a
-    device that uses host memory in place (DeviceInfo.host_memory, see executor.execute)."""
+    device that uses host memory in place (Target.host_memory, see runtime/binding.py)."""
 
     name: str
     unaligned: bool = False
