@@ -1,7 +1,7 @@
 """The API boundary: statuses from exceptions, and the decorator no exception crosses.
 
-Every ONNXIFI function is wrapped in `_boundary`; `_Fail` is the internal early return
-with a status, `status_of` maps any exception to an ``onnxStatus`` and `_set` stores an
+Every ONNXIFI function is wrapped in `boundary`; `Fail` is the internal early return
+with a status, `status_of` maps any exception to an ``onnxStatus`` and `set_out` stores an
 optional out-parameter.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from .types import Ref
 log = logging.getLogger("onnxifi.api")  # the logger name the API has always used
 
 
-class _Fail(Exception):
+class Fail(Exception):
     """Internal early return with a status."""
 
     def __init__(self, status: int, message: str = "") -> None:
@@ -31,14 +31,14 @@ def status_of(exc: BaseException) -> int:
     return onnxifi_status_of(exc)
 
 
-def _boundary(fn: Callable[..., int]) -> Callable[..., int]:
+def boundary(fn: Callable[..., int]) -> Callable[..., int]:
     """Turn every exception into a status; nothing crosses the API boundary."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> int:
         try:
             return int(fn(*args, **kwargs))
-        except _Fail as f:
+        except Fail as f:
             if f.args and f.args[0]:  # the caller's mistake: its status says it all
                 log.info("%s: %s: %s", fn.__name__, C.status_name(f.status), f.args[0])
             return f.status
@@ -53,6 +53,6 @@ def _boundary(fn: Callable[..., int]) -> Callable[..., int]:
     return wrapper
 
 
-def _set(ref: Optional[Ref], value: Any) -> None:
+def set_out(ref: Optional[Ref], value: Any) -> None:
     if ref is not None:
         ref.value = value

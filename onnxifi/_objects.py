@@ -1,7 +1,7 @@
 """The objects behind ONNXIFI handles: backend IDs, backends, runs, events and graphs.
 
 They live in one module that `backends`, `events` and `graphs` all import, so none of
-those imports another's classes; `_release_graph` is here because releasing a backend
+those imports another's classes; `release_graph` is here because releasing a backend
 releases the graphs its caller left behind.
 """
 from __future__ import annotations
@@ -17,15 +17,15 @@ from .types import TraceEvent, TraceEventList
 
 
 # --- objects behind the handles ----------------------------------------------------------------
-class _BackendID:
+class BackendID:
     def __init__(self, platform: Any, device: Any) -> None:
         self.platform, self.device = platform, device
         self.refs = 0
         self.handle = 0
 
 
-class _Backend:
-    def __init__(self, bid: _BackendID, device: Any, log_level: int, optimization: int) -> None:
+class Backend:
+    def __init__(self, bid: BackendID, device: Any, log_level: int, optimization: int) -> None:
         self.bid, self.device = bid, device
         self.context = device.context
         self.queue = device.make_queue() if hasattr(device, "make_queue") else device.queue
@@ -36,10 +36,10 @@ class _Backend:
         self.handle = 0
 
 
-class _Run:
+class Run:
     """One onnxRunGraph in flight: the engine's run handle and its outcome."""
 
-    def __init__(self, graph: "_Graph", run: Any, gate: Optional["_Event"], done_event: Any = None,
+    def __init__(self, graph: "Graph", run: Any, gate: Optional["Event"], done_event: Any = None,
                  keepalive: Optional[list] = None) -> None:
         self.graph, self.run, self.gate = graph, run, gate
         # The event after which every output is in the caller's memory (read-backs included), and
@@ -107,8 +107,8 @@ class _Run:
         return events
 
 
-class _Event:
-    def __init__(self, backend: _Backend, run: Optional[_Run] = None) -> None:
+class Event:
+    def __init__(self, backend: Backend, run: Optional[Run] = None) -> None:
         self.backend, self.run = backend, run
         self.signalled = threading.Event()
         self.cl_event: Any = None
@@ -141,23 +141,23 @@ class _Event:
         return True
 
 
-class _IOSpec:
+class IOSpec:
     def __init__(self, name: str, elem_type: int, shape: Optional[tuple]) -> None:
         self.name, self.elem_type, self.shape = name, elem_type, shape
 
 
-class _Graph:
-    def __init__(self, backend: _Backend, session: Any, inputs: dict, outputs: dict) -> None:
+class Graph:
+    def __init__(self, backend: Backend, session: Any, inputs: dict, outputs: dict) -> None:
         self.backend, self.session = backend, session
-        self.inputs: dict[str, _IOSpec] = inputs
-        self.outputs: dict[str, _IOSpec] = outputs
+        self.inputs: dict[str, IOSpec] = inputs
+        self.outputs: dict[str, IOSpec] = outputs
         self.io: Optional[tuple[dict, dict]] = None
-        self.runs: list[_Run] = []
+        self.runs: list[Run] = []
         self.lock = threading.RLock()
         self.handle = 0
 
 
-def _release_graph(handle: int) -> bool:
+def release_graph(handle: int) -> bool:
     g = REGISTRY.remove(KIND_GRAPH, handle)
     if g is None:
         return False

@@ -26,22 +26,22 @@ from __future__ import annotations
 
 # The functions live in modules named after what they own; this module re-exports them so
 # that ``onnxifi.api.<name>`` keeps working:
-#   _boundary  _Fail, status_of, the `_boundary` decorator, _set
-#   _objects   the objects behind the handles (_BackendID, _Backend, _Run, _Event, _IOSpec, _Graph)
+#   _boundary  Fail, status_of, the `boundary` decorator, set_out
+#   _objects   the objects behind the handles (BackendID, Backend, Run, Event, IOSpec, Graph)
 #   backends   backend IDs, backend info, compatibility, init/release backend
 #   events     events and fences' events
 #   graphs     tensor descriptors, graphs, set IO, runs, extensions, release graph
-from ._boundary import _boundary, _Fail, _set, log, status_of  # noqa: F401
-from ._objects import _Backend, _BackendID, _Event, _Graph, _IOSpec, _release_graph, _Run  # noqa: F401
-from .backends import (EXTENSION_FUNCTIONS, EXTENSIONS, _backend_ids, _enumerate_devices,  # noqa: F401
-                       _get_backend, _get_id, _parse_properties, backend_context, backend_info_value,
-                       onnxGetBackendCompatibility, onnxGetBackendIDs, onnxGetBackendInfo, onnxInitBackend,
-                       onnxReleaseBackend, onnxReleaseBackendID)
-from .events import (_get_event, _register_event, onnxGetEventState, onnxInitEvent,  # noqa: F401
-                     onnxReleaseEvent, onnxSignalEvent, onnxWaitEvent, onnxWaitEventFor)
-from .graphs import (_EXTENSIONS, _get_graph, _start_run, onnxGetExtensionFunctionAddress,  # noqa: F401
-                     onnxInitGraph, onnxReleaseGraph, onnxReleaseTraceEvents, onnxRunGraph, onnxSetGraphIO,
-                     onnxSetIOAndRunGraph)
+from ._boundary import Fail, boundary, log, set_out, status_of  # noqa: F401
+from ._objects import Backend, BackendID, Event, Graph, IOSpec, Run, release_graph  # noqa: F401
+from .backends import (EXTENSION_FUNCTIONS, EXTENSIONS, backend_context, backend_ids,  # noqa: F401
+                       backend_info_value, enumerate_devices, get_backend, get_id, onnxGetBackendCompatibility,
+                       onnxGetBackendIDs, onnxGetBackendInfo, onnxInitBackend, onnxReleaseBackend,
+                       onnxReleaseBackendID, parse_properties)
+from .events import (get_event, onnxGetEventState, onnxInitEvent, onnxReleaseEvent,  # noqa: F401
+                     onnxSignalEvent, onnxWaitEvent, onnxWaitEventFor, register_event)
+from .graphs import (EXTENSION_TABLE, get_graph, onnxGetExtensionFunctionAddress, onnxInitGraph,  # noqa: F401
+                     onnxReleaseGraph, onnxReleaseTraceEvents, onnxRunGraph, onnxSetGraphIO, onnxSetIOAndRunGraph,
+                     start_run)
 
 CORE_FUNCTIONS = ("onnxGetBackendIDs", "onnxReleaseBackendID", "onnxGetBackendInfo", "onnxGetBackendCompatibility",
                   "onnxInitBackend", "onnxReleaseBackend", "onnxInitEvent", "onnxSignalEvent",

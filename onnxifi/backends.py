@@ -6,8 +6,8 @@ import threading
 from typing import Any, Callable, Optional, Sequence
 
 from . import constants as C
-from ._boundary import _boundary, _Fail, _set, log
-from ._objects import _Backend, _BackendID, _release_graph
+from ._boundary import Fail, boundary, log, set_out
+from ._objects import Backend, BackendID, release_graph
 from ._registry import KIND_BACKEND, KIND_BACKEND_ID, KIND_EVENT, REGISTRY
 from .types import Ref
 
@@ -25,10 +25,10 @@ _UINT64_MAX = (1 << 64) - 1
 
 # --- backend IDs ---------------------------------------------------------------------------------
 _ids_lock = threading.Lock()
-_ids_by_device: dict[tuple, _BackendID] = {}
+_ids_by_device: dict[tuple, BackendID] = {}
 
 
-def _enumerate_devices() -> list:
+def enumerate_devices() -> list:
     """(platform, device) pairs: every OpenCL device, or only the one CLGLOW_DEVICE selects."""
     from clglow import config
     from clglow.runtime import selection
@@ -44,32 +44,32 @@ def _enumerate_devices() -> list:
     return [(p, d) for p, devs in plats for d in devs]
 
 
-def _backend_ids() -> list[_BackendID]:
+def backend_ids() -> list[BackendID]:
     with _ids_lock:
         ids = []
-        for p, d in _enumerate_devices():
+        for p, d in enumerate_devices():
             key = (p.int_ptr, d.int_ptr)
             bid = _ids_by_device.get(key)
             if bid is None:
-                bid = _ids_by_device[key] = _BackendID(p, d)
+                bid = _ids_by_device[key] = BackendID(p, d)
                 bid.handle = REGISTRY.new_handle(KIND_BACKEND_ID)
             ids.append(bid)
         return ids
 
 
-def _get_id(handle: Any) -> _BackendID:
+def get_id(handle: Any) -> BackendID:
     bid = REGISTRY.get(KIND_BACKEND_ID, handle)
     if bid is None:
-        raise _Fail(C.ONNXIFI_STATUS_INVALID_ID, f"not a live backend ID: {handle!r}")
+        raise Fail(C.ONNXIFI_STATUS_INVALID_ID, f"not a live backend ID: {handle!r}")
     return bid
 
 
-@_boundary
+@boundary
 def onnxGetBackendIDs(backendIDs: Optional[list], numBackends: Optional[Ref]) -> int:
     """Store one backend ID per OpenCL device; FALLBACK with the count when the list is None or short."""
     if numBackends is None:
         return C.ONNXIFI_STATUS_INVALID_POINTER
-    ids = _backend_ids()
+    ids = backend_ids()
     capacity = int(numBackends.value or 0)
     numBackends.value = len(ids)
     if backendIDs is None or capacity < len(ids):
@@ -82,11 +82,11 @@ def onnxGetBackendIDs(backendIDs: Optional[list], numBackends: Optional[Ref]) ->
     return C.ONNXIFI_STATUS_SUCCESS
 
 
-@_boundary
+@boundary
 def onnxReleaseBackendID(backendID: Any) -> int:
     """Release one reference to a backend ID returned by onnxGetBackendIDs."""
     with _ids_lock:
-        bid = _get_id(backendID)
+        bid = get_id(backendID)
         bid.refs -= 1
         if bid.refs <= 0:
             bid.refs = 0
@@ -105,8 +105,8 @@ def _macs(device: Any, fp16: bool) -> int:
     return int(device.max_compute_units) * int(device.max_clock_frequency) * 1_000_000 * lanes
 
 
-def backend_info_value(bid: _BackendID, infoType: int) -> bytes:
-    """The raw bytes of one info value (strings NUL-terminated); raises _Fail for unknown keys."""
+def backend_info_value(bid: BackendID, infoType: int) -> bytes:
+    """The raw bytes of one info value (strings NUL-terminated); raises Fail for unknown keys."""
     import pyopencl as cl
 
     import clglow
@@ -145,14 +145,14 @@ def backend_info_value(bid: _BackendID, infoType: int) -> bytes:
     }
     fn = values.get(int(infoType))
     if fn is None:
-        raise _Fail(C.ONNXIFI_STATUS_UNSUPPORTED_ATTRIBUTE, f"unknown info type {infoType}")
+        raise Fail(C.ONNXIFI_STATUS_UNSUPPORTED_ATTRIBUTE, f"unknown info type {infoType}")
     return fn()
 
 
-@_boundary
+@boundary
 def onnxGetBackendInfo(backendID: Any, infoType: int, infoValue: Any, infoValueSize: Optional[Ref]) -> int:
     """Write one info value into the writable buffer `infoValue`; FALLBACK + size when it is None or short."""
-    bid = _get_id(backendID)
+    bid = get_id(backendID)
     if infoValueSize is None:
         return C.ONNXIFI_STATUS_INVALID_POINTER
     value = backend_info_value(bid, infoType)
@@ -167,12 +167,12 @@ def onnxGetBackendInfo(backendID: Any, infoType: int, infoValue: Any, infoValueS
     return C.ONNXIFI_STATUS_SUCCESS
 
 
-@_boundary
+@boundary
 def onnxGetBackendCompatibility(backendID: Any, onnxModelSize: int, onnxModel: Any) -> int:
     """Judge a serialized ModelProto node by node without importing it (see ``onnxifi.compat``)."""
     from .compat import judge_bytes
 
-    _get_id(backendID)
+    get_id(backendID)
     if onnxModel is None:
         return C.ONNXIFI_STATUS_INVALID_POINTER
     if not onnxModelSize:
@@ -185,7 +185,7 @@ def onnxGetBackendCompatibility(backendID: Any, onnxModelSize: int, onnxModel: A
 
 
 # --- backends ------------------------------------------------------------------------------------
-def _parse_properties(props: Optional[Sequence[int]], allowed: dict[int, Callable[[int], bool]],
+def parse_properties(props: Optional[Sequence[int]], allowed: dict[int, Callable[[int], bool]],
                       what: str) -> dict[int, int]:
     """Key/value pairs up to the terminating 0; unknown key -> UNSUPPORTED_PROPERTY, bad value -> INVALID_PROPERTY."""
     out: dict[int, int] = {}
@@ -196,29 +196,29 @@ def _parse_properties(props: Optional[Sequence[int]], allowed: dict[int, Callabl
     while i < len(seq) and int(seq[i]) != 0:
         key = int(seq[i])
         if key not in allowed:
-            raise _Fail(C.ONNXIFI_STATUS_UNSUPPORTED_PROPERTY, f"unknown {what} property {key}")
+            raise Fail(C.ONNXIFI_STATUS_UNSUPPORTED_PROPERTY, f"unknown {what} property {key}")
         if i + 1 >= len(seq):
-            raise _Fail(C.ONNXIFI_STATUS_INVALID_PROPERTY, f"{what} property {key} has no value")
+            raise Fail(C.ONNXIFI_STATUS_INVALID_PROPERTY, f"{what} property {key} has no value")
         value = int(seq[i + 1])
         if not allowed[key](value):
-            raise _Fail(C.ONNXIFI_STATUS_INVALID_PROPERTY, f"bad value {value} for {what} property {key}")
+            raise Fail(C.ONNXIFI_STATUS_INVALID_PROPERTY, f"bad value {value} for {what} property {key}")
         out[key] = value
         i += 2
     return out
 
 
-@_boundary
+@boundary
 def onnxInitBackend(backendID: Any, auxPropertiesList: Optional[Sequence[int]], backend: Optional[Ref]) -> int:
     """Create a backend on the ID's device; OPENCL_CONTEXT shares the caller's cl_context."""
     import pyopencl as cl
 
     from clglow.runtime.device import Device
 
-    _set(backend, None)
-    bid = _get_id(backendID)
+    set_out(backend, None)
+    bid = get_id(backendID)
     if backend is None:
         return C.ONNXIFI_STATUS_INVALID_POINTER
-    props = _parse_properties(auxPropertiesList, {
+    props = parse_properties(auxPropertiesList, {
         C.ONNXIFI_BACKEND_PROPERTY_LOG_LEVEL: lambda v: v in _LOG_LEVELS,
         C.ONNXIFI_BACKEND_PROPERTY_OPTIMIZATION: lambda v: v in _OPTIMIZATIONS,
         C.ONNXIFI_BACKEND_OPENCL_CONTEXT: lambda v: v != 0,
@@ -232,25 +232,25 @@ def onnxInitBackend(backendID: Any, auxPropertiesList: Optional[Sequence[int]], 
     if ctx_ptr is not None:
         ctx = ctx_ptr if isinstance(ctx_ptr, cl.Context) else cl.Context.from_int_ptr(int(ctx_ptr), retain=True)
         if bid.device.int_ptr not in [d.int_ptr for d in ctx.devices]:
-            raise _Fail(C.ONNXIFI_STATUS_INVALID_PROPERTY, "the OpenCL context does not hold the backend's device")
+            raise Fail(C.ONNXIFI_STATUS_INVALID_PROPERTY, "the OpenCL context does not hold the backend's device")
     else:
         ctx = cl.Context([bid.device])
     device = Device.from_context(ctx, bid.device)
-    b = _Backend(bid, device, log_level, optimization)
+    b = Backend(bid, device, log_level, optimization)
     b.handle = REGISTRY.add(KIND_BACKEND, b)
     backend.value = b.handle
     log.info("backend %#x on %s (optimization %d)", b.handle, bid.device.name.strip(), optimization)
     return C.ONNXIFI_STATUS_SUCCESS
 
 
-def _get_backend(handle: Any) -> _Backend:
+def get_backend(handle: Any) -> Backend:
     b = REGISTRY.get(KIND_BACKEND, handle)
     if b is None:
-        raise _Fail(C.ONNXIFI_STATUS_INVALID_BACKEND, f"not a live backend: {handle!r}")
+        raise Fail(C.ONNXIFI_STATUS_INVALID_BACKEND, f"not a live backend: {handle!r}")
     return b
 
 
-@_boundary
+@boundary
 def onnxReleaseBackend(backend: Any) -> int:
     """Release a backend; graphs and events the caller left behind are released with it."""
     b = REGISTRY.remove(KIND_BACKEND, backend)
@@ -258,7 +258,7 @@ def onnxReleaseBackend(backend: Any) -> int:
         return C.ONNXIFI_STATUS_INVALID_BACKEND
     for gh in list(b.graphs):
         log.warning("onnxReleaseBackend: releasing graph %#x the caller left behind", gh)
-        _release_graph(gh)
+        release_graph(gh)
     for eh in list(b.events):
         REGISTRY.remove(KIND_EVENT, eh)
     b.events.clear()

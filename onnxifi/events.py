@@ -4,46 +4,46 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from . import constants as C
-from ._boundary import _boundary, _Fail, _set, log
-from ._objects import _Event
+from ._boundary import Fail, boundary, log, set_out
+from ._objects import Event
 from ._registry import KIND_EVENT, REGISTRY
-from .backends import _get_backend
+from .backends import get_backend
 from .types import Ref
 
 
-def _get_event(handle: Any) -> _Event:
+def get_event(handle: Any) -> Event:
     ev = REGISTRY.get(KIND_EVENT, handle)
     if ev is None:
-        raise _Fail(C.ONNXIFI_STATUS_INVALID_EVENT, f"not a live event: {handle!r}")
+        raise Fail(C.ONNXIFI_STATUS_INVALID_EVENT, f"not a live event: {handle!r}")
     return ev
 
 
-def _register_event(ev: _Event) -> int:
+def register_event(ev: Event) -> int:
     ev.handle = REGISTRY.add(KIND_EVENT, ev)
     with ev.backend.lock:
         ev.backend.events.add(ev.handle)
     return ev.handle
 
 
-@_boundary
+@boundary
 def onnxInitEvent(backend: Any, event: Optional[Ref]) -> int:
     """Create a non-signalled event backed by an OpenCL user event of the backend's context."""
-    _set(event, None)
-    b = _get_backend(backend)
+    set_out(event, None)
+    b = get_backend(backend)
     if event is None:
         return C.ONNXIFI_STATUS_INVALID_POINTER
-    event.value = _register_event(_Event(b))
+    event.value = register_event(Event(b))
     return C.ONNXIFI_STATUS_SUCCESS
 
 
-@_boundary
+@boundary
 def onnxSignalEvent(event: Any) -> int:
     """Signal an event made by onnxInitEvent (completes its OpenCL user event)."""
     import pyopencl as cl
 
-    ev = _get_event(event)
+    ev = get_event(event)
     if ev.run is not None:
-        raise _Fail(C.ONNXIFI_STATUS_INVALID_STATE, "an output event is signalled by its run, not the caller")
+        raise Fail(C.ONNXIFI_STATUS_INVALID_STATE, "an output event is signalled by its run, not the caller")
     with ev.backend.lock:
         if ev.signalled.is_set():
             return C.ONNXIFI_STATUS_INVALID_STATE
@@ -52,11 +52,11 @@ def onnxSignalEvent(event: Any) -> int:
     return C.ONNXIFI_STATUS_SUCCESS
 
 
-@_boundary
+@boundary
 def onnxGetEventState(event: Any, state: Optional[Ref]) -> int:
     """Store SIGNALLED or NONSIGNALLED without blocking."""
-    _set(state, C.ONNXIFI_EVENT_STATE_INVALID)
-    ev = _get_event(event)
+    set_out(state, C.ONNXIFI_EVENT_STATE_INVALID)
+    ev = get_event(event)
     if state is None:
         return C.ONNXIFI_STATUS_INVALID_POINTER
     state.value = (C.ONNXIFI_EVENT_STATE_SIGNALLED if ev.is_signalled()
@@ -64,17 +64,17 @@ def onnxGetEventState(event: Any, state: Optional[Ref]) -> int:
     return C.ONNXIFI_STATUS_SUCCESS
 
 
-@_boundary
+@boundary
 def onnxWaitEvent(event: Any) -> int:
     """Block until the event is signalled; for a failed run, return the run's status."""
-    ev = _get_event(event)
+    ev = get_event(event)
     ev.wait()
     if ev.run is not None and ev.run.status != C.ONNXIFI_STATUS_SUCCESS:
-        raise _Fail(ev.run.status, ev.run.message)
+        raise Fail(ev.run.status, ev.run.message)
     return C.ONNXIFI_STATUS_SUCCESS
 
 
-@_boundary
+@boundary
 def onnxWaitEventFor(event: Any, timeoutMs: int, eventState: Optional[Ref], eventStatus: Optional[Ref],
                      message: Any = None, messageLength: Optional[Ref] = None) -> int:
     """Extension: wait up to `timeoutMs` (0 = forever); report state, the run's status and message.
@@ -83,8 +83,8 @@ def onnxWaitEventFor(event: Any, timeoutMs: int, eventState: Optional[Ref], even
     NUL-terminated (truncated to fit) and ``messageLength.value`` becomes its full size
     including the NUL.
     """
-    _set(eventState, C.ONNXIFI_EVENT_STATE_INVALID)
-    ev = _get_event(event)
+    set_out(eventState, C.ONNXIFI_EVENT_STATE_INVALID)
+    ev = get_event(event)
     if eventState is None or eventStatus is None:
         return C.ONNXIFI_STATUS_INVALID_POINTER
     done = ev.wait(None if not timeoutMs else int(timeoutMs) / 1000.0)
@@ -105,7 +105,7 @@ def onnxWaitEventFor(event: Any, timeoutMs: int, eventState: Optional[Ref], even
     return C.ONNXIFI_STATUS_SUCCESS
 
 
-@_boundary
+@boundary
 def onnxReleaseEvent(event: Any) -> int:
     """Release an event made by onnxInitEvent or onnxRunGraph."""
     ev = REGISTRY.remove(KIND_EVENT, event)

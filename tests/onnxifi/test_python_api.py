@@ -82,7 +82,7 @@ def _probe(op: str, inputs=("x",), attrs=None, elem=None, opset=13) -> bytes:
 def test_backend_ids_size_query():
     from onnxifi import api
 
-    held_elsewhere = {b.handle: b.refs for b in api._backend_ids()}  # e.g. by the `bid` fixture
+    held_elsewhere = {b.handle: b.refs for b in api.backend_ids()}  # e.g. by the `bid` fixture
     n = o.Ref(0)
     assert o.onnxGetBackendIDs(None, n) == o.ONNXIFI_STATUS_FALLBACK and n.value >= 1
     short = o.Ref(n.value - 1)
