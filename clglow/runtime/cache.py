@@ -42,6 +42,7 @@ import pyopencl as cl
 from .. import config
 from .._version import __version__
 from ..errors import CompileError
+from .build_output import program_log, quiet_build
 
 log = logging.getLogger(__name__)
 
@@ -161,15 +162,10 @@ def _device_label(device: cl.Device) -> str:
 
 
 def _build_log(prg: Optional[cl.Program], device: cl.Device, err: Exception) -> str:
-    """The build log from the program when reachable, else pyopencl's message (which embeds it)."""
-    if prg is not None:
-        try:
-            text = prg.get_build_info(device, cl.program_build_info.LOG)
-            if text and text.strip():
-                return str(text)
-        except Exception:  # noqa: BLE001 - best effort; fall back to the message
-            pass
-    return str(err)
+    """The whole build log from the program when reachable, else pyopencl's message (which
+    embeds it)."""
+    text = program_log(prg, device) if prg is not None else ""
+    return text or str(err)
 
 
 def _kernel_count(prg: cl.Program) -> int:
@@ -307,8 +303,9 @@ class ProgramCache:
             return self._reject(path, name, "corrupt or truncated file")
         t0 = time.perf_counter()
         try:
-            prg = cl.Program(self.context, [self.device], [binary]).build(
-                options=list(all_options), devices=[self.device])
+            with quiet_build():
+                prg = cl.Program(self.context, [self.device], [binary]).build(
+                    options=list(all_options), devices=[self.device])
         except Exception as e:  # noqa: BLE001 - any unloadable binary is rebuilt, never fatal
             return self._reject(path, name, f"binary did not load: {str(e).splitlines()[0]}")
         if _kernel_count(prg) == 0:
@@ -352,7 +349,8 @@ class ProgramCache:
         all_options = list(options + build_options)
         try:
             # cache_dir=False: pyopencl writes no binary cache of its own (we are the cache).
-            prg = prg.build(options=all_options, devices=[self.device], cache_dir=False)
+            with quiet_build():  # the driver's output goes to logging, not the terminal
+                prg = prg.build(options=all_options, devices=[self.device], cache_dir=False)
         except cl.Error as e:
             # On the path pyopencl takes for pocl the program object exists and holds the log;
             # on the other path the log is only in the message.
@@ -362,6 +360,9 @@ class ProgramCache:
         self._count("source_builds")
         log.info("built OpenCL program %s %s for %s in %.2f s", name, " ".join(options),
                  self.device.name.strip(), time.perf_counter() - t0)
+        text = program_log(prg, self.device)
+        if text:
+            log.debug("build log of %s %s on %s:\n%s", name, " ".join(options), _device_label(self.device), text)
         return prg
 
     def _store(self, path: Path, prg: cl.Program) -> None:

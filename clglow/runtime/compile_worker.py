@@ -82,6 +82,9 @@ class _Worker:
     def __init__(self, device_index: str, on_exit):
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        pocl_dir = driver_cache.pocl_cache_dir()
+        if pocl_dir is not None:  # the folder this process's driver uses, even if it chose it
+            env["POCL_CACHE_DIR"] = str(pocl_dir)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "clglow.runtime.compile_worker", "--device", device_index],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,

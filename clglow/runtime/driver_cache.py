@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from .. import config
+from .build_output import report_leftovers
 from .cache import atomic_write, default_cache_dir, prepared_dir
 
 log = logging.getLogger(__name__)
@@ -236,11 +237,13 @@ def check(root: Path) -> Report:
         else:
             damaged.add(_program_of(rel))
     for prog in sorted(damaged):
-        log.warning("driver kernel cache: dropping %s (a damaged or truncated file); it will be built again",
-                    root / prog)
+        log.debug("driver kernel cache: dropping %s (a damaged or truncated file)", root / prog)
         shutil.rmtree(root / prog, ignore_errors=True)
         report.dropped.append(prog)
-        good = {k: v for k, v in good.items() if _program_of(k) != prog}
+    if damaged:
+        log.warning("driver kernel cache %s: %d program(s) with a damaged or truncated file dropped; "
+                    "they will be built again", root, len(damaged))
+        good = {k: v for k, v in good.items() if _program_of(k) not in damaged}
     if good != known:
         try:
             atomic_write(root / MANIFEST, json.dumps({"version": _VERSION, "files": good}).encode())
@@ -286,6 +289,8 @@ def prepare(check_cache: bool = True) -> Optional[Path]:
         if _done:
             return _driver_dir
         _done = True
+        if check_cache:
+            report_leftovers()  # what a clglow process that crashed in a build left unsaid
         if not os.environ.get("POCL_CACHE_DIR") and config.cache_enabled() and not _driver_loaded():
             os.environ["POCL_CACHE_DIR"] = str(default_cache_dir() / "pocl")
         root = pocl_cache_dir()

@@ -34,6 +34,7 @@ import pyopencl as cl
 from ..errors import NoDevice
 from ..target import device_type, has_fp64
 from . import driver_cache
+from .build_output import quiet_build
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +206,8 @@ def probe_context(ctx: cl.Context, device: cl.Device) -> Optional[str]:
     anything ("unknown target CPU 'generic'"); the default choice must skip it.
     """
     try:
-        cl.Program(ctx, _PROBE_SOURCE).build(devices=[device], cache_dir=False)
+        with quiet_build():
+            cl.Program(ctx, _PROBE_SOURCE).build(devices=[device], cache_dir=False)
         return None
     except cl.Error as e:
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
