@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import pyopencl as cl
 
-from ..errors import DeviceError, InvalidModel, OutOfDeviceMemory
+from ..errors import ONNXIFI_STATUS_NO_DEVICE_MEMORY, OPENCL_STATUS, DeviceError, InvalidModel, OutOfDeviceMemory
 from ..ir import Graph
 from ..lower.base import Buf, ConstBuf, Scratch
 from ..target import Target
@@ -46,8 +46,7 @@ def cl_error(what: str, e: cl.Error) -> DeviceError:
     code = getattr(e, "code", None)
     name = getattr(e, "routine", "") or ""
     status = _status_name(code)
-    if status in ("MEM_OBJECT_ALLOCATION_FAILURE", "OUT_OF_RESOURCES", "OUT_OF_HOST_MEMORY",
-                  "INVALID_BUFFER_SIZE"):
+    if OPENCL_STATUS.get(status or "") == ONNXIFI_STATUS_NO_DEVICE_MEMORY:  # the one memory rule (errors.py)
         return OutOfDeviceMemory(f"{what} failed: {e}", status)
     return DeviceError(f"{what} failed ({name}): {e}", status)
 
