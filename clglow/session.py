@@ -28,6 +28,7 @@ from .frontend.onnx_model import ModelLike, import_model, load_model
 from .ir import Graph
 from .partition import Placement, format_placement, place
 from .passes.pipeline import optimize
+from .runtime.binding import HostStep
 from .runtime.engine import Engine
 from .target import FAMILIES
 
@@ -332,7 +333,7 @@ class InferenceSession:
         out_names = self._select_outputs(list(outputs))
         plan = self._engine.plan(types, host_feeds)
         self._last_plan = plan
-        direct = plan.stop is None and not any(type(s).__name__ == "HostStep" for s in plan.steps) \
+        direct = plan.stop is None and not any(isinstance(s, HostStep) for s in plan.steps) \
             and not plan.host_inputs
         queue = self._engine.queue
         if direct:
