@@ -14,6 +14,10 @@ program's binary makes it generate machine code for a work-group size nobody lau
 3 s per GEMM variant on a 2-core CPU (measured: ResNet-50 cold start 28 s with our binaries,
 11 s without), while its own cache already makes a second process build nothing.
 
+The driver's own cache is checked before the driver loads (runtime.driver_cache: a damaged
+file there would crash pocl); what the driver prints while it builds goes to logging
+(runtime.build_output), and a CompileError carries the whole build log.
+
 Disk layout: ``<cache dir>/programs/<key>.clbin``, written atomically (temp file
 + ``os.replace``); each file is ``MAGIC + sha256(binary) + binary``, so a torn
 or corrupt file is detected, ignored and rebuilt, never fatal.

@@ -193,19 +193,29 @@ def _load_manifest(root: Path) -> Dict[str, List[int]]:
 
 
 def _listing(root: Path) -> Dict[str, Tuple[int, int]]:
-    """relative path -> (size, mtime in ns) of every file under a program folder (XX/<hash>/...)."""
+    """relative path -> (size, mtime in ns) of every compiled file (``.bc``, ``.so``, ``.o``) under
+    a program folder (XX/<hash>/...); the top level holds pocl's temporary files and our manifest,
+    and pocl touches other files (``last_accessed``) at every use."""
     out: Dict[str, Tuple[int, int]] = {}
-    for dirpath, _dirs, files in os.walk(root):
-        rel_dir = os.path.relpath(dirpath, root)
-        if rel_dir == ".":
-            continue  # the top level holds pocl's temporary files and our manifest
-        for name in files:
-            rel = os.path.join(rel_dir, name)
+    stack = []
+    with os.scandir(root) as top:
+        stack.extend((e.path, e.name) for e in top if e.is_dir(follow_symlinks=False))
+    while stack:
+        path, rel = stack.pop()
+        try:
+            entries = list(os.scandir(path))
+        except OSError:
+            continue
+        for e in entries:
+            name = rel + os.sep + e.name
             try:
-                st = os.stat(os.path.join(dirpath, name))
+                if e.is_dir(follow_symlinks=False):
+                    stack.append((e.path, name))
+                elif e.name.endswith(_CHECKED_SUFFIXES):
+                    st = e.stat(follow_symlinks=False)
+                    out[name] = (st.st_size, st.st_mtime_ns)
             except OSError:
                 continue
-            out[rel] = (st.st_size, st.st_mtime_ns)
     return out
 
 

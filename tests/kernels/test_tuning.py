@@ -81,3 +81,66 @@ def _check_tiles(info, which):
     check(helper.make_node("MatMul", ["a", "b"], ["y"]), {"a": r(100, 70), "b": r(70, 90)}, device=info)
     check(helper.make_node("Gemm", ["a", "b", "c"], ["y"], transB=1), {"a": r(3, 50)},
           {"b": r(33, 50), "c": r(33)}, device=info)
+
+
+# --- per target family ------------------------------------------------------------------------
+@pytest.fixture
+def fresh_device(device):
+    """A Device of its own on the same OpenCL device (its own tuning state and program cache)."""
+    from clglow.runtime.device import Device
+
+    return Device(device.context, device.cl_device)
+
+
+def test_candidates_follow_the_family(fresh_device):
+    cpu, gpu = fresh_device.target("cpu"), fresh_device.target("gpu")
+    assert tuning.candidates(cpu) != tuning.candidates(gpu)
+    assert all(ls == (1, 1, 1) for *_, ls in tuning.candidates(cpu))  # one work-item per group
+    assert all(ls[0] * ls[1] > 1 for *_, ls in tuning.candidates(gpu))  # work-group tiles
+    for *_, ls in tuning.candidates(gpu):
+        assert ls[0] * ls[1] * ls[2] <= gpu.max_work_group_size
+
+
+def test_each_family_is_tuned_and_stored_apart(fresh_device, tmp_path, monkeypatch):
+    """The GPU family tuned on this device leaves the device's own family alone; each family
+    has its own file (the key names the family) and is read back by a new Device."""
+    from clglow.runtime.device import Device
+
+    monkeypatch.setenv("CLGLOW_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("CLGLOW_TUNE", raising=False)
+    own = fresh_device.info.family
+    other = "gpu" if own == "cpu" else "cpu"
+    res = tuning.tune_gemm(fresh_device, family=other)
+    assert res.source == "measured" and res.choice in tuning.candidates(fresh_device.target(other))
+    assert fresh_device.target(other).gemm_tiles == res.choice and fresh_device.target(other).family == other
+    assert fresh_device.info.gemm_tiles is None and fresh_device.target().family == own
+    (first,) = (tmp_path / "tuning").glob("*.json")
+    tuning.tune_gemm(fresh_device)  # the own family: a second file
+    assert len(list((tmp_path / "tuning").glob("*.json"))) == 2
+    again = Device(fresh_device.context, fresh_device.cl_device)
+    again.ensure_tuned(other)
+    assert again.target(other).gemm_tiles == res.choice  # from disk
+    assert tuning.tune_gemm(again, family=other).source == "disk"
+    assert first.exists()
+
+
+def test_ensure_tuned_once_per_family(fresh_device, monkeypatch):
+    calls = []
+    monkeypatch.setattr(tuning, "tune_gemm", lambda dev, family=None, enabled=None, force=False:
+                        calls.append(family))
+    monkeypatch.setenv("CLGLOW_TUNE", "1")
+    for _ in range(3):
+        fresh_device.ensure_tuned()
+        fresh_device.ensure_tuned("gpu")
+        fresh_device.ensure_tuned("cpu")
+    assert sorted(calls) == ["cpu", "gpu"]
+    fresh_device.ensure_tuned("gpu", False)  # measuring off: nothing (the defaults apply)
+    assert len(calls) == 2
+
+
+def test_gpu_family_candidates_are_correct(fresh_device):
+    """Whatever the tuner picks for the GPU family (work-group tiles, CLGLOW_TARGET=gpu on any
+    device), convolutions and matrix products match the reference."""
+    gpu = fresh_device.target("gpu")
+    for which, tiles in enumerate(tuning.candidates(gpu)):
+        _check_tiles(dataclasses.replace(gpu, gemm_tiles=tiles), 10 + which)
