@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 
 from .base import Launch, LowerCtx, device_op, f32, i32
-from .common import STORAGE_CL, STORAGE_NP, check_int32_sizes, work_size
+from .common import STORAGE_CL, STORAGE_NP, attr_str, check_int32_sizes, work_size
 from .movement import copy_launches, supports_movable
 
 NARROW = {"float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
@@ -116,7 +116,7 @@ def lower_narrow_cast(ctx: LowerCtx) -> list:
                        ctx.label())]
     sat = bool(int(ctx.attr("saturate", 1)))
     rm = ctx.attr("round_mode", "up")
-    rm = rm.decode() if isinstance(rm, bytes) else rm
+    rm = attr_str(rm)
     table = _table(src.name, dst.name, sat, rm)
     cb = ctx.const_buffer(table, key=f"castlut:{src.name}:{dst.name}:{sat}:{rm}")
     kernel = {1: "lut8", 2: "lut16", 4: "lut32"}[src.itemsize]

@@ -123,8 +123,8 @@ def _products_gemm(ctx: LowerCtx, C: int, M: int, group: int, ksz: int, isz: int
     else:
         per = packed_b_bytes(cfg.nr, cg, isz, 1) // 4
         dst = ctx.scratch(4 * per * n_img * group)
-        launches.append(pack_b_launch(ctx.device, cfg.nr, src=ctx.buf(0), off=0, s1=C * isz, s2=cg * isz, s_k=isz, s_n=1,
-                                      k=cg, n=isz, batch=n_img * group, d2=group, dst=dst, label=ctx.label()))
+        launches.append(pack_b_launch(ctx.device, cfg.nr, src=ctx.buf(0), off=0, s1=C * isz, s2=cg * isz,
+                                      s_k=isz, s_n=1, k=cg, n=isz, batch=n_img * group, d2=group, dst=dst, label=ctx.label()))
         b = Operand(dst, packed=True, s1=group * per, s2=per)
     cols = ctx.scratch(4 * n_img * group * rows * isz)
     launches.append(gemm_launch(cfg, m=rows, n=isz, k=cg, batch=n_img * group, d2=group, a=a, b=b,

@@ -14,7 +14,7 @@ import numpy as np
 from ..ir import Graph, Node
 from ..target import Target
 from .base import Launch, LowerCtx, device_op, i32
-from .common import check_dtypes, check_int32_sizes, numeric, type_defines, work_size
+from .common import attr_str, check_dtypes, check_int32_sizes, numeric, type_defines, work_size
 from .index_space import contiguous_strides
 
 
@@ -64,7 +64,7 @@ def lower_einsum(ctx: LowerCtx) -> list:
         return []
     check_int32_sizes(ctx)
     eq = ctx.attr("equation")
-    eq = eq.decode() if isinstance(eq, bytes) else eq
+    eq = attr_str(eq)
     letters, out_l = _parse(eq, [t.shape for t in ins])
     size: dict = {}
     for ls, t in zip(letters, ins):

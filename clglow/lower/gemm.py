@@ -19,7 +19,7 @@ from ..errors import InvalidModel
 from ..ir import Graph, Node
 from ..target import Target
 from .base import Arg, Launch, LowerCtx, Scratch, device_op, f32, i32, round_up, unaligned
-from .common import float32_only, grid
+from .common import attr_str, float32_only, grid
 
 log = logging.getLogger(__name__)
 
@@ -521,7 +521,7 @@ def supports_fused_matmul(node: Node, graph: Graph, target: Target) -> Optional[
         if s is not None and len(s) < 2:
             return "a fused MatMul takes 2-D or batched operands"
     act = node.attrs.get("activation", "")
-    act = act.decode() if isinstance(act, bytes) else act
+    act = attr_str(act)
     if act not in ACTIVATIONS:
         return f"fused activation {act!r} is not one of {sorted(a for a in ACTIVATIONS if a)}"
     return None
@@ -553,7 +553,7 @@ def lower_fused_matmul(ctx: LowerCtx) -> list:
                                f"{out_shape}", node=ctx.label())
         res = ctx.buf(3)
     act = ctx.attr("activation", "")
-    act = act.decode() if isinstance(act, bytes) else str(act or "")
+    act = attr_str(act, "")
     act_t = (act, float(ctx.attr("act_alpha", 0.0)), float(ctx.attr("act_beta", 0.0)))
     perms = [ctx.attr(k) for k in ("perm_a", "perm_b", "perm_c")]
     if any(perms):
@@ -627,7 +627,8 @@ def _lower_matmul_views(ctx: LowerCtx, perms: list, bias: Optional[Bias] = None,
         s1, s2 = ([0, 0] + bs)[-2:]
         nmat = d1 * d2
         dst = ctx.scratch(packed_b_bytes(width, rows, cols, nmat))
-        launches.append(pack_b_launch(ctx.device, width, src=ctx.buf(i), off=0, s1=s1, s2=s2, s_k=s_rows, s_n=s_cols, k=rows,
+        launches.append(pack_b_launch(ctx.device, width, src=ctx.buf(i), off=0, s1=s1, s2=s2, s_k=s_rows, s_n=s_cols,
+                                      k=rows,
                                       n=cols, batch=nmat, d2=d2, dst=dst, label=label))
         return Operand(dst, packed=True), max(round_up(cols, width), width) * rows
 

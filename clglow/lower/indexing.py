@@ -15,14 +15,15 @@ from ..dtypes import cl_type
 from ..ir import Graph, Node
 from ..target import Target
 from .base import Launch, LowerCtx, device_op, i32, i64
-from .common import F64, INDEX, check_dtypes, check_int32_sizes, dtype_of, norm_axis, numeric, storage_type, work_size
+from .common import (F64, INDEX, attr_str, check_dtypes, check_int32_sizes, dtype_of, norm_axis, numeric, storage_type,
+                     work_size)
 from .index_space import contiguous_strides
 from .movement import copy_launches, supports_movable
 
 
 def _reduction(node: Node) -> str:
     r = node.attr("reduction", "none")
-    return r.decode() if isinstance(r, bytes) else r
+    return attr_str(r)
 
 
 def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:

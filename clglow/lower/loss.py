@@ -14,7 +14,7 @@ import numpy as np
 from ..ir import Graph, Node
 from ..target import Target
 from .base import Launch, LowerCtx, device_op, i32, i64
-from .common import check_dtypes, check_int32_sizes, floats, type_defines, work_size
+from .common import attr_str, check_dtypes, check_int32_sizes, floats, type_defines, work_size
 
 
 def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
@@ -34,7 +34,7 @@ def lower_loss(ctx: LowerCtx) -> list:
     dt = np.dtype(x.dtype)
     isz = dt.itemsize
     red = ctx.attr("reduction", "mean")
-    red = red.decode() if isinstance(red, bytes) else red
+    red = attr_str(red)
     ignore = ctx.attr("ignore_index")
     defines = type_defines(T=dt, TI=tgt.dtype)
     launches = []

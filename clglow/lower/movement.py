@@ -14,7 +14,7 @@ import numpy as np
 from ..ir import Graph, Node
 from ..target import Target
 from .base import Launch, LowerCtx, device_op, i32, view_op
-from .common import STORAGE_CL, check_int32_sizes, dtype_of, fill_bits, grid, storage_type, work_size
+from .common import STORAGE_CL, attr_str, check_int32_sizes, dtype_of, fill_bits, grid, storage_type, work_size
 from .index_space import ROW_GROUP, ROW_VEC, collapse, collapse_copy, contiguous_strides, row_layout
 
 log = logging.getLogger(__name__)
@@ -221,7 +221,7 @@ def _pad_params(node: Node, graph: Graph, opset: int) -> Optional[tuple]:
 
 def _supports_pad(node: Node, graph: Graph, target: Target) -> Optional[str]:
     mode = node.attr("mode", "constant")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
+    mode = attr_str(mode)
     if mode not in _PAD_MODES:
         return f"Pad mode {mode!r} runs on the host"
     if _pad_params(node, graph, graph.opset(node.domain)) is None:
@@ -246,7 +246,7 @@ def lower_pad(ctx: LowerCtx) -> list:
     for k, a in enumerate(axes):
         begin[a], end[a] = pads[k], pads[k + len(axes)]
     mode = ctx.attr("mode", "constant")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
+    mode = attr_str(mode)
     if _PAD_MODES[mode]:
         if x.size == 0:
             raise ValueError(f"{ctx.node.name}: Pad mode {mode!r} of an empty tensor")

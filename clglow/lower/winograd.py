@@ -10,8 +10,8 @@ conv's epilogue (bias, residual, activation). Three launches per conv (per piece
 tile rows, the scratch capped), kernels_cl/winograd.cl.
 
 Taken (winograd_variant; lower/conv.py's CONV_PATHS) under the CPU family, unless the plan
-options turn it off (PlanOptions.winograd, CLGLOW_WINOGRAD=0), for single-group 3x3 stride-1 undilated convs with at least
-16 input and output channels: F(4x4) when its tiles give the GEMM at least 4 column tiles per
+options turn it off (PlanOptions.winograd, CLGLOW_WINOGRAD=0), for single-group 3x3 stride-1
+undilated convs with at least 16 input and output channels: F(4x4) when its tiles give the GEMM at least 4 column tiles per
 image (ResNet-50's 56x56 layers: 196 tiles), else F(2x2) when its do (the 28x28 layers: 196
 tiles). ResNet-50's 14x14 and 7x7 layers keep the transposed GEMM: few tiles per image, and
 alpha^2 / 9 times the weight bytes (U) to stream every run, which at batch 1 would also take
