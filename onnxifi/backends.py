@@ -167,18 +167,32 @@ def onnxGetBackendInfo(backendID: Any, infoType: int, infoValue: Any, infoValueS
     return C.ONNXIFI_STATUS_SUCCESS
 
 
+def target_of(bid: BackendID) -> Optional[Any]:
+    """The Target of a backend ID's device (what placement would judge against), queried once;
+    None when the device cannot be queried (the probe then judges a generic device)."""
+    target = getattr(bid, "target", None)
+    if target is None:
+        try:
+            from clglow.target import query
+
+            target = bid.target = query(bid.device)
+        except Exception as e:  # noqa: BLE001 - a probe never fails for want of device details
+            log.debug("cannot query the target of %r: %s", bid.device, e)
+    return target
+
+
 @boundary
 def onnxGetBackendCompatibility(backendID: Any, onnxModelSize: int, onnxModel: Any) -> int:
     """Judge a serialized ModelProto node by node without importing it (see ``onnxifi.compat``)."""
     from .compat import judge_bytes
 
-    get_id(backendID)
+    bid = get_id(backendID)
     if onnxModel is None:
         return C.ONNXIFI_STATUS_INVALID_POINTER
     if not onnxModelSize:
         return C.ONNXIFI_STATUS_INVALID_SIZE
     data = bytes(memoryview(onnxModel).cast("B")[: int(onnxModelSize)])
-    verdict = judge_bytes(data)
+    verdict = judge_bytes(data, target_of(bid))
     if verdict.status != C.ONNXIFI_STATUS_SUCCESS:
         log.info("compatibility %s: %s", C.status_name(verdict.status), "; ".join(verdict.reasons))
     return verdict.status

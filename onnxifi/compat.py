@@ -88,17 +88,18 @@ def _declared_type_problem(name: str, tp: Any) -> Optional[str]:
     return None
 
 
-def _judge_node(node: onnx.NodeProto, opset: int, types: dict[str, Any]) -> tuple[int, str]:
+def _judge_node(node: onnx.NodeProto, opset: int, types: dict[str, Any], target: Any = None) -> tuple[int, str]:
     try:
         from clglow.partition import judge_node
     except Exception as e:  # clglow missing or broken: nothing can run
         return C.ONNXIFI_STATUS_BACKEND_UNAVAILABLE, f"clglow cannot be imported: {e}"
-    name, reason = judge_node(node, opset, types)
+    name, reason = judge_node(node, opset, types, target)
     return _status_from_name(name), reason
 
 
-def judge_model(model: onnx.ModelProto) -> Verdict:
-    """Judge a parsed model node by node (see module docstring)."""
+def judge_model(model: onnx.ModelProto, target: Any = None) -> Verdict:
+    """Judge a parsed model node by node (see module docstring) for `target`, the backend
+    device's clglow Target (None: a generic device, without fp64)."""
     if model.ir_version <= 0 or not model.HasField("graph"):
         return Verdict(C.ONNXIFI_STATUS_INVALID_MODEL, ["no ir_version or no graph"])
     if model.ir_version > MAX_IR_VERSION:
@@ -139,7 +140,7 @@ def judge_model(model: onnx.ModelProto) -> Verdict:
         except Exception as e:
             results.append((C.ONNXIFI_STATUS_INVALID_MODEL, f"{where}: {str(e).splitlines()[0]}"))
             continue
-        status, reason = _judge_node(node, opset, types)
+        status, reason = _judge_node(node, opset, types, target)
         if status != C.ONNXIFI_STATUS_SUCCESS:
             results.append((status, f"{where}: {reason}"))
     if not results:
@@ -149,32 +150,33 @@ def judge_model(model: onnx.ModelProto) -> Verdict:
     return Verdict(status, [r for _, r in results])
 
 
-_CACHE: "OrderedDict[bytes, Verdict]" = OrderedDict()
+_CACHE: "OrderedDict[tuple, Verdict]" = OrderedDict()  # (content hash, target) -> verdict
 _CACHE_MAX = 4096
 _CACHE_MAX_BYTES = 1 << 16  # only probe-sized models are memoised
 _cache_lock = threading.Lock()
 
 
-def _judge_uncached(data: bytes) -> Verdict:
+def _judge_uncached(data: bytes, target: Any = None) -> Verdict:
     model = onnx.ModelProto()
     try:
         model.ParseFromString(data)
     except Exception as e:
         return Verdict(C.ONNXIFI_STATUS_INVALID_PROTOBUF, [f"not a ModelProto: {e}"])
-    return judge_model(model)
+    return judge_model(model, target)
 
 
-def judge_bytes(data: bytes) -> Verdict:
-    """Judge a serialized ModelProto; probe-sized models are memoised on their content."""
+def judge_bytes(data: bytes, target: Any = None) -> Verdict:
+    """Judge a serialized ModelProto for `target`; probe-sized models are memoised on their
+    content and the target."""
     if len(data) > _CACHE_MAX_BYTES:
-        return _judge_uncached(data)
-    key = hashlib.blake2b(data, digest_size=16).digest()
+        return _judge_uncached(data, target)
+    key = (hashlib.blake2b(data, digest_size=16).digest(), target)
     with _cache_lock:
         hit = _CACHE.get(key)
         if hit is not None:
             _CACHE.move_to_end(key)
             return hit
-    verdict = _judge_uncached(data)
+    verdict = _judge_uncached(data, target)
     with _cache_lock:
         _CACHE[key] = verdict
         while len(_CACHE) > _CACHE_MAX:

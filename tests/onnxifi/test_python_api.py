@@ -176,6 +176,15 @@ def test_compatibility_probes(bid):
     assert o.onnxGetBackendCompatibility(None, len(data), data) == o.ONNXIFI_STATUS_INVALID_ID
 
 
+def test_compatibility_judges_the_backends_device(bid, device):
+    """A float64 node is judged against the backend's device (its fp64 extension), not a
+    generic one: SUCCESS where the device has cl_khr_fp64, FALLBACK (host) where it has not."""
+    data = _probe("Relu", ("x",), None, TensorProto.DOUBLE)
+    want = o.ONNXIFI_STATUS_SUCCESS if device.info.has_fp64 else o.ONNXIFI_STATUS_FALLBACK
+    assert o.onnxGetBackendCompatibility(bid, len(data), data) == want
+    assert compat.judge_bytes(data).status == o.ONNXIFI_STATUS_FALLBACK  # no device: no fp64 assumed
+
+
 def test_compatibility_whole_model(bid):
     data = small_convnet()[0].SerializeToString()
     assert o.onnxGetBackendCompatibility(bid, len(data), data) in (o.ONNXIFI_STATUS_SUCCESS,
