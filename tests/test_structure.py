@@ -179,7 +179,7 @@ def test_device_type_is_read_in_the_target_profile_only():
     assert not found, "device-type tests outside the target profile:\n" + "\n".join(found)
 
 
-def test_the_checks_can_fail(tmp_path, monkeypatch):
+def test_the_checks_can_fail():
     """The cycle finder and the private-name scan catch what they are for (on made-up edges)."""
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
