@@ -78,7 +78,7 @@ def test_python_facades_agree(label, exc, expected, monkeypatch):
     if not ids or onnxifi.onnxGetBackendIDs(ids, n) != onnxifi.ONNXIFI_STATUS_SUCCESS:
         pytest.skip("no ONNXIFI backend (no OpenCL device)")
 
-    def judge(data: bytes) -> None:
+    def judge(data: bytes, target: object = None) -> None:
         raise exc
 
     monkeypatch.setattr(compat, "judge_bytes", judge)
