@@ -187,15 +187,18 @@ def _profile(args: argparse.Namespace) -> int:
 
 
 def _cache(args: argparse.Namespace) -> int:
-    from .runtime import cache
+    from .runtime import cache, driver_cache
 
     if args.action == "clear":
         n = cache.clear_disk()
         print(f"removed {n} cached program(s) from {cache.programs_dir()}")
+        files, nbytes = driver_cache.clear_owned()
+        print(f"removed {files} file(s) ({nbytes / 1e6:.1f} MB) of pocl's kernel cache from {driver_cache.owned_dir()}")
     else:
         files, nbytes = cache.disk_usage()
         print(f"cache directory: {cache.programs_dir()}")
         print(f"entries: {files} ({nbytes / 1e6:.1f} MB)")
+        print(f"pocl's kernel cache (when POCL_CACHE_DIR is unset): {driver_cache.owned_dir()}")
     return 0
 
 
@@ -204,11 +207,12 @@ def _tune(args: argparse.Namespace) -> int:
     from .runtime.tuning import SHAPE, candidates, tune_gemm
 
     dev = select_device(args.device)
-    res = tune_gemm(dev, force=args.force)
+    family = args.target or config.target_family()
+    res = tune_gemm(dev, force=args.force, family=family)
     m, k, n = SHAPE
-    print(f"device: {dev.describe()}")
+    print(f"device: {dev.describe()}; {dev.target(family).family} family")
     print(f"GEMM tiles (MRxVWxNV@local size), {m}x{k}x{n} kernel time, best of 7 turns (candidates alternating):")
-    for c in candidates(dev.info):
+    for c in candidates(dev.target(family)):
         label = f"{c[0]}x{c[1]}x{c[2]}@{'x'.join(map(str, c[3]))}"
         t = res.timings_ms.get(label)
         mark = "  <- chosen" if c == res.choice else ""
@@ -279,6 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("tune", help="show (or re-measure with --force) the device's GEMM tile choice")
     sp.add_argument("--device", help="device selector (default: CLGLOW_DEVICE or the default device)")
     sp.add_argument("--force", action="store_true", help="measure again even when a choice is stored")
+    target_arg(sp)
     sp.set_defaults(fn=_tune)
 
     sp = sub.add_parser("cache", help="show or clear the on-disk program cache")

@@ -271,6 +271,26 @@ def default_pocl_dir() -> Path:
     return base / "pocl" / "kcache"
 
 
+def owned_dir() -> Path:
+    """The folder clglow gives pocl for its kernel cache when the user chose none."""
+    return default_cache_dir() / "pocl"
+
+
+def clear_owned() -> Tuple[int, int]:
+    """Empty the pocl cache folder clglow owns (`clglow cache clear`) and the "prepared" markers
+    that point into it; a user's own POCL_CACHE_DIR is left alone. Returns (files, bytes) removed."""
+    root = owned_dir()
+    files = nbytes = 0
+    if root.is_dir():
+        for p in root.rglob("*"):
+            if p.is_file():
+                files += 1
+                nbytes += p.stat().st_size
+        shutil.rmtree(root, ignore_errors=True)
+    _forget_prepared()
+    return files, nbytes
+
+
 def pocl_cache_dir() -> Optional[Path]:
     """The folder pocl's kernel cache is in for this process (None when pocl's cache is off)."""
     if os.environ.get("POCL_KERNEL_CACHE", "1").strip() in ("0", ""):
@@ -302,7 +322,7 @@ def prepare(check_cache: bool = True) -> Optional[Path]:
         if check_cache:
             report_leftovers()  # what a clglow process that crashed in a build left unsaid
         if not os.environ.get("POCL_CACHE_DIR") and config.cache_enabled() and not _driver_loaded():
-            os.environ["POCL_CACHE_DIR"] = str(default_cache_dir() / "pocl")
+            os.environ["POCL_CACHE_DIR"] = str(owned_dir())
         root = pocl_cache_dir()
         _driver_dir = root
     if root is not None and check_cache:
@@ -325,5 +345,5 @@ def _forget_prepared() -> None:
         shutil.rmtree(prepared_dir(), ignore_errors=True)
 
 
-__all__ = ["Report", "check", "prepare", "pocl_cache_dir", "default_pocl_dir", "file_intact",
+__all__ = ["Report", "check", "prepare", "owned_dir", "clear_owned", "pocl_cache_dir", "default_pocl_dir", "file_intact",
            "bitcode_complete", "elf_complete", "MANIFEST"]
