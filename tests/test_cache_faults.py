@@ -237,3 +237,25 @@ def test_damaged_program_binaries_are_rebuilt_in_a_new_process(device, tmp_path)
     again = _run(POOL_SCRIPT, device, env)
     _ok(again, "POOL OK")
     assert "corrupt or truncated" in again.stderr
+
+
+def test_cache_clear_empties_the_owned_pocl_folder(tmp_path, monkeypatch, capsys):
+    """`clglow cache clear` removes the pocl folder clglow owns (and the prepared markers that
+    point into it), and leaves a user's own POCL_CACHE_DIR alone."""
+    from clglow import cli
+    from clglow.runtime import driver_cache
+
+    monkeypatch.setenv("CLGLOW_CACHE_DIR", str(tmp_path / "clglow"))
+    owned = driver_cache.owned_dir()
+    (owned / "ab" / "cdef").mkdir(parents=True)
+    (owned / "ab" / "cdef" / "program.bc").write_bytes(b"BC\xc0\xde" + b"\0" * 60)
+    (tmp_path / "clglow" / "prepared").mkdir()
+    (tmp_path / "clglow" / "prepared" / "marker").write_bytes(b"")
+    users = tmp_path / "users-pocl"
+    users.mkdir()
+    (users / "keep.bc").write_bytes(b"x")
+    monkeypatch.setenv("POCL_CACHE_DIR", str(users))
+    assert cli.main(["cache", "clear"]) == 0
+    assert "removed 1 file(s)" in capsys.readouterr().out
+    assert not owned.exists() and not (tmp_path / "clglow" / "prepared").exists()
+    assert (users / "keep.bc").exists()
