@@ -70,6 +70,10 @@ class Target:
     # CL_MEM_USE_HOST_PTR buffers are the caller's memory itself (pocl's CPU device uses the
     # pointer as the buffer's storage, unaligned too): kernels may read inputs where they lie
     host_memory: bool = False
+    # the driver generates a kernel's machine code per work-group size at its first launch, not
+    # when the program is built (pocl): a one-group launch that returns at once while the model
+    # loads gets that done early (runtime.preparation, Launch.noop_args)
+    codegen_at_first_launch: bool = False
 
     def __post_init__(self) -> None:
         if not self.family:
@@ -102,6 +106,12 @@ class Target:
         is still in the cache for the next (runtime.sub_batch): a CPU-family policy that needs
         the cache size."""
         return self.family == "cpu" and self.cache_bytes > 0
+
+    @property
+    def warm_up_launches(self) -> bool:
+        """Launch each new kernel once, returning at once, while the model loads (see
+        `codegen_at_first_launch`); elsewhere the build has generated the code already."""
+        return self.codegen_at_first_launch
 
     @property
     def group_items(self) -> int:
@@ -258,7 +268,8 @@ def query(device, family: Optional[str] = None) -> Target:
         preferred_vector_width_half=int(_get(device, "preferred_vector_width_half", 0)),
         host_unified_memory=unified, float16_math_split=split,
         base_align=max(256, int(device.mem_base_addr_align) // 8), cache_bytes=_cache_bytes(device),
-        host_memory=unified and dtype == "cpu")
+        host_memory=unified and dtype == "cpu",
+        codegen_at_first_launch="portable computing language" in str(device.platform.name).lower())
 
 
 __all__ = ["Target", "FAMILIES", "query", "device_type", "has_fp64", "pocl_target_cpu"]

@@ -206,7 +206,7 @@ class Preparer:
                      noop_args: Optional[list], marker: Optional[Path] = None) -> None:
         try:
             prg = self.device.program(program, options)
-            if noop_args is not None and lsize is not None:
+            if noop_args is not None and lsize is not None and self.device.info.warm_up_launches:
                 self.launch_noop(prg, kernel, lsize, noop_args)
             if marker is not None and not marker.exists():
                 try:
