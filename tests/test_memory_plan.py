@@ -3,6 +3,7 @@ close to the largest set of simultaneously live tensors; scratch buffers join th
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 import clglow
@@ -123,6 +124,7 @@ def _bottleneck_model(mid_out: bool = False, mid_again: bool = False):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
 
 
+@pytest.mark.cpu_family
 def test_conv_writes_the_next_convs_padded_input():
     """A 1x1 conv's output that only a stride-1 3x3 conv reads is written as that conv's zero-
     padded image (no conv_phases copy; the three of one layout share a zeroed buffer); not when it

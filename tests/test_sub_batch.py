@@ -49,6 +49,7 @@ def _run_twice(sess, feeds, want, tol=2e-4):
             np.testing.assert_allclose(got, ref, rtol=tol, atol=tol)
 
 
+@pytest.mark.cpu_family
 def test_resnet_runs_its_stages_in_pieces(monkeypatch):
     """A bottleneck ResNet at batch 4 (64x64 images): with a 300 KB budget the stem and layer1
     (256 KB per image) run one image at a time, layer2 two, layer3-4 (64 KB and less) whole;
