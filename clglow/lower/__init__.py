@@ -14,10 +14,11 @@ The seams (lower/base.py has the contract):
 - Shared helpers live in the modules that own them and import no other lowering module:
   common.py (work sizes fitted to the Target, the dtype check, the int32 size check, auto_pad,
   ConvGeometry, storage types), index_space.py (broadcast and strided index spaces),
-  conv_gemm.py (a convolution's GEMM operands), gemm.py (the GEMM launch builder).
+  conv_gemm.py (a convolution's GEMM operands), gemm_kernel.py (the gemm.cl family: tiles,
+  packing, the launch builder).
 """
 from . import base  # noqa: F401
-from . import conv, elementwise, gemm, movement, norm, pool, softmax  # noqa: F401  (registration)
+from . import conv, elementwise, gemm, matmul, movement, norm, pool, softmax  # noqa: F401  (registration)
 from . import generate, reduce  # noqa: F401  (registration)
 from . import attention, castlut, conv_transpose, einsum, gridsample  # noqa: F401  (registration)
 from . import indexing, loss, lppool, quant  # noqa: F401  (registration)

@@ -15,7 +15,7 @@ shape tests are in lower/conv_gemm.py and lower/winograd.py, the tiles come from
               columns of one row) otherwise. Any family.
   winograd    single-group 3x3 stride-1 convs with constant weights and enough tiles:
               F(4x4) / F(2x2) (lower/winograd.py). CPU family, PlanOptions.winograd.
-  transposed  few output pixels (N <= 8 column tiles, gemm.transposed_config): Y^T = cols^T
+  transposed  few output pixels (N <= 8 column tiles, gemm_kernel.transposed_config): Y^T = cols^T
               W^T with the pixels as the MR tile rows, read in place (X for a 1x1, phase images
               otherwise; gemm.cl flag 8) when the output has at most 8 column tiles
               (implicit_rows_ok), else from im2col / pack panels, the tile stored transposed
@@ -53,8 +53,8 @@ from .base import Launch, LowerCtx, device_op, f32, i32, round_up
 from .common import AUTO_PADS, ConvGeometry, Epilogue, attr_str, float32_only, grid, resolve_pads
 from .conv_gemm import (fit_tiles, implicit_ok, implicit_rows_ok, padded_output, phase_geometry, phase_pieces,
                         pixel_panels)
-from .gemm import (ACTIVATIONS, Bias, GemmConfig, Implicit, Operand, act_params, b_unpacked_ok, gemm_config,
-                   gemm_launch, pack_a, pack_b, transposed_config)
+from .gemm_kernel import (ACTIVATIONS, Bias, GemmConfig, Implicit, Operand, act_params, b_unpacked_ok,
+                          gemm_config, gemm_launch, pack_a, pack_b, transposed_config)
 from .winograd import lower_winograd, winograd_variant
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from ..errors import InvalidModel
 from ..target import Target
 from .base import Launch, LowerCtx, PaddedLayout, i32, round_up, unaligned
 from .common import ConvGeometry, grid
-from .gemm import GemmConfig, Operand, b_unpacked_ok, fit_rows, pack_b_launch
+from .gemm_kernel import GemmConfig, Operand, b_unpacked_ok, fit_rows, pack_b_launch
 
 # Packed operands (im2col / pack panels) are made piece by piece, each at most this large: the
 # scratch buffer stays small (device memory: it is planned with the activations) and a piece is

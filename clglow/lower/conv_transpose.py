@@ -21,7 +21,7 @@ from ..ir import Graph, Node
 from ..target import Target
 from .base import Launch, LowerCtx, device_op, i32, round_up
 from .common import F32, attr_str, check_dtypes, check_int32_sizes, grid, work_size
-from .gemm import Operand, b_unpacked_ok, gemm_config, gemm_launch, pack_a, pack_b_launch, packed_b_bytes
+from .gemm_kernel import Operand, b_unpacked_ok, gemm_config, gemm_launch, pack_a, pack_b_launch, packed_b_bytes
 
 
 def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:

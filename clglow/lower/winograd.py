@@ -31,8 +31,8 @@ from ..config import PlanOptions
 from ..target import Target
 from .base import Launch, LowerCtx, f32, i32, round_up, unaligned
 from .common import ConvGeometry, Epilogue, grid
-from .gemm import (GemmConfig, Operand, act_params, b_unpacked_ok, gemm_launch, in_place_columns, narrow_rows,
-                   pack_a)
+from .gemm_kernel import (GemmConfig, Operand, act_params, b_unpacked_ok, gemm_launch, in_place_columns,
+                          narrow_rows, pack_a)
 
 # V and M bytes of one piece, per image of the batch (the memory target allows scratch in
 # proportion to the activations): ResNet-50's 56x56 64-channel layer has 6.5 MB per image and

@@ -47,7 +47,7 @@ import pyopencl as cl
 from .. import config
 from ..lower.base import Buf, Launch
 from ..target import Target
-from ..lower.gemm import GemmConfig, Operand, default_gemm_config, gemm_launch
+from ..lower.gemm_kernel import GemmConfig, Operand, default_gemm_config, gemm_launch
 from .cache import atomic_write, default_cache_dir, disk_key
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from clglow.lower import conv as conv_mod
 from clglow.lower import conv_gemm
 from clglow.lower.base import Buf, lookup
 from clglow.lower.common import ConvGeometry
-from clglow.lower.gemm import GemmConfig, fit_rows, gemm_config, transposed_config
+from clglow.lower.gemm_kernel import GemmConfig, fit_rows, gemm_config, transposed_config
 from clglow.target import Target
 
 CPU = Target(family="cpu")  # the CPU family's path choices, whatever device runs the tests

@@ -14,7 +14,7 @@ try:  # tests/kernels may or may not be a package
 except ImportError:
     from harness import check, device_info, lower  # type: ignore
 
-from clglow.lower.gemm import gemm_config, pack_a, pack_b
+from clglow.lower.gemm_kernel import gemm_config, pack_a, pack_b
 
 RNG = np.random.default_rng(1)
 
@@ -160,7 +160,7 @@ def test_matmul_large():
 
 
 def test_fit_rows_picks_tiles_that_pad_less():
-    from clglow.lower.gemm import GemmConfig, fit_rows
+    from clglow.lower.gemm_kernel import GemmConfig, fit_rows
     from clglow.target import Target
     fam = Target(family="cpu")
     cpu = GemmConfig(12, 16, 2, (1, 1, 1))

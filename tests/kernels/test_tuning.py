@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from clglow.lower.gemm import gemm_config
+from clglow.lower.gemm_kernel import gemm_config
 from clglow.runtime import tuning
 from clglow.runtime.device import select_device
 

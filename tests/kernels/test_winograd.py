@@ -21,7 +21,7 @@ except ImportError:
 from clglow.config import PlanOptions
 from clglow.lower import winograd as wino
 from clglow.lower.common import ConvGeometry
-from clglow.lower.gemm import GemmConfig
+from clglow.lower.gemm_kernel import GemmConfig
 from clglow.target import Target
 
 RNG = np.random.default_rng(5)
@@ -177,7 +177,7 @@ def test_winograd_gemm_tiles():
     """The Winograd GEMM's tiles by the columns gemm.cl computes (a last column tile with at most
     one vector left computes that vector): ResNet-50's 28x28 layers (128 channels, 196 tiles) on
     8 x 48 (128 x 208 outputs) rather than 12 x 32 (132 x 208); none when B cannot be read in place."""
-    from clglow.lower.gemm import in_place_columns
+    from clglow.lower.gemm_kernel import in_place_columns
     cfg = GemmConfig(12, 16, 2, (1, 1, 1))
     assert in_place_columns(cfg, 196) == 6 * 32 + 16
     assert in_place_columns(wino.narrow_rows(cfg), 196) == 4 * 48 + 16
