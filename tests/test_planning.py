@@ -18,7 +18,7 @@ from clglow.errors import OutOfDeviceMemory
 from clglow.ir import Graph, Node, Value
 from clglow.lower.base import Buf, Launch, LowerCtx, PaddedLayout, Scratch, TensorInfo
 from clglow.partition import DEVICE, HOST
-from clglow.runtime import planning
+from clglow.runtime import lowered, planning
 from clglow.runtime.memory import Interval
 from clglow.runtime.planning import HostNodeStep, KernelLaunchStep, NoopStep, Staged, UploadStep, scratch_name
 from clglow.target import Target
@@ -375,7 +375,7 @@ def test_random_graphs_keep_every_use_live_and_never_overlap(spec):
     _assert_no_overlap(bp)
     # a buffer written in place is one the node read, of the same size
     for t, owner in bp.root.items():
-        assert planning.nbytes(g, t) == planning.nbytes(g, owner) or t in bp.slices
+        assert lowered.nbytes(g, t) == lowered.nbytes(g, owner) or t in bp.slices
     # the arena holds at least the largest set of simultaneously live buffers
     steps = range(len(bp.steps) + 1)
     peak = max((sum(-(-iv.nbytes // 256) * 256 for iv in bp.intervals if iv.start <= s <= iv.end) for s in steps),

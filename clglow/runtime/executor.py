@@ -36,7 +36,8 @@ from ..partition import DEVICE, place
 from ..target import Target
 from .binding import (HostStep, KernelStep, Plan, WeightCache, aligned_empty, bind, cl_call, cl_error,
                       host_buffer, live_buffers, rebind)
-from .planning import nbytes, plan_buffers, stage
+from .lowered import nbytes
+from .planning import plan_buffers, stage
 
 log = logging.getLogger(__name__)
 

@@ -6,9 +6,10 @@ planner can be read and unit-tested on its own (tests/test_planning.py), like ru
 
 `stage` places a specialised graph's nodes (partition.place on the session's Target) and, where
 the target's policy allows it (sub_batch.budget), splits batched stretches into pieces.
-`plan_buffers` then takes every node's lowering through a `Lowerer` callback (so this module
-never builds a program: the callback, runtime.executor.NodeLowerer, starts the builds) and
-returns a `BufferPlan`:
+`plan_buffers` then takes every node's lowering through a `Lowerer` callback (runtime.lowered;
+so this module never builds a program: the callback, runtime.executor.NodeLowerer, starts the
+builds), takes the offers those lowerings make where safe (runtime.offers) and returns a
+`BufferPlan`:
 
 - typed steps: `UploadStep` (a host-made tensor copied to the device), `KernelLaunchStep`,
   `HostNodeStep` (onnx.reference on the host), `NoopStep` (a device node without launches, e.g.
@@ -27,24 +28,21 @@ with equal keys share one buffer object (views, in-place outputs, tensors of one
 """
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence, Union
-
-import numpy as np
+from typing import Optional, Sequence, Union
 
 from ..config import PlanOptions
 from ..errors import OutOfDeviceMemory, UnsupportedNode, UnsupportedOperator
 from ..ir import Graph, Node
-from ..lower.base import Buf, Launch, LowerCtx, PaddedLayout, Scratch, lookup
+from ..lower.base import Buf, Launch, PaddedLayout, Scratch
 from ..partition import DEVICE, HOST, Placement, place
 from ..target import Target
 from . import sub_batch
 from .host import outer_scope_names
+from .lowered import LoweredNode, Lowerer, lower_nodes, nbytes
 from .memory import Interval, assign_buffers, plan_offsets
+from .offers import padded_slots, take_inplace_offers, take_padded_offers
 from .sub_batch import Slice
-
-log = logging.getLogger(__name__)
 
 
 # --- steps ---------------------------------------------------------------------------------------
@@ -79,23 +77,6 @@ class NoopStep:
 
 
 Step = Union[UploadStep, KernelLaunchStep, HostNodeStep, NoopStep]
-
-# One device node lowered: (node, in_layout, out_layout) -> (launches, its LowerCtx). The executor
-# passes one that also starts the launches' programs building (Device.prepare).
-Lowerer = Callable[..., tuple]
-
-
-@dataclass
-class LoweredNode:
-    """A node of the plan with its lowering: launches None for a host node, [] for a view."""
-
-    node: Node
-    launches: Optional[list]
-    ctx: Optional[LowerCtx] = None
-
-    @property
-    def is_host(self) -> bool:
-        return self.launches is None
 
 
 # --- staging: placement and sub-batches ----------------------------------------------------------
@@ -177,13 +158,6 @@ def scratch_name(node: str, slot: int) -> str:
     return f"\0scratch:{node}:{slot}"
 
 
-def nbytes(graph: Graph, name: str) -> int:
-    """Bytes of tensor `name` on the device (bool as one byte)."""
-    v = graph.values[name]
-    dtype = np.dtype(np.uint8) if np.dtype(v.dtype) == np.bool_ else np.dtype(v.dtype)
-    return int(np.prod(v.shape, dtype=np.int64)) * dtype.itemsize
-
-
 def plan_buffers(staged: Staged, outputs: Sequence[str], lower: Lowerer, target: Target,
                  zero_copy: bool = False) -> BufferPlan:
     """The buffer plan of a staged graph: every device node lowered through `lower`, the padded
@@ -210,27 +184,6 @@ def plan_buffers(staged: Staged, outputs: Sequence[str], lower: Lowerer, target:
     return bp
 
 
-def lower_nodes(graph: Graph, where: dict, slices: dict, lower: Lowerer) -> tuple:
-    """([LoweredNode], root, tensors made on the device): device nodes lowered, views aliased to
-    their input's buffer owner, sub-batch pieces to their whole tensor."""
-    lowered: list = []
-    root: dict = {name: sl.whole for name, sl in slices.items()}
-    on_device: set = set()
-    for node in graph.nodes:
-        if where[node.name] != DEVICE:
-            lowered.append(LoweredNode(node, None))
-        elif lookup(node).view:
-            src = node.inputs[0]
-            root[node.outputs[0]] = root.get(src, src)
-            lowered.append(LoweredNode(node, []))
-            on_device.add(node.outputs[0])
-        else:
-            launches, ctx = lower(node)
-            lowered.append(LoweredNode(node, launches, ctx))
-            on_device.update(o for o in node.outputs if o)
-    return lowered, root, on_device
-
-
 def _compress(root: dict) -> dict:
     """Every entry pointing at the final owner (a view of an output later written in place
     points at the in-place owner, not at that output)."""
@@ -242,83 +195,6 @@ def _compress(root: dict) -> dict:
             owner = root[owner]
         out[t] = owner
     return out
-
-
-def reads(entry: LoweredNode) -> list:
-    """The tensors a node reads: its inputs, and for a host node the outer-scope names its
-    subgraphs (If/Loop/Scan bodies) use."""
-    node = entry.node
-    return [i for i in list(node.inputs) + (outer_scope_names(node) if entry.is_host else []) if i]
-
-
-def take_padded_offers(graph: Graph, lowered: list, root: dict, pinned: set, lower: Lowerer) -> dict:
-    """Pair a conv that reads its input as a zero-padded image (LowerCtx.offer_padded_in: a
-    stride-1 implicit GEMM, which would copy X into that image first, im2col.cl conv_phases)
-    with the 1x1 conv producing X (offer_padded_out: its GEMM can store there directly) when X
-    has no other reader, is not handed back and shares no buffer. Both are lowered again with the
-    layout fixed; X then gets a buffer of its own, zeroed once (only the pixels are ever written).
-    Returns {tensor: PaddedLayout}. ResNet's bottlenecks: one launch and one pass over X fewer per
-    stride-1 3x3."""
-    maker = {o: k for k, e in enumerate(lowered) if not e.is_host for o in e.node.outputs if o}
-    readers: dict = {}
-    for e in lowered:
-        for i in reads(e):
-            readers[i] = readers.get(i, 0) + 1
-    shared = set(root) | set(root.values())
-    padded: dict = {}
-    for k, e in enumerate(lowered):
-        layout = e.ctx.offer_padded_in if e.ctx is not None else None
-        x = e.node.inputs[0] if e.node.inputs else ""
-        if layout is None or not x or x in pinned or x in shared or readers.get(x) != 1 or x not in maker:
-            continue
-        producer = lowered[maker[x]]
-        if producer.ctx is None or not producer.ctx.offer_padded_out or producer.node.outputs[0] != x:
-            continue
-        launches, pctx = lower(producer.node, out_layout=layout)
-        lowered[maker[x]] = LoweredNode(producer.node, launches, pctx)
-        launches, ctx = lower(e.node, in_layout=layout)
-        lowered[k] = LoweredNode(e.node, launches, ctx)
-        padded[x] = layout
-        log.debug("%s writes %s as %s's padded input", producer.node.name, x, e.node.name)
-    return padded
-
-
-def take_inplace_offers(graph: Graph, lowered: list, root: dict, pinned: set) -> None:
-    """Let an output take over an input's buffer where its lowering offered it (LowerCtx.may_update,
-    e.g. a FusedConv's residual: the GEMM adds Z and writes Y in place, no separate Y to allocate
-    and fill) and it is safe: the input is an activation made on the device (not a constant, a
-    graph input or a tensor handed back), of the output's size, read by this node only once, and
-    neither it nor any tensor sharing its buffer is read later. Records root[output] = the
-    input's buffer owner, as for views."""
-    def r(name: str) -> str:
-        return root.get(name, name)
-
-    if not any(e.ctx is not None and e.ctx.inplace for e in lowered):
-        return
-    last_read = {i: idx for idx, e in enumerate(lowered) for i in reads(e)}
-    made_on_device: set = set()
-    members: dict = {}  # buffer owner -> the tensors sharing its buffer (views, slices)
-    for t, owner in root.items():
-        members.setdefault(owner, set()).add(t)
-    for idx, e in enumerate(lowered):
-        node = e.node
-        for j, i in (e.ctx.inplace if e.ctx is not None else {}).items():
-            out, src = node.outputs[j], node.inputs[i]
-            if not out or not src or out in root:
-                continue
-            owner = r(src)
-            sharing = [t for t in members.get(owner, set()) | {owner} if t != out]
-            if (owner not in made_on_device or owner in pinned or any(t in pinned for t in sharing)
-                    or graph.values[src].const is not None
-                    or sum(r(x) == owner for x in node.inputs if x) != 1
-                    or any(last_read.get(t, -1) > idx for t in sharing)
-                    or nbytes(graph, out) != nbytes(graph, owner) or nbytes(graph, out) == 0):
-                continue
-            root[out] = owner
-            members.setdefault(owner, set()).add(out)
-            log.debug("%s: %s written in place of %s", node.name, out, src)
-        if not e.is_host:
-            made_on_device.update(r(o) for o in node.outputs if o)
 
 
 # --- steps and liveness ----------------------------------------------------------------------------
@@ -484,30 +360,6 @@ def _storage(bp: BufferPlan) -> dict:
     return storage
 
 
-def padded_slots(graph: Graph, padded: dict, first: dict, last: dict) -> tuple:
-    """Buffers for the padded activations: tensors of one layout and shape whose lifetimes do not
-    overlap share one (their padding is the same zeros, each producer rewrites every pixel):
-    ResNet-50's 11 take 3. Returns ({tensor: slot}, [slot bytes])."""
-    slot_of: dict = {}
-    sizes: list = []
-    free_at: dict = {}  # (layout, n, c) -> [(slot, last step using it)]
-    for name in sorted(padded, key=lambda t: first.get(t, 0)):
-        shape = graph.values[name].shape
-        key = (padded[name], int(shape[0]), int(shape[1]))
-        slots = free_at.setdefault(key, [])
-        start, end = first.get(name, 0), last.get(name, first.get(name, 0))
-        for i, (slot, busy_until) in enumerate(slots):
-            if busy_until < start:
-                slots[i] = (slot, end)
-                break
-        else:
-            slot = len(sizes)
-            sizes.append(padded[name].nbytes(key[1], key[2]))
-            slots.append((slot, end))
-        slot_of[name] = slot
-    return slot_of, sizes
-
-
 # --- zero copy -------------------------------------------------------------------------------------
 def zero_copy_binds(bp: BufferPlan) -> dict:
     """The graph inputs and outputs a run may bind to host arrays instead of copying them (zero
@@ -556,6 +408,5 @@ def zero_copy_binds(bp: BufferPlan) -> dict:
     return binds
 
 
-__all__ = ["BufferPlan", "HostNodeStep", "KernelLaunchStep", "LoweredNode", "Lowerer", "NoopStep", "Staged",
-           "Step", "UploadStep", "lower_nodes", "nbytes", "padded_slots", "plan_buffers", "reads", "scratch_name",
-           "stage", "take_inplace_offers", "take_padded_offers", "zero_copy_binds"]
+__all__ = ["BufferPlan", "HostNodeStep", "KernelLaunchStep", "NoopStep", "Staged", "Step", "UploadStep",
+           "plan_buffers", "scratch_name", "stage", "zero_copy_binds"]
