@@ -56,6 +56,12 @@ def dtype_of(graph: Graph, name: str) -> Optional[np.dtype]:
     return None if v is None or v.dtype is None else np.dtype(v.dtype)
 
 
+def shape_of(graph: Graph, name: str) -> Optional[tuple]:
+    """The (maybe partly symbolic) shape of a named value, None when unknown or absent."""
+    v = graph.values.get(name) if name else None
+    return None if v is None else v.shape
+
+
 def check_dtypes(node: Node, graph: Graph, allowed: set, inputs: Optional[Sequence[int]] = None,
                  outputs: bool = False) -> Optional[str]:
     """supports() helper: the listed inputs (default: all present), and the outputs too when
@@ -254,7 +260,7 @@ class ConvGeometry:
 @dataclass(frozen=True)
 class Epilogue:
     """What a conv's GEMM (or Winograd output transform) applies to each result: bias (input 2),
-    residual (input 3, FusedConv) and an activation with its alpha/beta (gemm.act_params)."""
+    residual (input 3, FusedConv) and an activation with its alpha/beta (gemm_kernel.act_params)."""
 
     act: str = ""
     alpha: float = 0.0

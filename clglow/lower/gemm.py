@@ -7,7 +7,6 @@ take their operands by the same table.
 """
 from __future__ import annotations
 
-import logging
 from typing import Optional
 
 import numpy as np
@@ -16,25 +15,18 @@ from ..errors import InvalidModel
 from ..ir import Graph, Node
 from ..target import Target
 from .base import LowerCtx, device_op
-from .common import float32_only
+from .common import float32_only, shape_of
 from .gemm_kernel import (Bias, GemmConfig, Operand, b_unpacked_ok, gemm_config, gemm_launch, pack_a, pack_b,
                           pack_b_launch, pack_rows_launch, packed_b_bytes)
 
-log = logging.getLogger(__name__)
-
 
 # --- supports -----------------------------------------------------------------------------------------
-def _shape(graph: Graph, name: str) -> Optional[tuple]:
-    v = graph.values.get(name) if name else None
-    return None if v is None else v.shape
-
-
 def supports_gemm(node: Node, graph: Graph, target: Target) -> Optional[str]:
     why = float32_only(node, graph)
     if why:
         return why
     for i in (0, 1):
-        s = _shape(graph, node.input(i))
+        s = shape_of(graph, node.input(i))
         if s is not None and len(s) != 2:
             return f"Gemm input {i} has rank {len(s)}; Gemm takes matrices"
     return None

@@ -16,24 +16,19 @@ from ..errors import InvalidModel
 from ..ir import Graph, Node
 from ..target import Target
 from .base import Arg, LowerCtx, device_op, round_up
-from .common import attr_str, float32_only
+from .common import attr_str, float32_only, shape_of
 from .gemm import a_path, b_path, pack_live_a
 from .gemm_kernel import (ACTIVATIONS, Bias, Operand, gemm_config, gemm_launch, pack_a, pack_b, pack_b_launch,
                           packed_b_bytes)
 
 
 # --- supports -----------------------------------------------------------------------------------------
-def _shape(graph: Graph, name: str) -> Optional[tuple]:
-    v = graph.values.get(name) if name else None
-    return None if v is None else v.shape
-
-
 def supports_matmul(node: Node, graph: Graph, target: Target) -> Optional[str]:
     why = float32_only(node, graph)
     if why:
         return why
     for i in (0, 1):
-        s = _shape(graph, node.input(i))
+        s = shape_of(graph, node.input(i))
         if s is not None and len(s) == 0:
             return "MatMul of a scalar is undefined"
     return None
@@ -76,7 +71,7 @@ def supports_fused_matmul(node: Node, graph: Graph, target: Target) -> Optional[
     if why:
         return why
     for i in (0, 1):
-        s = _shape(graph, node.input(i))
+        s = shape_of(graph, node.input(i))
         if s is not None and len(s) < 2:
             return "a fused MatMul takes 2-D or batched operands"
     act = node.attrs.get("activation", "")

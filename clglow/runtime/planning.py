@@ -34,7 +34,7 @@ from typing import Optional, Sequence, Union
 from ..config import PlanOptions
 from ..errors import OutOfDeviceMemory, UnsupportedNode, UnsupportedOperator
 from ..ir import Graph, Node
-from ..lower.base import Buf, Launch, PaddedLayout, Scratch
+from ..lower.base import Buf, Launch, Scratch
 from ..partition import DEVICE, HOST, Placement, place
 from ..target import Target
 from . import sub_batch
@@ -42,7 +42,6 @@ from .host import outer_scope_names
 from .lowered import LoweredNode, Lowerer, lower_nodes, nbytes
 from .memory import Interval, assign_buffers, plan_offsets
 from .offers import padded_slots, take_inplace_offers, take_padded_offers
-from .sub_batch import Slice
 
 
 # --- steps ---------------------------------------------------------------------------------------
