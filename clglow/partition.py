@@ -73,6 +73,46 @@ def place(graph: Graph, target: Optional[Target] = None, host_fallback: bool = T
     return result
 
 
+def unfuse(graph: Graph, names: set) -> Graph:
+    """A copy of `graph` with each fused node named in `names` replaced by the nodes its fusion
+    pass replaced (Node.unfused, one level: a nested fusion is tried again on its own). The rule
+    for every fusion: a fused node that cannot be lowered runs as its original nodes, never
+    refuses the model. Values the fusion dropped are left for shape specialisation to infer."""
+    g = graph.copy()
+    nodes: list = []
+    for node in g.nodes:
+        if node.name in names and node.unfused:
+            nodes.extend(Node(n.op_type, n.name, list(n.inputs), list(n.outputs), dict(n.attrs), n.domain,
+                              n.proto, n.unfused) for n in node.unfused)
+        else:
+            nodes.append(node)
+    g.nodes = nodes
+    return g
+
+
+def refused_fusions(graph: Graph, nodes: list, target: Optional[Target]) -> set:
+    """Names of the fused nodes among `nodes` that no kernel covers on `target`: they would land
+    on the host, which has no implementation of clglow's fused ops (see unfuse)."""
+    return {n.name for n in nodes if n.unfused and device_reason(n, graph, target) is not None}
+
+
+def failed_fusion(graph: Graph, error: BaseException) -> Optional[str]:
+    """The fused node of `graph` (with originals to fall back on) that `error` names: an
+    InvalidModel raised by its lowering or shape rule (a sub-batch piece's name is the node's with
+    a [i:j] tag), or an UnsupportedOperator listing it; None when the error is about another node."""
+    named = [getattr(error, "node", None)] + [u.name for u in getattr(error, "nodes", [])]
+    fused = {n.name for n in graph.nodes if n.unfused}
+    for name in named:
+        if not name:
+            continue
+        if name in fused:
+            return name
+        base = name[:name.rfind("[")] if name.endswith("]") and "[" in name else None
+        if base in fused:
+            return base
+    return None
+
+
 def format_placement(placements: list[Placement]) -> str:
     n_dev = sum(p.where == DEVICE for p in placements)
     lines = [f"{n_dev}/{len(placements)} nodes on OpenCL, {len(placements) - n_dev} on the host"]

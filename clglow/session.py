@@ -159,6 +159,7 @@ class InferenceSession:
         self.graph: Graph = optimize(imported, enabled=self.options.graph_optimization_level > 0)
         self.host_fallback = plan_options.host_fallback
         self._engine = Engine(self.graph, self.device, plan_options, self.options.enable_profiling)
+        self.graph = self._engine.graph  # fused nodes the Target refuses run as their original nodes
         static = all(isinstance(d, int) for a in self._input_args for d in a.shape) \
             and not self._has_unknown_inputs() and not self._engine.shape_inputs  # else plans wait for inputs
         if static and tuning.is_alive():  # a cold start: the programs start while the tuner measures

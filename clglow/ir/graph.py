@@ -48,6 +48,9 @@ class Node:
     attrs: dict[str, Any] = field(default_factory=dict)
     domain: str = ""
     proto: Optional[onnx.NodeProto] = None  # the original node, kept for host execution
+    # the nodes a fusion pass replaced by this one, in graph order: what runs instead when the
+    # fused node cannot be lowered on a device (partition.unfuse)
+    unfused: tuple = ()
 
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)
@@ -121,8 +124,8 @@ class Graph:
     def copy(self) -> "Graph":
         """A copy whose node list, values and attributes may be edited; constants are shared."""
         values = {k: Value(v.name, v.dtype, v.shape, v.const) for k, v in self.values.items()}
-        nodes = [Node(n.op_type, n.name, list(n.inputs), list(n.outputs), dict(n.attrs), n.domain, n.proto)
-                 for n in self.nodes]
+        nodes = [Node(n.op_type, n.name, list(n.inputs), list(n.outputs), dict(n.attrs), n.domain, n.proto,
+                      n.unfused) for n in self.nodes]
         return Graph(nodes, values, list(self.inputs), list(self.outputs), dict(self.opsets),
                      self.name, self.ir_version, self.max_tensor_bytes)
 

@@ -69,6 +69,12 @@ def rewrite_to_fixed_point(graph: Graph, rewrite_one: Callable[[Graph, dict, set
     return g
 
 
+def in_graph_order(g: Graph, nodes: list) -> tuple:
+    """`nodes` (members of g.nodes, by identity) sorted as g lists them: a fused node's originals."""
+    position = {id(n): i for i, n in enumerate(g.nodes)}
+    return tuple(sorted(nodes, key=lambda n: position[id(n)]))
+
+
 def splice_fused(g: Graph, head: Node, chain: list, fused: Node) -> bool:
     """Replace `head` and its fused `chain` by `fused` where the chain's last node was (the
     node at the largest index: a Swish's Mul or a Gelu's final Mul may follow other chain
@@ -78,6 +84,8 @@ def splice_fused(g: Graph, head: Node, chain: list, fused: Node) -> bool:
         return False
     last = max(g.nodes.index(n) for n in chain)
     final = g.nodes[last]
+    # kept for the fallback (partition.unfuse) when the fused node cannot lower after all
+    fused.unfused = in_graph_order(g, [head] + list(chain))
     g.nodes[last] = fused
     drop = [head] + [n for n in chain if n is not final]
     ids = {id(n) for n in drop}

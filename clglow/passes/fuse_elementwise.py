@@ -44,6 +44,7 @@ def fuse_elementwise(graph: Graph) -> Graph:
     consumers = g.consumers()
     producer = {o: n for n in g.nodes for o in n.outputs if o}
     fusable = {id(n) for n in g.nodes if _fusable(n, g)}
+    position = {id(n): i for i, n in enumerate(g.nodes)}  # a fused node keeps its members in graph order
 
     def inner(name: str) -> Optional[Node]:
         """The producer of `name` when it can be folded into its single, fusable consumer's expression."""
@@ -86,6 +87,7 @@ def fuse_elementwise(graph: Graph) -> Graph:
         op = lookup(fused)
         if op is None or op.supports(fused, g, GENERIC_TARGET) is not None:
             continue
+        fused.unfused = tuple(sorted(members, key=lambda n: position[id(n)]))
         groups[id(node)] = fused
         absorbed.update(id(m) for m in members if m is not node)
     if not groups:

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..ir import Graph, Node
 from ..lower.base import GENERIC_TARGET, lookup
-from .fuse_conv import fused_activation, rewrite_to_fixed_point, splice_fused, swish
+from .fuse_conv import fused_activation, in_graph_order, rewrite_to_fixed_point, splice_fused, swish
 
 
 def _scalar_const(graph: Graph, name: str) -> Optional[float]:
@@ -180,6 +180,9 @@ def _fold_transposes_one(g: Graph, consumers: dict, outputs: set) -> bool:
         if out is None or not 3 <= len(out) <= 4:
             continue
         r = len(out)
+        operands = [_known(g, f.input(0)), _known(g, f.input(1))]
+        if any(s is None or len(s) != r for s in operands):
+            continue  # the views are batched GEMMs of equal rank (a mixer's [B, C, T] x [T, H] is not)
         attrs = ({"alpha": 1.0, "activation": "", "act_alpha": 0.0, "act_beta": 0.0} if plain
                  else dict(f.attrs))
         inputs = (list(f.inputs) + ["", "", "", ""])[:4]
@@ -213,6 +216,7 @@ def _fold_transposes_one(g: Graph, consumers: dict, outputs: set) -> bool:
         op = lookup(fused)
         if op is None or op.supports(fused, g, GENERIC_TARGET) is not None:
             continue
+        fused.unfused = in_graph_order(g, drop + [f])
         i = g.nodes.index(f)
         g.nodes[i] = fused
         ids = {id(n) for n in drop}
@@ -233,5 +237,5 @@ def fold_transposes(graph: Graph) -> Graph:
     through the transposed strides (attribute perm_a / perm_b of a clglow.FusedMatMul, input
     the Transpose's input); a result consumed only by a Transpose that keeps the last axis is
     stored through its strides (perm_c, output the Transpose's output). Static shapes of rank 3
-    or 4, float32; a result with a residual is not transposed."""
+    or 4 (both operands and the result), float32; a result with a residual is not transposed."""
     return rewrite_to_fixed_point(graph, _fold_transposes_one)

@@ -16,9 +16,12 @@ import numpy as np
 import pyopencl as cl
 
 from ..config import PlanOptions
+from ..errors import InvalidModel, UnsupportedOperator
 from ..ir import Graph, Value
+from ..partition import failed_fusion, refused_fusions, unfuse
 from ..target import Target
 from ..shapes import specialize
+from .host import outer_scope_names
 from .executor import Plan, RunRecord, WeightCache, build_plan, execute, prewarm
 
 log = logging.getLogger(__name__)
@@ -60,9 +63,12 @@ def shape_inputs(graph: Graph) -> set:
 
 class Engine:
     def __init__(self, graph: Graph, device, options: Optional[PlanOptions] = None, profiling: bool = False):
-        self.graph = graph
         self.device = device
         self.options = options if options is not None else PlanOptions.from_env()
+        # fused nodes no kernel covers on this Target run as their original nodes (and so do those
+        # whose lowering failed at some input signature: `fallbacks`, tried once per engine)
+        self.fallbacks: set = set()
+        self.graph = self._unfused(graph, refused=True)
         self.queue = device.make_queue(profiling=True) if profiling else device.queue
         self.weights = WeightCache(device.context, self.queue)
         self._plans: dict[tuple, Plan] = {}
@@ -70,6 +76,7 @@ class Engine:
         self.records: list[RunRecord] = []
         self.profiling = profiling
         self.shape_inputs = shape_inputs(graph)
+        self._rest: dict = {}  # id(staged plan) -> the specialised graph whose nodes[stop:] follow it
         self._prewarmed: Optional[tuple] = None  # (specialised graph, derived constants) of prewarm
         self.last_plan: Optional[Plan] = None
 
@@ -79,6 +86,18 @@ class Engine:
         family's GEMM tiles as the tuner left them (read per plan: the tuner may finish after
         the engine was made)."""
         return self.device.target(self.options.target)
+
+    def _unfused(self, graph: Graph, refused: bool = False) -> Graph:
+        """`graph` with the fused nodes named in `fallbacks` (and, with `refused`, those that no
+        kernel covers on the Target) replaced by their original nodes, nested fusions included."""
+        while True:
+            names = {n.name for n in graph.nodes if n.unfused and n.name in self.fallbacks}
+            if refused:
+                names |= refused_fusions(graph, graph.nodes, self.target)
+            if not names:
+                return graph
+            self.fallbacks |= names
+            graph = unfuse(graph, names)
 
     # -- planning --------------------------------------------------------------------------------
     def _shape_values(self, feeds: Optional[dict]) -> dict:
@@ -138,9 +157,30 @@ class Engine:
         self._prewarmed = (spec, memo)  # spec: its arrays' ids are the memo's keys
 
     def _build(self, graph: Graph, input_types: dict, outputs: Sequence[str]) -> Plan:
-        spec, stop = specialize(graph, input_types)
+        """The plan of `graph` at these input types. A fused node that no kernel covers at these
+        shapes, or whose lowering fails, is replaced by its original nodes (partition.unfuse) and
+        the graph planned again: a fusion never refuses a model that its parts would run."""
         warm, self._prewarmed = self._prewarmed, None  # for the first plan only
         memo = warm[1] if warm is not None else None
+        graph = self._unfused(graph)
+        while True:
+            try:
+                spec, stop = specialize(graph, input_types)
+                refused = refused_fusions(spec, spec.nodes[:stop], self.target)
+                if not refused:
+                    return self._build_specialized(spec, stop, outputs, memo)
+            except (InvalidModel, UnsupportedOperator) as e:
+                name = failed_fusion(graph, e)
+                if name is None:
+                    raise
+                refused = {name}
+                log.info("fused node %r cannot run on %s (%s): its original nodes run instead", name,
+                         self.target.family, e)
+            self.fallbacks |= refused
+            graph, memo = unfuse(graph, refused), None
+
+    def _build_specialized(self, spec: Graph, stop: Optional[int], outputs: Sequence[str],
+                           memo: Optional[dict]) -> Plan:
         if stop is None:
             return build_plan(spec, None, outputs, self.device, self.weights, self.target, self.options, memo)
         # staged: this stage hands over everything the rest of the graph needs
@@ -148,19 +188,31 @@ class Engine:
         for n in spec.nodes[:stop]:
             produced.update(o for o in n.outputs if o)
         later_needs = {i for n in spec.nodes[stop:] for i in n.inputs if i}
+        later_needs.update(i for n in spec.nodes[stop:] for i in outer_scope_names(n))
         crossing = sorted((later_needs | set(outputs)) & produced)
-        return build_plan(spec, stop, crossing, self.device, self.weights, self.target, self.options, memo)
+        plan = build_plan(spec, stop, crossing, self.device, self.weights, self.target, self.options, memo)
+        # the plan's graph is its stage's (nodes[:stop]); the rest is planned from this one
+        self._rest[id(plan)] = spec
+        return plan
 
     def _next_stage(self, plan: Plan, values: dict) -> Plan:
-        spec = plan.graph
+        """The plan of what follows a stage, for the real shapes of the `values` it handed over
+        (the outputs of the node whose output shapes depend on data among them). Small values
+        that decide shapes in the rest (a TopK's k, a Reshape's target computed from a count)
+        become its constants, as graph inputs do in `plan`."""
+        spec = self._rest[id(plan)]
         rest_nodes = spec.nodes[plan.stop:]  # type: ignore[index]
         carried = list(values)
-        key = _signature({k: (values[k].dtype, values[k].shape) for k in carried})
+        rest = Graph(list(rest_nodes), dict(spec.values), carried, list(self.graph.outputs), spec.opsets,
+                     spec.name, spec.ir_version, spec.max_tensor_bytes)
+        small = {k: np.asarray(values[k]) for k in shape_inputs(rest)}
+        consts = {k: v for k, v in small.items() if v.size <= SHAPE_INPUT_MAX_ELEMENTS and v.dtype.kind in "iuf"}
+        key = _signature({k: (values[k].dtype, values[k].shape) for k in carried}) + \
+            tuple(sorted((k, v.dtype.str, v.shape, v.tobytes()) for k, v in consts.items()))
         st = plan.next_stages.get(key)
         if st is None:
-            values_map = dict(spec.values)
-            rest = Graph(list(rest_nodes), values_map, carried, list(self.graph.outputs), spec.opsets, spec.name,
-                         spec.ir_version, spec.max_tensor_bytes)
+            for k, v in consts.items():
+                rest.values[k] = Value(k, v.dtype, tuple(v.shape), v)
             types = {k: (values[k].dtype, values[k].shape) for k in carried}
             st = self._build(rest, types, self.graph.outputs)
             plan.next_stages[key] = st
@@ -197,4 +249,5 @@ class Engine:
             for p in self._plans.values():
                 p.release()
             self._plans.clear()
+            self._rest.clear()
             self.weights.release()

@@ -48,8 +48,45 @@ def outer_scope_names(node: Node) -> list[str]:
     return used
 
 
+def _gather_elements(data: np.ndarray, indices: np.ndarray, axis: int = 0) -> np.ndarray:
+    """GatherElements by numpy's take_along_axis (negative indices wrap once, as ONNX says).
+
+    onnx.reference's own (np.choose, then a per-row fallback) returns one element per row when
+    the indices are shorter than the data along the axis and the axis has more entries than
+    np.choose takes choices: BERT's position ids ([1, 512] data, [1, L] indices) fail to fold."""
+    axis = axis + data.ndim if axis < 0 else axis
+    if not 0 <= axis < data.ndim:
+        raise ValueError(f"axis {axis} is out of range for rank {data.ndim}")
+    if indices.ndim != data.ndim:
+        raise ValueError(f"indices of rank {indices.ndim} for data of rank {data.ndim}")
+    idx = indices.astype(np.int64)
+    dim = data.shape[axis]
+    if idx.size and (idx.min() < -dim or idx.max() >= dim):
+        raise ValueError(f"index out of range [{-dim}, {dim - 1}] along axis {axis}")
+    idx = np.where(idx < 0, idx + dim, idx)
+    for i, (d, n) in enumerate(zip(data.shape, idx.shape)):
+        if i != axis and n > d:
+            raise ValueError(f"indices dimension {i} ({n}) is larger than the data's ({d})")
+    # the data cut to the indices' extent on every other axis (ONNX allows smaller indices)
+    cut = data[tuple(slice(None) if i == axis else slice(0, n) for i, n in enumerate(idx.shape))]
+    return np.take_along_axis(cut, idx, axis=axis)
+
+
+def _host_ops() -> list:
+    """onnx.reference kernels replaced where its own is wrong (see each function)."""
+    from onnx.reference.op_run import OpRun
+
+    class GatherElements(OpRun):
+        op_domain = ""
+
+        def _run(self, data, indices, axis=None):  # noqa: D401 - onnx.reference's signature
+            return (_gather_elements(np.asarray(data), np.asarray(indices), int(axis or 0)),)
+
+    return [GatherElements]
+
+
 class HostKernel:
-    """A node executed on the host by onnx.reference."""
+    """A node executed on the host by onnx.reference (with the replacements of _host_ops)."""
 
     def __init__(self, node: Node, graph: Graph):
         from onnx.reference import ReferenceEvaluator
@@ -71,7 +108,7 @@ class HostKernel:
         self.input_names = [vi.name for vi in inputs]
         self.output_names = [o for o in node.outputs if o]
         try:
-            self.evaluator = ReferenceEvaluator(model)
+            self.evaluator = ReferenceEvaluator(model, new_ops=_host_ops())
         except Exception as e:
             raise UnsupportedOperator([UnsupportedNode(node.name, node.op_type, node.domain,
                                                        graph.opset(node.domain),
