@@ -23,6 +23,7 @@ from . import generate, reduce  # noqa: F401  (registration)
 from . import attention, castlut, conv_transpose, einsum, gridsample  # noqa: F401  (registration)
 from . import indexing, loss, lppool, quant  # noqa: F401  (registration)
 from . import fused, resize  # noqa: F401  (registration)
+from . import recurrent  # noqa: F401  (registration)
 from .base import REGISTRY, DeviceInfo, Launch, LowerCtx, TensorInfo, lookup
 
 __all__ = ["REGISTRY", "DeviceInfo", "Launch", "LowerCtx", "TensorInfo", "lookup"]

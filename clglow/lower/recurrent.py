@@ -1,0 +1,341 @@
+"""RNN, GRU and LSTM on OpenCL: one GEMM for the input projections of every time step, then one
+launch of kernels_cl/recurrent.cl for the recurrence of the whole sequence.
+
+Why this split: X_t @ W^T does not depend on the state, so all steps' projections are one
+[steps * batch, input] x [input, directions * gates * hidden] GEMM (gemm.cl, W^T packed once per
+plan through ctx.derived when W is a weight); what is left per step is a GEMV with R plus the
+gates, small enough that a launch per step would cost more than the step. recurrent.cl runs a
+work-group per (a few batch rows, direction) that loops over the steps with its state in local
+memory: the launches stay at two (three when a live X is packed first) however long the sequence.
+
+The recurrent kernel's R operand has a ranked table of implementations (RECURRENT_PATHS, the
+first applicable row lowers the node; a new device family is a new row):
+  columns   R^T packed per direction as [hidden, gates * hidden]: consecutive work-items read
+            consecutive units (coalesced loads). GPU family, R constant.
+  rows      R rows [gates * hidden, kp] with k padded to the Target's float vector width
+            (a work-item's dot products run in kp-float vectors: a CPU driver's work-item loop
+            vectorises them); a live R is read as it lies (kp = hidden). Any family.
+
+Covered: direction forward / reverse / bidirectional; every ONNX activation with its alpha/beta
+(consumed in the order of the activations, onnxruntime's reading); clip; LSTM input_forget and
+peepholes; GRU linear_before_reset; layout 0 / 1; sequence_lens (steps past a row's length
+write zeros, Y_h / Y_c are its last valid step, zeros for a length of 0, as onnxruntime);
+initial_h / initial_c; any subset of the outputs. supports() names what is not (float32 only,
+int32 sequence_lens, an activation without a defined alpha, a state too large for local memory).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+
+from ..errors import InvalidModel
+from ..ir import Graph, Node
+from ..target import Target
+from .base import Launch, LowerCtx, device_op, f32, i32, round_up
+from .common import F32, attr_str, check_dtypes, shape_of
+from .gemm import a_path, pack_live_a
+from .gemm_kernel import GemmConfig, Operand, gemm_config, gemm_launch, pack_a, pack_b, pack_b_launch, packed_b_bytes
+
+log = logging.getLogger(__name__)
+
+GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+# The activations of one direction, and their defaults (ONNX)
+DEFAULT_ACTS = {"RNN": ("Tanh",), "GRU": ("Sigmoid", "Tanh"), "LSTM": ("Sigmoid", "Tanh", "Tanh")}
+# name (lower case) -> (recurrent.cl code, takes alpha, takes beta, default alpha, default beta);
+# a None default: no value ONNX and onnxruntime agree on, so one must be given
+ACTIVATIONS = {
+    "relu": (0, False, False, 0.0, 0.0), "tanh": (1, False, False, 0.0, 0.0),
+    "sigmoid": (2, False, False, 0.0, 0.0), "affine": (3, True, True, None, None),
+    "leakyrelu": (4, True, False, 0.01, 0.0), "thresholdedrelu": (5, True, False, None, 0.0),
+    "scaledtanh": (6, True, True, None, None), "hardsigmoid": (7, True, True, 0.2, 0.5),
+    "elu": (8, True, False, 1.0, 0.0), "softsign": (9, False, False, 0.0, 0.0),
+    "softplus": (10, False, False, 0.0, 0.0),
+}
+KNOWN_ATTRS = {"activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size",
+               "input_forget", "layout", "linear_before_reset"}
+DIRECTIONS = ("forward", "reverse", "bidirectional")
+LOCAL_ROWS = {"RNN": 2, "GRU": 4, "LSTM": 3}  # local state rows of HP floats per batch row (recurrent.cl)
+MAX_BATCH_ROWS = 8
+
+
+def parse_activations(node: Node, ndir: int) -> list:
+    """[(code, alpha, beta)] per activation slot, direction 0's then direction 1's. Alphas and
+    betas are consumed in the order of the activations that take them (the ONNX text; what
+    onnxruntime does), the operator's default where the list runs out. ValueError: why not."""
+    names = node.attrs.get("activations")
+    per_dir = len(DEFAULT_ACTS[node.op_type])
+    if names is None:
+        names = list(DEFAULT_ACTS[node.op_type]) * ndir
+    names = [attr_str(n) for n in names]
+    if len(names) != per_dir * ndir:
+        raise ValueError(f"{len(names)} activations given, {node.op_type} with {ndir} direction(s) takes "
+                         f"{per_dir * ndir}")
+    alphas = [float(a) for a in node.attrs.get("activation_alpha", None) or []]
+    betas = [float(b) for b in node.attrs.get("activation_beta", None) or []]
+    out = []
+    for name in names:
+        spec = ACTIVATIONS.get(name.lower())
+        if spec is None:
+            raise ValueError(f"activation {name!r} is not one of the ONNX recurrent activations")
+        code, takes_a, takes_b, da, db = spec
+        a = alphas.pop(0) if takes_a and alphas else da
+        b = betas.pop(0) if takes_b and betas else db
+        if a is None or b is None:
+            raise ValueError(f"activation {name!r} needs activation_alpha/activation_beta values")
+        out.append((code, a, b))
+    return out
+
+
+def _hidden(node: Node, graph: Graph) -> Optional[int]:
+    h = node.attrs.get("hidden_size")
+    if h is not None:
+        return int(h)
+    s = shape_of(graph, node.input(2))
+    return s[-1] if s is not None and isinstance(s[-1], int) else None
+
+
+def supports_recurrent(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    """Float32 RNN/GRU/LSTM with int32 sequence_lens, the attributes the module docstring lists,
+    and a state that fits the Target's local memory."""
+    why = check_dtypes(node, graph, {F32}, inputs=[i for i in range(len(node.inputs)) if i != 4], outputs=True)
+    if why:
+        return why
+    why = check_dtypes(node, graph, {np.dtype(np.int32)}, inputs=[4] if len(node.inputs) > 4 else [])
+    if why:
+        return why
+    extra = sorted(set(node.attrs) - KNOWN_ATTRS)
+    if extra:
+        return f"{node.op_type} attribute(s) {', '.join(extra)} not handled by the OpenCL kernel"
+    direction = attr_str(node.attrs.get("direction"), "forward")
+    if direction not in DIRECTIONS:
+        return f"direction {direction!r} is not one of {', '.join(DIRECTIONS)}"
+    try:
+        parse_activations(node, 2 if direction == "bidirectional" else 1)
+    except ValueError as e:
+        return str(e)
+    hidden = _hidden(node, graph)
+    if hidden is None:
+        return "hidden size unknown (no hidden_size attribute and R's shape unknown)"
+    need = 4 * LOCAL_ROWS[node.op_type] * state_capacity(hidden)
+    if need > target.local_mem_size:
+        return f"hidden size {hidden} needs {need} bytes of local memory, the device has {target.local_mem_size}"
+    return None
+
+
+def state_capacity(hidden: int) -> int:
+    """HP: floats per local state row (recurrent.cl), hidden rounded up to 64 (few programs, any
+    vector width of k)."""
+    return round_up(max(hidden, 1), 64)
+
+
+# --- the R operand's implementations -------------------------------------------------------------------
+@dataclass(frozen=True)
+class RecurrentCase:
+    """What the R paths choose on: the Target, whether R is a constant, the hidden size."""
+
+    target: Target
+    r_const: bool
+    hidden: int
+
+
+@dataclass(frozen=True)
+class RecurrentPath:
+    """One way recurrent.cl reads R: `applicable(case)` says whether it runs the case, `r_t` is
+    the R_T define, `vk(case)` the k vector width (VK) and kp the padded k."""
+
+    name: str
+    applicable: Callable[[RecurrentCase], bool]
+    r_t: int
+    vk: Callable[[RecurrentCase], int]
+
+
+def _rows_vk(case: RecurrentCase) -> int:
+    """A constant R is padded to the Target's float vector width; a live one read as it lies
+    takes the widest width (up to that) that divides hidden."""
+    pref = max(1, int(case.target.preferred_vector_width_float))
+    for vk in (16, 8, 4):
+        if vk <= pref and (case.r_const or case.hidden % vk == 0):
+            return vk
+    return 1
+
+
+RECURRENT_PATHS = (
+    RecurrentPath("columns", lambda c: not c.target.is_cpu_family and c.r_const, 1, lambda c: 1),
+    RecurrentPath("rows", lambda c: True, 0, _rows_vk),
+)
+
+
+def recurrent_path(case: RecurrentCase) -> RecurrentPath:
+    """The first applicable row of RECURRENT_PATHS (the last one always is)."""
+    return next(p for p in RECURRENT_PATHS if p.applicable(case))
+
+
+def batch_rows(target: Target, batch: int, op_type: str, hidden: int) -> int:
+    """BB, batch rows per work-group: enough to spread the batch over the compute units once
+    (the rows of a group share each load of R), a power of two up to 8, within local memory."""
+    bb = 1
+    while bb < MAX_BATCH_ROWS and bb * max(1, target.compute_units) < batch:
+        bb *= 2
+    while bb > 1 and 4 * LOCAL_ROWS[op_type] * state_capacity(hidden) * bb > target.local_mem_size:
+        bb //= 2
+    return bb
+
+
+# --- lowering --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Dims:
+    """One node's sizes: steps, batch, input width, hidden, directions, gates, layout."""
+
+    seq: int
+    batch: int
+    inp: int
+    hidden: int
+    ndir: int
+    gates: int
+    layout: int
+
+    @property
+    def n(self) -> int:
+        """Columns of the input projection: every direction's gates."""
+        return self.ndir * self.gates * self.hidden
+
+
+def _dims(ctx: LowerCtx) -> Dims:
+    """The node's sizes, checked against W and R."""
+    x, w, r = ctx.inputs[0].shape, ctx.inputs[1].shape, ctx.inputs[2].shape
+    layout = int(ctx.attr("layout", 0))
+    if len(x) != 3 or len(w) != 3 or len(r) != 3 or layout not in (0, 1):
+        raise InvalidModel(f"{ctx.node.op_type} takes X, W and R of rank 3 and layout 0 or 1; got X {x}, "
+                           f"W {w}, R {r}, layout {layout}", node=ctx.label())
+    seq, batch = (x[0], x[1]) if layout == 0 else (x[1], x[0])
+    ndir = 2 if attr_str(ctx.attr("direction"), "forward") == "bidirectional" else 1
+    gates = GATES[ctx.node.op_type]
+    hidden = int(ctx.attr("hidden_size", r[-1]))
+    if tuple(w) != (ndir, gates * hidden, x[2]) or tuple(r) != (ndir, gates * hidden, hidden):
+        raise InvalidModel(f"{ctx.node.op_type} with hidden_size {hidden} and {ndir} direction(s) takes W "
+                           f"{(ndir, gates * hidden, x[2])} and R {(ndir, gates * hidden, hidden)}, got {w} and {r}",
+                           node=ctx.label())
+    return Dims(seq, batch, x[2], hidden, ndir, gates, layout)
+
+
+def _projection(ctx: LowerCtx, dm: Dims, launches: list) -> Operand:
+    """xw = X @ W^T for every step and direction, one GEMM into scratch [rows, n] (no bias:
+    recurrent.cl adds it). W^T packed once per plan when W is constant, at run time otherwise."""
+    cfg: GemmConfig = gemm_config(ctx.device)
+    m, k, n = dm.seq * dm.batch, dm.inp, dm.n
+    path = a_path(ctx.device, cfg, const=ctx.const(0) is not None, m=m, k=k, row_pitch=k)
+    if path == "constant":
+        a = Operand(ctx.derived(0, f"packA{cfg.mr}", lambda x: pack_a(x.reshape(m, k), cfg.mr)), packed=True)
+    elif path == "packed":
+        a = pack_live_a(ctx, cfg, 0, m, k, False, 1, launches)
+    else:
+        a = Operand(ctx.buf(0), ld=k, ld2=1)
+    if ctx.const(1) is not None:
+        b = Operand(ctx.derived(1, f"packWT{cfg.nr}", lambda w: pack_b(w.reshape(n, k).T, cfg.nr)), packed=True)
+    else:
+        dst = ctx.scratch(packed_b_bytes(cfg.nr, k, n, 1))
+        launches.append(pack_b_launch(ctx.device, cfg.nr, src=ctx.buf(1), off=0, s1=0, s2=0, s_k=1, s_n=k,
+                                      k=k, n=n, batch=1, d2=1, dst=dst, label=ctx.label()))
+        b = Operand(dst, packed=True)
+    xw = Operand(ctx.scratch(4 * m * n), ld=n)
+    launches.append(gemm_launch(cfg, m=m, n=n, k=k, batch=1, d2=1, a=a, b=b, c=xw, label=ctx.label()))
+    return xw
+
+
+def _r_operand(ctx: LowerCtx, path: RecurrentPath, kp: int, dm: Dims):
+    """R as the path reads it: packed per plan when constant, else the live buffer (rows, kp =
+    hidden)."""
+    if ctx.const(2) is None:
+        return ctx.buf(2)
+    if path.r_t:
+        return ctx.derived(2, "rnnRT", lambda r: np.asarray(r, np.float32).transpose(0, 2, 1))
+    pad = kp - dm.hidden
+    return ctx.derived(2, f"rnnR{kp}", lambda r: np.pad(np.asarray(r, np.float32), ((0, 0), (0, 0), (0, pad))))
+
+
+def _strides(dm: Dims) -> tuple:
+    """(xw step, xw batch, state direction, state batch, Y step, Y direction, Y batch) strides."""
+    n, h, nd, s, b = dm.n, dm.hidden, dm.ndir, dm.seq, dm.batch
+    if dm.layout == 0:  # X [seq, batch, in], Y [seq, dir, batch, h], states [dir, batch, h]
+        return b * n, n, b * h, h, nd * b * h, b * h, h
+    return n, s * n, h, nd * h, nd * h, h, s * nd * h  # X [batch, seq, in], Y [batch, seq, dir, h]
+
+
+def _defines(ctx: LowerCtx, path: RecurrentPath, dm: Dims, vk: int, bb: int, acts: list) -> dict:
+    """The -D defines of the node's recurrent.cl program."""
+    op = ctx.node.op_type
+    defines = {"CELL": dm.gates, "HP": state_capacity(dm.hidden), "BB": bb, "R_T": path.r_t, "VK": vk}
+    if op == "GRU" and int(ctx.attr("linear_before_reset", 0)):
+        defines["LBR"] = 1
+    if op == "LSTM" and int(ctx.attr("input_forget", 0)):
+        defines["INPUT_FORGET"] = 1
+    if ctx.attr("clip") is not None:
+        defines["CLIP"] = 1
+    per_dir = len(DEFAULT_ACTS[op])
+    for d in range(dm.ndir):
+        for slot, letter in zip(range(per_dir), "FGH"):
+            defines[f"ACT_{letter}{d}"] = acts[d * per_dir + slot][0]
+    return defines
+
+
+@device_op("RNN", "GRU", "LSTM", supports=supports_recurrent)
+def lower_recurrent(ctx: LowerCtx) -> list:
+    """The projection GEMM and one recurrent.cl launch (see the module docstring)."""
+    dm = _dims(ctx)
+    outs = [ctx.node.outputs[j] if j < len(ctx.node.outputs) else "" for j in range(3)]
+    if not any(outs) or dm.batch == 0:
+        return []
+    acts = parse_activations(ctx.node, dm.ndir)
+    launches: list = []
+    if dm.seq > 0:
+        xw = _projection(ctx, dm, launches).arg
+    else:
+        xw = ctx.buf(0)
+    case = RecurrentCase(ctx.device, ctx.const(2) is not None, dm.hidden)
+    path = recurrent_path(case)
+    vk = path.vk(case)
+    kp = round_up(dm.hidden, vk) if ctx.const(2) is not None else dm.hidden
+    bb = batch_rows(ctx.device, dm.batch, ctx.node.op_type, dm.hidden)
+    xs_t, xs_b, s_d, s_b, y_t, y_d, y_b = _strides(dm)
+    present = {i: bool(ctx.node.input(i)) for i in range(8)}
+    flags = ((1 if present[3] else 0) | (2 if present[4] else 0) | (4 if present[5] else 0)
+             | (8 if present[6] and ctx.node.op_type == "LSTM" else 0)
+             | (16 if present[7] and ctx.node.op_type == "LSTM" else 0)
+             | (32 if outs[0] else 0) | (64 if outs[1] else 0) | (128 if outs[2] and ctx.node.op_type == "LSTM" else 0)
+             | (256 if attr_str(ctx.attr("direction"), "forward") == "reverse" else 0))
+    any_out = next(ctx.out(j) for j in range(3) if outs[j])
+    dummy = ctx.buf(0)  # absent inputs and outputs: a buffer the flags say is never touched
+
+    def opt(i: int):
+        return ctx.buf(i) if present[i] else dummy
+
+    def out(j: int):
+        return ctx.out(j) if outs[j] else any_out
+
+    ab = [f32(v) for _, a, b in acts for v in (a, b)]
+    per_dir = len(DEFAULT_ACTS[ctx.node.op_type])
+    ab = _pad_slots(ab, per_dir, dm.ndir)
+    head = [xw, i32(xs_t), i32(xs_b), _r_operand(ctx, path, kp, dm), opt(3), opt(4), opt(5), opt(6), i32(s_d),
+            i32(s_b), opt(7), out(0), i32(y_t), i32(y_d), i32(y_b), out(1), out(2), i32(flags), i32(dm.seq)]
+    tail = [i32(dm.hidden), i32(kp), f32(float(ctx.attr("clip", 0.0) or 0.0))] + ab
+    ls = ctx.device.fit_group((min(round_up(dm.hidden, 32), 256), 1, 1))
+    gsize = (ls[0], -(-dm.batch // bb), dm.ndir)
+    launches.append(Launch("recurrent", "recurrent", gsize, head + [i32(dm.batch)] + tail, ls,
+                           _defines(ctx, path, dm, vk, bb, acts), ctx.label(),
+                           noop_args=head + [i32(0)] + tail))
+    log.debug("%s: %s path, BB %d, VK %d, %d launches", ctx.label(), path.name, bb, vk, len(launches))
+    return launches
+
+
+def _pad_slots(ab: list, per_dir: int, ndir: int) -> list:
+    """The kernel's 12 alpha/beta arguments (F, G, H of direction 0, then of direction 1) from the
+    node's per_dir slots per direction."""
+    out = []
+    for d in range(2):
+        for slot in range(3):
+            i = (min(d, ndir - 1) * per_dir + slot) * 2
+            out += ab[i:i + 2] if slot < per_dir else [f32(0.0), f32(0.0)]
+    return out
