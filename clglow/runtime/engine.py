@@ -67,7 +67,9 @@ class Engine:
         self.options = options if options is not None else PlanOptions.from_env()
         # fused nodes no kernel covers on this Target run as their original nodes (and so do those
         # whose lowering failed at some input signature: `fallbacks`, tried once per engine)
-        self.fallbacks: set = set()
+        # (keyed by their originals' tuple, which copies of a graph share: a fold_transposes view
+        # and the FusedMatMul inside it have one name, and only the one that failed falls back)
+        self.fallbacks: dict = {}
         self.graph = self._unfused(graph, refused=True)
         self.queue = device.make_queue(profiling=True) if profiling else device.queue
         self.weights = WeightCache(device.context, self.queue)
@@ -91,13 +93,20 @@ class Engine:
         """`graph` with the fused nodes named in `fallbacks` (and, with `refused`, those that no
         kernel covers on the Target) replaced by their original nodes, nested fusions included."""
         while True:
-            names = {n.name for n in graph.nodes if n.unfused and n.name in self.fallbacks}
+            names = {n.name for n in graph.nodes if n.unfused and id(n.unfused) in self.fallbacks}
             if refused:
                 names |= refused_fusions(graph, graph.nodes, self.target)
             if not names:
                 return graph
-            self.fallbacks |= names
-            graph = unfuse(graph, names)
+            graph = self._fall_back(graph, names)
+
+    def _fall_back(self, graph: Graph, names: set) -> Graph:
+        """`graph` with the fused nodes `names` replaced by their originals, remembered for later
+        plans."""
+        for n in graph.nodes:
+            if n.name in names and n.unfused:
+                self.fallbacks[id(n.unfused)] = n.unfused
+        return unfuse(graph, names)
 
     # -- planning --------------------------------------------------------------------------------
     def _shape_values(self, feeds: Optional[dict]) -> dict:
@@ -163,12 +172,14 @@ class Engine:
         warm, self._prewarmed = self._prewarmed, None  # for the first plan only
         memo = warm[1] if warm is not None else None
         graph = self._unfused(graph)
-        while True:
+        while True:  # each round replaces at least one fused node: it ends
             try:
                 spec, stop = specialize(graph, input_types)
                 refused = refused_fusions(spec, spec.nodes[:stop], self.target)
                 if not refused:
                     return self._build_specialized(spec, stop, outputs, memo)
+                log.info("no kernel covers the fused nodes %s on %s: their original nodes run instead",
+                         sorted(refused), self.target.family)
             except (InvalidModel, UnsupportedOperator) as e:
                 name = failed_fusion(graph, e)
                 if name is None:
@@ -176,8 +187,9 @@ class Engine:
                 refused = {name}
                 log.info("fused node %r cannot run on %s (%s): its original nodes run instead", name,
                          self.target.family, e)
-            self.fallbacks |= refused
-            graph, memo = unfuse(graph, refused), None
+            if not any(n.name in refused and n.unfused for n in graph.nodes):
+                raise InvalidModel(f"fused nodes {sorted(refused)} cannot run and have no original nodes")
+            graph, memo = self._fall_back(graph, refused), None
 
     def _build_specialized(self, spec: Graph, stop: Optional[int], outputs: Sequence[str],
                            memo: Optional[dict]) -> Plan:
