@@ -155,7 +155,7 @@ class InferenceSession:
         imported = import_model(proto, weights, max_tensor_bytes=self.options.max_tensor_bytes)
         self._declared = {name: imported.values[name] for name in imported.inputs + imported.outputs}
         self._input_args = [self._node_arg(n, imported) for n in imported.inputs]
-        self._output_args = [self._node_arg(n, imported) for n in imported.outputs]
+        self._output_args = [self._node_arg(n, imported, named=True) for n in imported.outputs]
         self.graph: Graph = optimize(imported, enabled=self.options.graph_optimization_level > 0)
         self.host_fallback = plan_options.host_fallback
         self._engine = Engine(self.graph, self.device, plan_options, self.options.enable_profiling)
@@ -177,9 +177,13 @@ class InferenceSession:
 
     # -- model description -------------------------------------------------------------------------
     @staticmethod
-    def _node_arg(name: str, g: Graph) -> NodeArg:
+    def _node_arg(name: str, g: Graph, named: bool = False) -> NodeArg:
+        """`name`'s NodeArg: ints for static dims, onnx's symbolic names (the model's, or shape
+        inference's unk__N); a dim nothing names is "?", or with `named` (outputs, whose size may
+        only be known after a run: NonZero, NonMaxSuppression) '<output>_dim_<i>'."""
         v = g.values[name]
-        shape = [] if v.shape is None else [d if d is not None else "?" for d in v.shape]
+        shape = [] if v.shape is None else [d if d is not None else (f"{name}_dim_{i}" if named else "?")
+                                            for i, d in enumerate(v.shape)]
         tstr = onnx_type_string(v.dtype) if v.dtype is not None else "unknown"
         return NodeArg(name, shape, tstr, v.dtype)
 

@@ -343,6 +343,9 @@ def _read(plan: Plan, queue: cl.CommandQueue, name: str, events: dict, wait: boo
     """Tensor `name` read back from its device buffer (into `out` when given), after its writer."""
     graph = plan.graph
     v = graph.values[name]
+    if not v.is_static:  # staging sizes every value before it is read (runtime.engine): never a ValueError
+        raise InvalidModel(f"the size of {name!r} ({list(v.shape or ())}) is not known when it is read back",
+                           tensor=name)
     dtype = np.dtype(v.dtype)
     shape = tuple(int(d) for d in v.shape)
     if out is not None:
