@@ -248,3 +248,25 @@ def test_dynamic_outputs_without_host_fallback_are_refused_clearly(monkeypatch):
         _check(model, _ssd_feeds(seed=5))
     except clglow.ClglowError as e:
         assert "NonMaxSuppression" in str(e)
+
+
+def test_if_branches_of_different_sizes():
+    """torchvision's post-processing guards empty detections with If: the branch taken decides
+    the size (a NonZero gather, or an empty constant); the nodes after it run at that size."""
+    then_g = helper.make_graph([helper.make_node("NonZero", ["m"], ["nz"]),
+                                helper.make_node("Squeeze", ["nz", "ax0"], ["idx"]),
+                                helper.make_node("Gather", ["x", "idx"], ["out"])],
+                               "then", [], [_vi("out", T.FLOAT, ["k"])])
+    else_g = helper.make_graph([helper.make_node("Constant", [], ["out2"],
+                                                 value=helper.make_tensor("e", T.FLOAT, [0], []))],
+                               "else", [], [_vi("out2", T.FLOAT, [0])])
+    nodes = [helper.make_node("Greater", ["x", "zero"], ["m"]), helper.make_node("Cast", ["m"], ["mi"], to=T.INT64),
+             helper.make_node("ReduceSum", ["mi"], ["cnt"], keepdims=0),
+             helper.make_node("Greater", ["cnt", "zeroi"], ["any"]),
+             helper.make_node("If", ["any"], ["sel"], then_branch=then_g, else_branch=else_g),
+             helper.make_node("Mul", ["sel", "sel"], ["y"])]
+    model = _model(nodes, [_vi("x", T.FLOAT, [10])], [_vi("y", T.FLOAT, ["n"])],
+                   [_c("zero", 0.0), _c("zeroi", 0, np.int64), _c("ax0", [0], np.int64)])
+    sess = clglow.InferenceSession(model.SerializeToString())
+    for x in (np.random.default_rng(0).standard_normal(10).astype(np.float32), -np.ones(10, np.float32)):
+        _check(model, {"x": x}, sess)
