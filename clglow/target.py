@@ -74,6 +74,10 @@ class Target:
     # when the program is built (pocl): a one-group launch that returns at once while the model
     # loads gets that done early (runtime.preparation, Launch.noop_args)
     codegen_at_first_launch: bool = False
+    # the driver builds programs from several threads at once (clBuildProgram is thread-safe, as
+    # the OpenCL spec requires); Oclgrind's compiler crashes on concurrent builds (a segfault in
+    # clang's code generation), so its builds go one at a time (runtime.device.Device.program)
+    concurrent_builds: bool = True
 
     def __post_init__(self) -> None:
         if not self.family:
@@ -245,6 +249,15 @@ def _cache_bytes(device) -> int:
     return int(_get(device, "global_mem_cache_size", 0))
 
 
+def _simulator_policies(device) -> dict:
+    """Driver workarounds only the driver's identity tells (no query reports them): Oclgrind, the
+    OpenCL simulator that checks races and bounds work-item by work-item, builds one program at
+    a time (see `concurrent_builds`)."""
+    if "oclgrind" not in str(_get(device.platform, "name", "")).lower():
+        return {}
+    return {"concurrent_builds": False}
+
+
 def query(device, family: Optional[str] = None) -> Target:
     """The Target of a pyopencl Device (`family`: force one, else the device type's)."""
     dtype = device_type(device)
@@ -269,7 +282,8 @@ def query(device, family: Optional[str] = None) -> Target:
         host_unified_memory=unified, float16_math_split=split,
         base_align=max(256, int(device.mem_base_addr_align) // 8), cache_bytes=_cache_bytes(device),
         host_memory=unified and dtype == "cpu",
-        codegen_at_first_launch="portable computing language" in str(device.platform.name).lower())
+        codegen_at_first_launch="portable computing language" in str(device.platform.name).lower(),
+        **_simulator_policies(device))
 
 
 __all__ = ["Target", "FAMILIES", "query", "device_type", "has_fp64", "pocl_target_cpu"]

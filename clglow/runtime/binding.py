@@ -180,8 +180,13 @@ class Plan:
     orphans: list = field(default_factory=list)  # (marker, host buffers) of failed runs still in flight
     next_stages: dict = field(default_factory=dict)
     _buffers: list = field(default_factory=list)
+    # sub-buffers only kernel arguments refer to (scratch carved from the arena): a kernel does not
+    # retain its buffer arguments (OpenCL spec), so the plan must; Oclgrind frees a released
+    # sub-buffer at once and a later launch then retains freed memory ("free(): invalid pointer")
+    _views: list = field(default_factory=list)
 
     def release(self) -> None:
+        self._views.clear()
         for b in self._buffers:
             device_free(b)
         self._buffers.clear()
@@ -202,7 +207,7 @@ def bind(bp: BufferPlan, staged: Staged, stop: Optional[int], device, weights: W
         return Plan(bp.graph, staged.placement, steps, device_tensors, bp.host_inputs, bp.device_inputs,
                     list(bp.outputs), stop, bp.planned_bytes, bp.scratch_bytes, len(kernels), root=bp.root,
                     host_binds=host_binds, bind_outputs_at=bind_at, target=target,
-                    zero_copy=bp.zero_copy_enabled, _buffers=buffers)
+                    zero_copy=bp.zero_copy_enabled, _buffers=buffers, _views=list(scratch.values()))
     except BaseException:
         for b in buffers:
             device_free(b)

@@ -62,6 +62,7 @@ class Device:
         self._base: Target = dataclasses.replace(query_target(device), gemm_tiles=None)
         self._targets: Dict[str, Target] = {}  # family -> Target with that family's tiles
         self._profiling_queue: Optional[cl.CommandQueue] = None
+        self._build_lock = threading.RLock()  # builds one at a time where the driver needs it
 
     @classmethod
     def from_context(cls, ctx: Union[cl.Context, int], device: Optional[cl.Device] = None) -> "Device":
@@ -171,6 +172,9 @@ class Device:
             source = kernel_source(name)
         except (FileNotFoundError, InvalidArgument) as e:
             raise CompileError(name, self.describe(), options, str(e)) from e
+        if not self._base.concurrent_builds:  # Target.concurrent_builds: Oclgrind
+            with self._build_lock:
+                return self.cache.get(name, source, options)
         return self.cache.get(name, source, options)
 
     # -- background preparation (runtime.preparation) ----------------------------------------
