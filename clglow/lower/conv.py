@@ -21,6 +21,9 @@ shape tests are in lower/conv_gemm.py and lower/winograd.py, the tiles come from
               (implicit_rows_ok), else from im2col / pack panels, the tile stored transposed
               (gemm.cl C_TRANS). CPU family, constant weights; not for a 1x1 that reads X in
               place as B while its transposed form would pack X.
+  xgemm pointwise / xgemm im2col   GPU family with dedicated local memory (gpu_gemm.xgemm_applicable):
+              xgemm.cl's local-memory tiles, a 1x1 reading X in place as B, any other conv on
+              im2col panels of the tile's width; the weights read in place (not packed).
   pointwise   1x1, stride 1, no padding: the GEMM reads X in place as B (when N is whole
               column tiles or at least 4 of them). Any family.
   implicit    other convs whose taps read phases 0..n-1: conv_phases (im2col.cl) copies X once
@@ -55,6 +58,7 @@ from .conv_gemm import (fit_tiles, implicit_ok, implicit_rows_ok, padded_output,
                         pixel_panels)
 from .gemm_kernel import (ACTIVATIONS, Bias, GemmConfig, Implicit, Operand, act_params, b_unpacked_ok,
                           gemm_config, gemm_launch, pack_a, pack_b, transposed_config)
+from .gpu_gemm import xgemm_applicable, xgemm_config, xgemm_launch
 from .winograd import lower_winograd, winograd_variant
 
 log = logging.getLogger(__name__)
@@ -402,11 +406,51 @@ def _lower_im2col(ctx: LowerCtx, c: ConvCase) -> list:
     return launches
 
 
+# --- the GPU family's local-memory tiles (xgemm.cl, lower/gpu_gemm.py) -----------------------------------
+def _xgemm_operands(ctx: LowerCtx, c: ConvCase) -> tuple:
+    """(weights as A read in place, [Cout/G, Cin/G*KH*KW] per group; the bias; C's strides)."""
+    g = c.geom
+    return (Operand(ctx.buf(1), ld=g.kk, ld2=1, s2=g.m * g.kk), _bias(ctx, c), g.cout * g.npix, g.m * g.npix)
+
+
+def _xgemm_pointwise_applicable(c: ConvCase) -> Optional[str]:
+    return xgemm_applicable(c.target) or (None if c.geom.pointwise else "not a 1x1 stride-1 unpadded conv")
+
+
+def _lower_xgemm_pointwise(ctx: LowerCtx, c: ConvCase) -> list:
+    """1x1 on xgemm.cl: X itself is B ([Cin/G, H*W] per image and group), no producer launch."""
+    g, e = c.geom, c.epi
+    a, bias, c_s1, c_s2 = _xgemm_operands(ctx, c)
+    b = Operand(ctx.buf(0), ld=g.hw, ld2=1, s1=g.cin * g.hw, s2=g.cin_g * g.hw)
+    res = Operand(ctx.buf(3), s1=c_s1, s2=c_s2, ld=g.npix) if e.has_res else None
+    return [xgemm_launch(xgemm_config(c.target), m=g.m, n=g.npix, k=g.kk, batch=g.n_img * g.groups, d2=g.groups, a=a,
+                         b=b, c=Operand(ctx.out(0), ld=g.npix, s1=c_s1, s2=c_s2), bias=bias, res=res, act=e.act,
+                         act_alpha=e.alpha, act_beta=e.beta, label=ctx.label())]
+
+
+def _lower_xgemm_im2col(ctx: LowerCtx, c: ConvCase) -> list:
+    """im2col panels of NWG pixels (the tile's width: xgemm.cl B_PANEL reads one panel per
+    work-group column), piece by piece, each followed by its xgemm."""
+    cfg, g, e = xgemm_config(c.target), c.geom, c.epi
+    a, bias, c_s1, c_s2 = _xgemm_operands(ctx, c)
+    launches: list = []
+    for producer, b, i0, ni, n0, nn in pixel_panels(ctx, cfg.nwg, g):
+        launches.append(producer)
+        off = i0 * c_s1 + n0
+        res = Operand(ctx.buf(3), off=off, s1=c_s1, s2=c_s2, ld=g.npix) if e.has_res else None
+        launches.append(xgemm_launch(cfg, m=g.m, n=nn, k=g.kk, batch=ni * g.groups, d2=g.groups, a=a, b=b,
+                                     c=Operand(ctx.out(0), off=off, ld=g.npix, s1=c_s1, s2=c_s2), bias=bias, res=res,
+                                     act=e.act, act_alpha=e.alpha, act_beta=e.beta, label=ctx.label()))
+    return launches
+
+
 # The implementations, best first: the first applicable one lowers the node.
 CONV_PATHS = (
     ConvPath("depthwise", _depthwise_applicable, _lower_depthwise, gemm=False),
     ConvPath("winograd", _winograd_applicable, _lower_winograd),
     ConvPath("transposed", _transposed_applicable, _lower_transposed),
+    ConvPath("xgemm pointwise", _xgemm_pointwise_applicable, _lower_xgemm_pointwise),
+    ConvPath("xgemm im2col", lambda c: xgemm_applicable(c.target), _lower_xgemm_im2col),
     ConvPath("pointwise", _pointwise_applicable, _lower_pointwise),
     ConvPath("implicit", _implicit_applicable, _lower_implicit),
     ConvPath("im2col", lambda c: None, _lower_im2col),

@@ -18,6 +18,7 @@ from .base import LowerCtx, device_op
 from .common import float32_only, shape_of
 from .gemm_kernel import (Bias, GemmConfig, Operand, b_unpacked_ok, gemm_config, gemm_launch, pack_a, pack_b,
                           pack_b_launch, pack_rows_launch, packed_b_bytes)
+from .gpu_gemm import xgemm_applicable, xgemm_config, xgemm_launch
 
 
 # --- supports -----------------------------------------------------------------------------------------
@@ -124,10 +125,52 @@ def _b_operand(ctx: LowerCtx, cfg: GemmConfig, i: int, k: int, n: int, trans: bo
     return Operand(dst, packed=True)
 
 
+def _gemm_bias(ctx: LowerCtx, m: int, n: int) -> Optional[Bias]:
+    """C as the epilogue's bias (beta * C broadcast to [M, N]), None when absent or beta is 0."""
+    beta = float(ctx.attr("beta", 1.0))
+    if not (ctx.has_input(2) and ctx.node.input(2) and beta != 0.0):
+        return None
+    cs = tuple(ctx.inputs[2].shape)
+    if len(cs) > 2:
+        raise InvalidModel(f"Gemm C of shape {cs} does not broadcast to {(m, n)}", node=ctx.label())
+    c2 = (1,) * (2 - len(cs)) + cs
+    if c2[0] not in (1, m) or c2[1] not in (1, n):
+        raise InvalidModel(f"Gemm C of shape {cs} does not broadcast to {(m, n)}", node=ctx.label())
+    return Bias(ctx.buf(2), sm=c2[1] if c2[0] != 1 else 0, sn=1 if c2[1] != 1 else 0, beta=beta)
+
+
+def _lower_gemm_tiles(ctx: LowerCtx, m: int, n: int, k: int, ta: bool, tb: bool, bias: Optional[Bias]) -> list:
+    """gemm.cl: operands by the path table above (panels packed at plan or run time, or in place)."""
+    cfg = gemm_config(ctx.device)
+    launches: list = []
+    a = _a_operand(ctx, cfg, 0, m, k, ta, launches)
+    b = _b_operand(ctx, cfg, 1, k, n, tb, launches)
+    c = Operand(ctx.out(0), ld=n)
+    launches.append(gemm_launch(cfg, m=m, n=n, k=k, batch=1, d2=1, a=a, b=b, c=c, bias=bias,
+                                alpha=float(ctx.attr("alpha", 1.0)), label=ctx.label()))
+    return launches
+
+
+def _lower_gemm_xgemm(ctx: LowerCtx, m: int, n: int, k: int, ta: bool, tb: bool, bias: Optional[Bias]) -> list:
+    """xgemm.cl (lower/gpu_gemm.py): both operands read in place through their strides, weights too
+    (A' = A^T: A'[m, k] at k*M + m; B' = B^T: B'[k, n] at n*K + k)."""
+    a = Operand(ctx.buf(0), ld=1 if ta else k, ld2=m if ta else 1)
+    b = Operand(ctx.buf(1), ld=1 if tb else n, ld2=k if tb else 1)
+    return [xgemm_launch(xgemm_config(ctx.device), m=m, n=n, k=k, batch=1, d2=1, a=a, b=b, c=Operand(ctx.out(0), ld=n),
+                         bias=bias, alpha=float(ctx.attr("alpha", 1.0)), label=ctx.label())]
+
+
+# The GEMM kernel families, best first: (name, applicable(target) -> None or why not, lower). The GPU
+# family's local-memory tiles where the device has local memory, else gemm.cl (always applicable).
+GEMM_KERNELS = (
+    ("xgemm", xgemm_applicable, _lower_gemm_xgemm),
+    ("gemm", lambda target: None, _lower_gemm_tiles),
+)
+
+
 @device_op("Gemm", supports=supports_gemm)
 def lower_gemm(ctx: LowerCtx) -> list:
     """Y = alpha * A' @ B' + beta * C with C unidirectionally broadcast to [M, N]."""
-    cfg = gemm_config(ctx.device)
     ta, tb = bool(ctx.attr("transA", 0)), bool(ctx.attr("transB", 0))
     sa, sb = ctx.inputs[0].shape, ctx.inputs[1].shape
     if len(sa) != 2 or len(sb) != 2:
@@ -139,20 +182,6 @@ def lower_gemm(ctx: LowerCtx) -> list:
                            node=ctx.label())
     if m == 0 or n == 0:
         return []
-    launches: list = []
-    a = _a_operand(ctx, cfg, 0, m, k, ta, launches)
-    b = _b_operand(ctx, cfg, 1, k, n, tb, launches)
-    bias = None
-    beta = float(ctx.attr("beta", 1.0))
-    if ctx.has_input(2) and ctx.node.input(2) and beta != 0.0:
-        cs = tuple(ctx.inputs[2].shape)
-        if len(cs) > 2:
-            raise InvalidModel(f"Gemm C of shape {cs} does not broadcast to {(m, n)}", node=ctx.label())
-        c2 = (1,) * (2 - len(cs)) + cs
-        if c2[0] not in (1, m) or c2[1] not in (1, n):
-            raise InvalidModel(f"Gemm C of shape {cs} does not broadcast to {(m, n)}", node=ctx.label())
-        bias = Bias(ctx.buf(2), sm=c2[1] if c2[0] != 1 else 0, sn=1 if c2[1] != 1 else 0, beta=beta)
-    c = Operand(ctx.out(0), ld=n)
-    launches.append(gemm_launch(cfg, m=m, n=n, k=k, batch=1, d2=1, a=a, b=b, c=c, bias=bias,
-                                alpha=float(ctx.attr("alpha", 1.0)), label=ctx.label()))
-    return launches
+    bias = _gemm_bias(ctx, m, n)
+    lower = next(fn for _name, applicable, fn in GEMM_KERNELS if applicable(ctx.device) is None)
+    return lower(ctx, m, n, k, ta, tb, bias)

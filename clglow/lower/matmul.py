@@ -20,6 +20,7 @@ from .common import attr_str, float32_only, shape_of
 from .gemm import a_path, b_path, pack_live_a
 from .gemm_kernel import (ACTIVATIONS, Bias, Operand, gemm_config, gemm_launch, pack_a, pack_b, pack_b_launch,
                           packed_b_bytes)
+from .gpu_gemm import xgemm_applicable, xgemm_config, xgemm_launch
 
 
 # --- supports -----------------------------------------------------------------------------------------
@@ -186,15 +187,19 @@ def _lower_matmul_views(ctx: LowerCtx, perms: list, bias: Optional[Bias] = None,
                                       n=cols, batch=nmat, d2=d2, dst=dst, label=label))
         return Operand(dst, packed=True), max(round_up(cols, width), width) * rows
 
-    # A: MR-row panels packed at run time, or read strided
-    if a_path(ctx.device, cfg, const=False, m=m, k=k, row_pitch=sta[-2]) == "packed":
+    xcfg = xgemm_config(ctx.device) if xgemm_applicable(ctx.device) is None else None
+    # A: MR-row panels packed at run time, or read strided (xgemm: always strided)
+    if xcfg is None and a_path(ctx.device, cfg, const=False, m=m, k=k, row_pitch=sta[-2]) == "packed":
         a, a_mat = pack(0, cfg.mr, k, m, sta[-1], sta[-2], sa, sta)
         a_st = _batch_strides(tuple(d for d in sa[:-2]), out_batch, a_mat)
     else:
         a = Operand(ctx.buf(0), ld=sta[-2], ld2=sta[-1])
         a_st = bstrides(sa, sta)
-    # B: rows in place when they are contiguous, else packed
-    if b_path(cfg, const=False, n=n, row_major=stb[-1] == 1) == "in place":
+    # B: rows in place when they are contiguous, else packed (xgemm: in place through both strides)
+    if xcfg is not None:
+        b = Operand(ctx.buf(1), ld=stb[-2], ld2=stb[-1])
+        b_st = bstrides(sb, stb)
+    elif b_path(cfg, const=False, n=n, row_major=stb[-1] == 1) == "in place":
         b = Operand(ctx.buf(1), ld=stb[-2])
         b_st = bstrides(sb, stb)
     else:
@@ -208,9 +213,13 @@ def _lower_matmul_views(ctx: LowerCtx, perms: list, bias: Optional[Bias] = None,
     st = [([0, 0] + s)[-2:] for s in st]
     batch, d2 = dims[0] * dims[1], dims[1]
     aa = Operand(a.arg, a.packed, 0, st[0][0], st[0][1], a.ld, a.ld2)
-    bo = Operand(b.arg, b.packed, 0, st[1][0], st[1][1], b.ld)
+    bo = Operand(b.arg, b.packed, 0, st[1][0], st[1][1], b.ld, b.ld2)
     co = Operand(ctx.out(0), False, 0, st[2][0], st[2][1], stc[-2])
     zo = None if res is None else Operand(res, False, 0, st[2][0], st[2][1], stc[-2])
+    if xcfg is not None:
+        launches.append(xgemm_launch(xcfg, m=m, n=n, k=k, batch=batch, d2=d2, a=aa, b=bo, c=co, bias=bias, res=zo,
+                                     alpha=alpha, act=act[0], act_alpha=act[1], act_beta=act[2], label=label))
+        return launches
     launches.append(gemm_launch(cfg, m=m, n=n, k=k, batch=batch, d2=d2, a=aa, b=bo, c=co, bias=bias, res=zo,
                                 alpha=alpha, act=act[0], act_alpha=act[1], act_beta=act[2], label=label))
     return launches
@@ -243,8 +252,11 @@ def _lower_matmul(ctx: LowerCtx, bias: Optional[Bias] = None, res: Optional[Arg]
     # A broadcast B matrix and a batched A: fold A's batch into M (one big GEMM, no batch loop).
     if int(np.prod(bb, dtype=np.int64)) == 1 and ctx.const(0) is None:
         m, out_batch, nbatch, ba = m * nbatch, (), 1, ()
-    a_kind = a_path(ctx.device, cfg, const=ctx.const(0) is not None, m=m, k=k, row_pitch=k)
-    b_kind = b_path(cfg, const=ctx.const(1) is not None, n=n)
+    xcfg = xgemm_config(ctx.device) if xgemm_applicable(ctx.device) is None else None
+    # xgemm reads both operands in place (weights too); gemm.cl takes them by the path table
+    a_kind = "strided" if xcfg is not None else a_path(ctx.device, cfg, const=ctx.const(0) is not None, m=m, k=k,
+                                                        row_pitch=k)
+    b_kind = "in place" if xcfg is not None else b_path(cfg, const=ctx.const(1) is not None, n=n)
 
     # A
     if a_kind == "constant":
@@ -296,7 +308,7 @@ def _lower_matmul(ctx: LowerCtx, bias: Optional[Bias] = None, res: Optional[Arg]
         bo = Operand(b.arg, b.packed, offs[1], ins[1][0], ins[1][1], b.ld)
         co = Operand(c.arg, False, offs[2], ins[2][0], ins[2][1], c.ld)
         zo = None if res is None else Operand(res, False, offs[2], ins[2][0], ins[2][1], c.ld)
-        launches.append(gemm_launch(cfg, m=m, n=n, k=k, batch=batch, d2=d2, a=aa, b=bo, c=co, bias=bias,
-                                    res=zo, alpha=alpha, act=act[0], act_alpha=act[1], act_beta=act[2],
-                                    label=label))
+        launch, tiles = (xgemm_launch, xcfg) if xcfg is not None else (gemm_launch, cfg)
+        launches.append(launch(tiles, m=m, n=n, k=k, batch=batch, d2=d2, a=aa, b=bo, c=co, bias=bias, res=zo,
+                               alpha=alpha, act=act[0], act_alpha=act[1], act_beta=act[2], label=label))
     return launches
