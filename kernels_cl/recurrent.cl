@@ -23,7 +23,12 @@
  * flags (run time): 1 bias, 2 sequence_lens, 4 initial_h, 8 initial_c, 16 peepholes, 32 Y,
  *   64 Y_h, 128 Y_c, 256 direction "reverse" (direction 0 runs backwards)
  * Steps past a row's sequence length leave its state alone and write zeros to Y; Y_h / Y_c are
- * its last valid step (zeros for a length of 0, as onnxruntime). */
+ * its last valid step (zeros for a length of 0, as onnxruntime).
+ *
+ * The unit loops run the same trip count in every work-item, the tail guarded inside
+ * (for (u = 0; u < n; u += ls) { j = u + lid; ... }): pocl 3.1 ran the body of the usual
+ * for (j = lid; j < n; j += ls) for ids past n too (hidden 16 in a 32-item group wrote
+ * Y_h[16..31]: out of bounds). */
 #include "vmath.h"
 
 #ifndef BB
@@ -185,7 +190,9 @@ __kernel void recurrent(
         len[bb] = b >= batch ? 0 : (flags & 2) ? clamp(lens[b], 0, seq) : seq;
         maxlen = max(maxlen, len[bb]);
     }
-    for (int j = lid; j < HP; j += ls) {
+    for (int u = 0; u < HP; u += ls) {
+        const int j = u + lid;
+        if (j >= HP) break;
         for (int bb = 0; bb < BB; ++bb) {
             const int b = b0 + bb, s = d * s_sd + b * s_sb + j;
             const int live = j < hidden && b < batch;
@@ -206,7 +213,9 @@ __kernel void recurrent(
     for (int s = 0; s < maxlen; ++s) {
 #if CELL == 3 && !LBR
         /* GRU, reset before the linear map: z and r first, r * h for every unit, then h~ */
-        for (int j = lid; j < hidden; j += ls) {
+        for (int u = 0; u < hidden; u += ls) {
+            const int j = u + lid;
+            if (j >= hidden) break;
             float acc[2 * BB];
             gate_dots(rw, hl[cur], d, j, hidden, kp, 0, 2, acc);
             for (int bb = 0; bb < BB; ++bb) {
@@ -224,7 +233,9 @@ __kernel void recurrent(
         }
         barrier(CLK_LOCAL_MEM_FENCE);
 #endif
-        for (int j = lid; j < hidden; j += ls) {
+        for (int u = 0; u < hidden; u += ls) {
+            const int j = u + lid;
+            if (j >= hidden) break;
 #if CELL == 3 && !LBR
             float acc[BB];
             gate_dots(rw, rl, d, j, hidden, kp, 2, 1, acc);
@@ -291,17 +302,20 @@ __kernel void recurrent(
         barrier(CLK_LOCAL_MEM_FENCE);
         cur ^= 1;
     }
-    for (int j = lid; j < hidden; j += ls) {
+    for (int u = 0; u < hidden; u += ls) {
+        const int j = u + lid;
+        if (j >= hidden) break;
         for (int bb = 0; bb < BB; ++bb) {
             const int b = b0 + bb;
-            if (b >= batch) break;
-            const int so = d * s_sd + b * s_sb + j;
-            if (flags & 64) yh[so] = len[bb] ? hl[cur][bb * HP + j] : 0.0f;
+            if (b < batch) {
+                const int so = d * s_sd + b * s_sb + j;
+                if (flags & 64) yh[so] = len[bb] ? hl[cur][bb * HP + j] : 0.0f;
 #if CELL == 4
-            if (flags & 128) yc[so] = len[bb] ? cl[bb * HP + j] : 0.0f;
+                if (flags & 128) yc[so] = len[bb] ? cl[bb * HP + j] : 0.0f;
 #endif
-            if (flags & 32)
-                for (int t = len[bb]; t < seq; ++t) y[(size_t)t * y_st + d * y_sd + (size_t)b * y_sb + j] = 0.0f;
+                if (flags & 32)
+                    for (int t = len[bb]; t < seq; ++t) y[(size_t)t * y_st + d * y_sd + (size_t)b * y_sb + j] = 0.0f;
+            }
         }
     }
 }
