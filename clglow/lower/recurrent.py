@@ -131,10 +131,10 @@ def state_capacity(hidden: int) -> int:
     return round_up(max(hidden, 1), 64)
 
 
-# --- the R operand's implementations -------------------------------------------------------------------
+# --- the recurrence's implementations ------------------------------------------------------------------
 @dataclass(frozen=True)
 class RecurrentCase:
-    """What the R paths choose on: the Target, whether R is a constant, the hidden size."""
+    """What the paths choose on: the Target, whether R is a constant, the hidden size."""
 
     target: Target
     r_const: bool
@@ -143,28 +143,28 @@ class RecurrentCase:
 
 @dataclass(frozen=True)
 class RecurrentPath:
-    """One way recurrent.cl reads R: `applicable(case)` says whether it runs the case, `r_t` is
-    the R_T define, `vk(case)` the k vector width (VK) and kp the padded k."""
+    """One mapping of recurrent.cl's units onto work-items: `applicable(case)` says whether it
+    runs the case, `vu(case)` the units per work-item (the VU define), `group(case, blocks)` the
+    work-group size for `blocks` work-items' worth of units."""
 
     name: str
     applicable: Callable[[RecurrentCase], bool]
-    r_t: int
-    vk: Callable[[RecurrentCase], int]
+    vu: Callable[[RecurrentCase], int]
+    group: Callable[[RecurrentCase, int], int]
 
 
-def _rows_vk(case: RecurrentCase) -> int:
-    """A constant R is padded to the Target's float vector width; a live one read as it lies
-    takes the widest width (up to that) that divides hidden."""
+def _vector_units(case: RecurrentCase) -> int:
+    """The Target's float vector width (4, 8 or 16; 1 below 4)."""
     pref = max(1, int(case.target.preferred_vector_width_float))
-    for vk in (16, 8, 4):
-        if vk <= pref and (case.r_const or case.hidden % vk == 0):
-            return vk
-    return 1
+    return next((v for v in (16, 8, 4) if v <= pref), 1)
 
 
 RECURRENT_PATHS = (
-    RecurrentPath("columns", lambda c: not c.target.is_cpu_family and c.r_const, 1, lambda c: 1),
-    RecurrentPath("rows", lambda c: True, 0, _rows_vk),
+    # CPU family: a driver runs a group's work-items one after another on one thread, so each
+    # work-item takes a vector of units (gates and activations in vector math, no horizontal sums)
+    RecurrentPath("vectors", lambda c: c.target.is_cpu_family, _vector_units, lambda c, n: min(n, 256)),
+    # any other family: a unit per work-item, consecutive work-items on consecutive units of R^T
+    RecurrentPath("units", lambda c: True, lambda c: 1, lambda c, n: min(round_up(n, 32), 256)),
 )
 
 
@@ -245,15 +245,18 @@ def _projection(ctx: LowerCtx, dm: Dims, launches: list) -> Operand:
     return xw
 
 
-def _r_operand(ctx: LowerCtx, path: RecurrentPath, kp: int, dm: Dims):
-    """R as the path reads it: packed per plan when constant, else the live buffer (rows, kp =
-    hidden)."""
+def _r_operand(ctx: LowerCtx, hpu: int, dm: Dims):
+    """R as recurrent.cl reads it: a constant R packed once per plan as R^T [dir][hidden][gates][hpu]
+    (zero padded units: whole-vector loads), a live one as it lies (R_T = 0)."""
     if ctx.const(2) is None:
         return ctx.buf(2)
-    if path.r_t:
-        return ctx.derived(2, "rnnRT", lambda r: np.asarray(r, np.float32).transpose(0, 2, 1))
-    pad = kp - dm.hidden
-    return ctx.derived(2, f"rnnR{kp}", lambda r: np.pad(np.asarray(r, np.float32), ((0, 0), (0, 0), (0, pad))))
+
+    def pack(r: np.ndarray) -> np.ndarray:
+        r4 = np.asarray(r, np.float32).reshape(dm.ndir, dm.gates, dm.hidden, dm.hidden)  # [d, g, j, k]
+        rt = r4.transpose(0, 3, 1, 2)  # [d, k, g, j]
+        return np.pad(rt, ((0, 0), (0, 0), (0, 0), (0, hpu - dm.hidden)))
+
+    return ctx.derived(2, f"rnnRT{hpu}", pack)
 
 
 def _strides(dm: Dims) -> tuple:
@@ -264,10 +267,11 @@ def _strides(dm: Dims) -> tuple:
     return n, s * n, h, nd * h, nd * h, h, s * nd * h  # X [batch, seq, in], Y [batch, seq, dir, h]
 
 
-def _defines(ctx: LowerCtx, path: RecurrentPath, dm: Dims, vk: int, bb: int, acts: list) -> dict:
+def _defines(ctx: LowerCtx, dm: Dims, vu: int, bb: int, acts: list) -> dict:
     """The -D defines of the node's recurrent.cl program."""
     op = ctx.node.op_type
-    defines = {"CELL": dm.gates, "HP": state_capacity(dm.hidden), "BB": bb, "R_T": path.r_t, "VK": vk}
+    defines = {"CELL": dm.gates, "HP": state_capacity(dm.hidden), "BB": bb, "VU": vu,
+               "R_T": int(ctx.const(2) is not None)}
     if op == "GRU" and int(ctx.attr("linear_before_reset", 0)):
         defines["LBR"] = 1
     if op == "LSTM" and int(ctx.attr("input_forget", 0)):
@@ -296,8 +300,8 @@ def lower_recurrent(ctx: LowerCtx) -> list:
         xw = ctx.buf(0)
     case = RecurrentCase(ctx.device, ctx.const(2) is not None, dm.hidden)
     path = recurrent_path(case)
-    vk = path.vk(case)
-    kp = round_up(dm.hidden, vk) if ctx.const(2) is not None else dm.hidden
+    vu = path.vu(case)
+    hpu = round_up(dm.hidden, vu)
     bb = batch_rows(ctx.device, dm.batch, ctx.node.op_type, dm.hidden)
     xs_t, xs_b, s_d, s_b, y_t, y_d, y_b = _strides(dm)
     present = {i: bool(ctx.node.input(i)) for i in range(8)}
@@ -318,15 +322,15 @@ def lower_recurrent(ctx: LowerCtx) -> list:
     ab = [f32(v) for _, a, b in acts for v in (a, b)]
     per_dir = len(DEFAULT_ACTS[ctx.node.op_type])
     ab = _pad_slots(ab, per_dir, dm.ndir)
-    head = [xw, i32(xs_t), i32(xs_b), _r_operand(ctx, path, kp, dm), opt(3), opt(4), opt(5), opt(6), i32(s_d),
+    head = [xw, i32(xs_t), i32(xs_b), _r_operand(ctx, hpu, dm), opt(3), opt(4), opt(5), opt(6), i32(s_d),
             i32(s_b), opt(7), out(0), i32(y_t), i32(y_d), i32(y_b), out(1), out(2), i32(flags), i32(dm.seq)]
-    tail = [i32(dm.hidden), i32(kp), f32(float(ctx.attr("clip", 0.0) or 0.0))] + ab
-    ls = ctx.device.fit_group((min(round_up(dm.hidden, 32), 256), 1, 1))
+    tail = [i32(dm.hidden), i32(hpu), f32(float(ctx.attr("clip", 0.0) or 0.0))] + ab
+    ls = ctx.device.fit_group((path.group(case, -(-dm.hidden // vu)), 1, 1))
     gsize = (ls[0], -(-dm.batch // bb), dm.ndir)
     launches.append(Launch("recurrent", "recurrent", gsize, head + [i32(dm.batch)] + tail, ls,
-                           _defines(ctx, path, dm, vk, bb, acts), ctx.label(),
+                           _defines(ctx, dm, vu, bb, acts), ctx.label(),
                            noop_args=head + [i32(0)] + tail))
-    log.debug("%s: %s path, BB %d, VK %d, %d launches", ctx.label(), path.name, bb, vk, len(launches))
+    log.debug("%s: %s path, BB %d, VU %d, %d launches", ctx.label(), path.name, bb, vu, len(launches))
     return launches
 
 
