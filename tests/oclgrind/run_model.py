@@ -1,0 +1,46 @@
+"""A 5-node net (Conv+Relu, MaxPool, Flatten, Gemm, Softmax) through a clglow session, checked against
+onnxruntime: run by test_oclgrind.py in a process whose OpenCL device is Oclgrind. Exits non-zero on a
+mismatch; Oclgrind's reports go to stderr."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def tiny_net(rng: np.random.Generator) -> onnx.ModelProto:
+    """Conv(3->4, 3x3, pad 1) + Relu, MaxPool 2x2/2, Flatten, Gemm(64->5), Softmax on [1, 3, 8, 8]."""
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+             for n, s in (("W", (4, 3, 3, 3)), ("B", (4,)), ("G", (5, 64)))]
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("Gemm", ["f", "G"], ["g"], transB=1),
+             helper.make_node("Softmax", ["g"], ["y"], axis=1)]
+    graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def main() -> int:
+    import onnxruntime as ort
+
+    import clglow
+
+    rng = np.random.default_rng(0)
+    model = tiny_net(rng)
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    sess = clglow.InferenceSession(model.SerializeToString())
+    got = [sess.run(None, {"x": x})[0] for _ in range(2)]  # a second run reuses the bound plan
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    for g in got:
+        np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-6)
+    sys.stdout.write(f"tiny net on {sess.device.name}: ok\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
