@@ -156,8 +156,8 @@ def test_b_panels():
     a, b = rand(m, k), rand(k, n)
     npad = -(-n // cfg.nwg) * cfg.nwg
     panels = np.pad(b, [(0, 0), (0, npad - n)]).reshape(k, npad // cfg.nwg, cfg.nwg).swapaxes(0, 1).copy()
-    launch = xgemm_launch(cfg, m=m, n=n, k=k, batch=1, d2=1, a=Operand(Buf("a"), ld=k), b=Operand(Buf("p"), packed=True),
-                          c=Operand(Buf("c"), ld=n))
+    launch = xgemm_launch(cfg, m=m, n=n, k=k, batch=1, d2=1, a=Operand(Buf("a"), ld=k),
+                          b=Operand(Buf("p"), packed=True), c=Operand(Buf("c"), ld=n))
     got = execute([launch], {"a": a, "p": panels}, {"c": np.empty((m, n), np.float32)})["c"]
     close(got, a @ b)
 
