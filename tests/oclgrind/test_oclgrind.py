@@ -27,7 +27,8 @@ from typing import Optional
 
 import pytest
 
-pytestmark = pytest.mark.oclgrind
+# slow too: the quick subset (-m "not slow") leaves Oclgrind's minute out; the full suite runs it
+pytestmark = [pytest.mark.oclgrind, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 # Oclgrind's error messages (src/plugins, src/core): each names the kernel on its next line.
