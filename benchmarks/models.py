@@ -8,6 +8,8 @@ Builtin names (each built locally with seeded random weights, nothing downloaded
   squeeze-excite, SiLU/ReLU6, residual Adds) at 224x224 with 1000 classes
 - ``bert``      the BERT-style post-LN encoder of tests/models.py at d_model 256, 4 heads, FFN 1024,
   4 layers, sequence 128, vocabulary 30522
+- ``lstm`` / ``gru``  clglow.models.recurrent: token embedding -> 2 LSTM / GRU layers (hidden 128) ->
+  vocabulary head (1000), sequence 20; default batches 1 and 8
 
 Anything else is taken as a path to an ``.onnx`` file; its symbolic input dimensions get the
 batch (first dimension), 128 (names containing "seq") or 1.
@@ -80,11 +82,21 @@ def _bert(batch: int) -> onnx.ModelProto:
     return test_models().transformer_encoder(batch=batch, seed=0, **BERT)
 
 
+def _recurrent(cell: str) -> Callable[[int], onnx.ModelProto]:
+    def build(batch: int) -> onnx.ModelProto:
+        from clglow.models.recurrent import recurrent_lm
+
+        return recurrent_lm(cell, batch=batch, seq=20, hidden=128, layers=2, seed=0)
+    return build
+
+
 BUILTINS: dict[str, Builtin] = {
     "resnet50": Builtin("ResNet-50 v1, 224x224, opset 13", _resnet50, (1, 8)),
     "resnet18": Builtin("ResNet-18, 224x224, opset 13", _resnet18, (1,)),
     "mobilenet": Builtin("MobileNetV2-style CNN (depthwise, SE, SiLU/ReLU6), 224x224", _mobilenet, (1,)),
     "bert": Builtin("BERT-style encoder, d256 h4 ffn1024 L4, seq 128", _bert, (1,), unit="sequences"),
+    "lstm": Builtin("2-layer LSTM language model, hidden 128, seq 20", _recurrent("LSTM"), (1, 8), unit="sequences"),
+    "gru": Builtin("2-layer GRU language model, hidden 128, seq 20", _recurrent("GRU"), (1, 8), unit="sequences"),
 }
 DEFAULT_MODELS = ("resnet50", "resnet18", "mobilenet", "bert")
 

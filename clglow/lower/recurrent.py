@@ -8,13 +8,17 @@ gates, small enough that a launch per step would cost more than the step. recurr
 work-group per (a few batch rows, direction) that loops over the steps with its state in local
 memory: the launches stay at two (three when a live X is packed first) however long the sequence.
 
-The recurrent kernel's R operand has a ranked table of implementations (RECURRENT_PATHS, the
-first applicable row lowers the node; a new device family is a new row):
-  columns   R^T packed per direction as [hidden, gates * hidden]: consecutive work-items read
-            consecutive units (coalesced loads). GPU family, R constant.
-  rows      R rows [gates * hidden, kp] with k padded to the Target's float vector width
-            (a work-item's dot products run in kp-float vectors: a CPU driver's work-item loop
-            vectorises them); a live R is read as it lies (kp = hidden). Any family.
+The recurrence has a ranked table of implementations (RECURRENT_PATHS, the first applicable row
+lowers the node; a new device family is a new row):
+  vectors   a work-item takes the Target's float vector width of consecutive units (gates and
+            activations in vector math, R^T rows read as whole vectors). CPU family: its driver
+            runs a group's work-items one after another on one thread. Measured on pocl (2-layer
+            LSTM LM, hidden 128, seq 20, batch 1): 0.49 ms against 1.37 ms for a unit per
+            work-item with the k loop in vectors.
+  units     a unit per work-item, consecutive work-items on consecutive units of R^T (coalesced
+            loads). Any family (the GPU family's).
+A constant R is packed once per plan as R^T [direction][hidden][gates][hidden rounded up to the
+vector] (ctx.derived); a live R (the ONNX node suite feeds weights as inputs) is read as it lies.
 
 Covered: direction forward / reverse / bidirectional; every ONNX activation with its alpha/beta
 (consumed in the order of the activations, onnxruntime's reading); clip; LSTM input_forget and
