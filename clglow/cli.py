@@ -204,7 +204,7 @@ def _cache(args: argparse.Namespace) -> int:
 
 def _tune(args: argparse.Namespace) -> int:
     from .runtime.device import select_device
-    from .runtime.tuning import SHAPE, candidates, tune_gemm
+    from .runtime.tuning import SHAPE, candidates, tune_gemm, xgemm_candidates
 
     dev = select_device(args.device)
     family = args.target or config.target_family()
@@ -217,8 +217,26 @@ def _tune(args: argparse.Namespace) -> int:
         t = res.timings_ms.get(label)
         mark = "  <- chosen" if c == res.choice else ""
         print(f"  {label:18s} {f'{t:.3f} ms' if t is not None else '(not measured)':>14s}{mark}")
+    _print_xgemm(res, xgemm_candidates(dev.target(family)))
     print(f"choice from: {res.source}")
     return 0
+
+
+def _print_xgemm(res, xcands: list) -> None:
+    """The xgemm.cl configurations' timings (the GPU family with local memory), or why none."""
+    from .lower.gpu_gemm import XgemmConfig
+    from .runtime.tuning import XGEMM_SHAPE
+
+    if not xcands:
+        return
+    m, k, n = XGEMM_SHAPE
+    print(f"xgemm configurations (MWGxNWGxKWG/MDIMCxNDIMC/vVWMVWN/sSTRMSTRN/pPAD), {m}x{k}x{n} kernel time, "
+          "best of 7 turns:")
+    for c in xcands:
+        label = XgemmConfig.from_tuple(c).label()
+        t = res.xgemm_timings_ms.get(label)
+        mark = "  <- chosen" if tuple(c) == res.xgemm else ""
+        print(f"  {label:30s} {f'{t:.3f} ms' if t is not None else '(not measured)':>14s}{mark}")
 
 
 def _bench(args: argparse.Namespace) -> int:

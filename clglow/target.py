@@ -40,7 +40,7 @@ class Target:
     """One device's capabilities and the family of kernels and policies that apply to it.
 
     Every field is a device query (or derived from one) except `family`, which defaults to the
-    device type's and may be forced, and `gemm_tiles`, the tuner's measured choice."""
+    device type's and may be forced, and `gemm_tiles` / `xgemm_tiles`, the tuner's measured choices."""
 
     name: str = "unknown"
     type: str = "cpu"  # the device's own type: "cpu" | "gpu" | "accelerator"
@@ -67,6 +67,9 @@ class Target:
     base_align: int = 256  # bytes; sub-buffer offsets must be multiples (CL_DEVICE_MEM_BASE_ADDR_ALIGN)
     cache_bytes: int = 0  # CL_DEVICE_GLOBAL_MEM_CACHE_SIZE (pocl: the CPU's last-level cache); 0 unknown
     gemm_tiles: Optional[tuple] = None  # (MR, VW, NV, local size) measured by runtime.tuning
+    # the GPU family's xgemm.cl configuration measured by runtime.tuning, as the ints of
+    # lower.gpu_gemm.XgemmConfig.as_tuple() (None: the first of its search space)
+    xgemm_tiles: Optional[tuple] = None
     # CL_MEM_USE_HOST_PTR buffers are the caller's memory itself (pocl's CPU device uses the
     # pointer as the buffer's storage, unaligned too): kernels may read inputs where they lie
     host_memory: bool = False
@@ -152,7 +155,7 @@ class Target:
             return self
         if family not in FAMILIES:
             raise ValueError(f"unknown target family {family!r}; choose one of {', '.join(FAMILIES)}")
-        return dataclasses.replace(self, family=family, gemm_tiles=None)
+        return dataclasses.replace(self, family=family, gemm_tiles=None, xgemm_tiles=None)
 
     def describe(self) -> str:
         """One line for logs and `clglow devices`."""

@@ -17,7 +17,8 @@ When it applies (`xgemm_applicable`): the GPU family on a device with dedicated 
 memory (type "global"): there the GPU family keeps gemm.cl's work-group tiles, unless a test
 forces a Target with local_mem_type="local". Which configurations a device may run is
 `search_space(target)` (work-group size and local memory within its limits); the first one is
-the default.
+the default, and runtime.tuning measures them all on a device where xgemm applies and stores the
+fastest (`Target.xgemm_tiles`, which `xgemm_config` returns).
 
 Why a module of its own: gemm_kernel.py owns gemm.cl's family; this one owns xgemm.cl's, and Gemm
 (gemm.py), MatMul/FusedMatMul (matmul.py) and the convolutions (conv.py) choose between them.
@@ -25,6 +26,7 @@ It imports no other lowering module but base.py and gemm_kernel.py's operand rec
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -86,6 +88,19 @@ class XgemmConfig:
             return f"{self.local_bytes} bytes of local memory exceed the device's {target.local_mem_size}"
         return None
 
+    def as_tuple(self) -> tuple:
+        """The configuration as plain ints in field order: what `Target.xgemm_tiles` and the
+        tuner's JSON hold (a Target stays free of lowering types)."""
+        return dataclasses.astuple(self)
+
+    @classmethod
+    def from_tuple(cls, values) -> "XgemmConfig":
+        """The configuration of `as_tuple`'s ints (ValueError/TypeError when malformed)."""
+        values = tuple(int(v) for v in values)
+        if len(values) != len(dataclasses.fields(cls)):
+            raise ValueError(f"an xgemm configuration has {len(dataclasses.fields(cls))} values, not {len(values)}")
+        return cls(*values)
+
     def label(self) -> str:
         return (f"{self.mwg}x{self.nwg}x{self.kwg}/{self.mdimc}x{self.ndimc}/v{self.vwm}{self.vwn}"
                 f"/s{self.strm}{self.strn}/p{self.pad}")
@@ -112,7 +127,16 @@ def search_space(target: Target) -> List[XgemmConfig]:
 
 
 def xgemm_config(target: Target) -> Optional[XgemmConfig]:
-    """The configuration to lower with on `target`: the first of its search space, None when none fits."""
+    """The configuration to lower with on `target`: the tuner's measured choice
+    (`Target.xgemm_tiles`, runtime.tuning) when the device can run it, else the first of its
+    search space; None when none fits."""
+    if target.xgemm_tiles is not None:
+        try:
+            chosen = XgemmConfig.from_tuple(target.xgemm_tiles)
+        except (TypeError, ValueError):
+            chosen = None
+        if chosen is not None and chosen.why_not(target) is None:
+            return chosen
     space = search_space(target)
     return space[0] if space else None
 

@@ -59,7 +59,7 @@ class Device:
         self.tuning = TuningState()
         self.preparation = Preparer(self)
         self._lock = threading.Lock()
-        self._base: Target = dataclasses.replace(query_target(device), gemm_tiles=None)
+        self._base: Target = dataclasses.replace(query_target(device), gemm_tiles=None, xgemm_tiles=None)
         self._targets: Dict[str, Target] = {}  # family -> Target with that family's tiles
         self._profiling_queue: Optional[cl.CommandQueue] = None
         self._build_lock = threading.RLock()  # builds one at a time where the driver needs it
@@ -101,9 +101,10 @@ class Device:
         """Replace the device facts (tests: e.g. another float16 policy); its `gemm_tiles` become
         the choice of its family."""
         with self._lock:
-            self._base = dataclasses.replace(value, gemm_tiles=None)
+            self._base = dataclasses.replace(value, gemm_tiles=None, xgemm_tiles=None)
             self._targets.clear()
         self.tuning.set(value.family, value.gemm_tiles)
+        self.tuning.set_xgemm(value.family, value.xgemm_tiles)
 
     def target(self, family: Optional[str] = None) -> Target:
         """This device under `family`'s kernels and policies (None: the device's own family),
@@ -112,12 +113,12 @@ class Device:
             base = self._base
             fam = family or base.family
             cached = self._targets.get(fam)
-        tiles = self.tuning.tiles(fam)
-        if cached is not None and cached.gemm_tiles == tiles:
+        tiles, xtiles = self.tuning.tiles(fam), self.tuning.xgemm(fam)
+        if cached is not None and cached.gemm_tiles == tiles and cached.xgemm_tiles == xtiles:
             return cached
         t = base.with_family(fam)
-        if t.gemm_tiles != tiles:
-            t = dataclasses.replace(t, gemm_tiles=tiles)
+        if t.gemm_tiles != tiles or t.xgemm_tiles != xtiles:
+            t = dataclasses.replace(t, gemm_tiles=tiles, xgemm_tiles=xtiles)
         with self._lock:
             if self._base is base:
                 self._targets[fam] = t

@@ -48,6 +48,7 @@ from .. import config
 from ..lower.base import Buf, Launch
 from ..target import Target
 from ..lower.gemm_kernel import GemmConfig, Operand, default_gemm_config, gemm_launch
+from ..lower.gpu_gemm import XgemmConfig, search_space, xgemm_applicable, xgemm_launch
 from .cache import atomic_write, default_cache_dir, disk_key
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,11 @@ Tiles = Tuple[int, int, int, Tuple[int, int, int]]  # (MR, VW, NV, local size)
 # are 24.5 tiles: on a Zen 4 (pocl, AVX-512) the 8 x 32 tiles won there by 10% while ResNet-50
 # ran 2% faster with the default 12 x 32 (and its 8 x 48 fit).
 SHAPE = (240, 576, 768)
-_VERSION = "gemm-tune-7"  # 7: the key names the target family
+# M, K, N of the xgemm.cl measurement (GPU family with local memory): whole 128 x 128 tiles (and
+# whole k-slices of 8 and 16) for every configuration, and 48 to 3072 work-groups so that a GPU's
+# compute units all have work (a 256-channel 3x3 convolution's GEMM over 3072 pixels).
+XGEMM_SHAPE = (256, 1152, 3072)
+_VERSION = "gemm-tune-8"  # 7: the key names the target family; 8: files may carry "xgemm"
 _MARGIN = 0.05  # another candidate must beat the default by 5% to be chosen
 
 
@@ -67,6 +72,10 @@ class TuneResult:
     choice: Tiles
     timings_ms: Dict[str, float] = field(default_factory=dict)  # "MRxVWxNV@lsize" -> best ms
     source: str = "measured"  # "measured", "disk" or "default"
+    # the xgemm.cl configuration (XgemmConfig.as_tuple()) where xgemm applies, None where it does
+    # not or was not measured; its timings keyed by XgemmConfig.label()
+    xgemm: Optional[tuple] = None
+    xgemm_timings_ms: Dict[str, float] = field(default_factory=dict)
 
 
 def _label(t: Tiles) -> str:
@@ -102,32 +111,64 @@ def candidates(info: Target) -> List[Tiles]:
     return out
 
 
-def _cache_path(device, family: str, cands: List[Tiles]) -> Optional[Path]:
+def xgemm_candidates(target: Target) -> List[tuple]:
+    """The xgemm.cl configurations to measure on `target` (XgemmConfig.as_tuple(), the default
+    first): its whole search space where xgemm applies (GPU family, dedicated local memory),
+    none elsewhere (the CPU family tunes gemm.cl's tiles only)."""
+    if xgemm_applicable(target) is not None:
+        return []
+    return [c.as_tuple() for c in search_space(target)]
+
+
+def _xlabel(t: tuple) -> str:
+    return XgemmConfig.from_tuple(t).label()
+
+
+def _cache_path(device, family: str, cands: List[Tiles], xcands: List[tuple]) -> Optional[Path]:
     if not config.cache_enabled():
         return None
-    key = disk_key(json.dumps([_label(c) for c in cands]), (), device.cl_device,
-                   extra=f"{_VERSION} {SHAPE} family={family}")
+    extra = f"{_VERSION} {SHAPE} family={family}"
+    if xcands:  # the xgemm search space is part of the key, as the gemm candidates are
+        extra += f" xgemm={XGEMM_SHAPE} {json.dumps([_xlabel(c) for c in xcands])}"
+    key = disk_key(json.dumps([_label(c) for c in cands]), (), device.cl_device, extra=extra)
     return default_cache_dir() / "tuning" / f"{key}.json"
 
 
-def _load(path: Optional[Path], cands: List[Tiles]) -> Optional[TuneResult]:
+def _load(path: Optional[Path], cands: List[Tiles], xcands: List[tuple]) -> Optional[TuneResult]:
+    """The stored result, None when there is none usable (missing, corrupt, a stale choice).
+    A missing or stale "xgemm" entry leaves `xgemm` None: not measured yet."""
     if path is None:
         return None
     try:
         data = json.loads(path.read_text())
         choice = data["choice"]
         t: Tiles = (int(choice[0]), int(choice[1]), int(choice[2]), tuple(int(x) for x in choice[3]))
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        timings = {str(k): float(v) for k, v in dict(data.get("timings_ms", {})).items()}
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
         return None
     if t not in cands:  # stale or edited by hand: measure again
         return None
-    return TuneResult(t, dict(data.get("timings_ms", {})), "disk")
+    result = TuneResult(t, timings, "disk")
+    if xcands:
+        try:
+            x = data["xgemm"]
+            xt = XgemmConfig.from_tuple(x["choice"]).as_tuple()
+            xtimings = {str(k): float(v) for k, v in dict(x.get("timings_ms", {})).items()}
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+            return result
+        if xt in xcands:
+            result.xgemm, result.xgemm_timings_ms = xt, xtimings
+    return result
 
 
 def _store(path: Optional[Path], result: TuneResult) -> None:
     if path is None:
         return
-    data = {"choice": [*result.choice[:3], list(result.choice[3])], "timings_ms": result.timings_ms, "shape": SHAPE}
+    data: Dict[str, Any] = {"choice": [*result.choice[:3], list(result.choice[3])], "timings_ms": result.timings_ms,
+                            "shape": SHAPE}
+    if result.xgemm is not None:
+        data["xgemm"] = {"choice": list(result.xgemm), "timings_ms": result.xgemm_timings_ms,
+                         "shape": XGEMM_SHAPE}
     try:
         atomic_write(path, json.dumps(data).encode())
     except OSError as e:
@@ -143,21 +184,37 @@ def _launch(t: Tiles) -> Launch:
                        act="Relu")
 
 
-class _Bench:
-    """One candidate's program and buffers for the representative GEMM, launched on demand."""
+def _gemm_spec(t: Tiles) -> Tuple[Launch, Dict[str, int]]:
+    """gemm.cl's representative launch with tiles `t` and its buffers' byte sizes (A packed to
+    whole MR-row tiles)."""
+    m, k, n = SHAPE
+    mp = -(-m // t[0]) * t[0]
+    return _launch(t), {"A": mp * k * 4, "B": n * k * 4, "C": m * n * 4}
 
-    def __init__(self, device, t: Tiles):
-        mr = t[0]
-        m, k, n = SHAPE
-        mp = -(-m // mr) * mr
+
+def _xgemm_launch(t: tuple) -> Launch:
+    """The representative xgemm.cl GEMM with configuration `t` (row-major weights A, B read in
+    place as a 1x1 convolution's pixels, ReLU epilogue; buffers named A, B, C)."""
+    m, k, n = XGEMM_SHAPE
+    return xgemm_launch(XgemmConfig.from_tuple(t), m=m, n=n, k=k, batch=1, d2=1, a=Operand(Buf("A"), ld=k),
+                        b=Operand(Buf("B"), ld=n), c=Operand(Buf("C"), ld=n), act="Relu")
+
+
+def _xgemm_spec(t: tuple) -> Tuple[Launch, Dict[str, int]]:
+    m, k, n = XGEMM_SHAPE
+    return _xgemm_launch(t), {"A": m * k * 4, "B": k * n * 4, "C": m * n * 4}
+
+
+class _Bench:
+    """One candidate's program and buffers for a representative GEMM, launched on demand."""
+
+    def __init__(self, device, launch: Launch, sizes: Dict[str, int]):
         ctx = device.context
         self.queue = device.profiling_queue
         mf = cl.mem_flags
-        self.bufs = {"A": cl.Buffer(ctx, mf.READ_WRITE, mp * k * 4), "B": cl.Buffer(ctx, mf.READ_WRITE, n * k * 4),
-                     "C": cl.Buffer(ctx, mf.READ_WRITE, m * n * 4)}
+        self.bufs = {name: cl.Buffer(ctx, mf.READ_WRITE, size) for name, size in sizes.items()}
         for b in self.bufs.values():
             cl.enqueue_fill_buffer(self.queue, b, np.float32(0.01), 0, b.size)
-        launch = _launch(t)
         prg = device.program(launch.program, launch.build_options())
         self.kernel = cl.Kernel(prg, launch.kernel)
         self.kernel.set_args(*[self.bufs[a.name] if isinstance(a, Buf) else a for a in launch.args])
@@ -175,15 +232,16 @@ class _Bench:
             b.release()
 
 
-def _measure_all(device, cands: List[Tiles], rounds: int = 7) -> Dict[str, float]:
-    """Best kernel time (ms) of each candidate over `rounds` turns, the candidates alternating.
-    A candidate that fails to build or run is left out (logged)."""
+def _measure_all(device, specs: Dict[str, Tuple[Launch, Dict[str, int]]], rounds: int = 7) -> Dict[str, float]:
+    """Best kernel time (ms) of each candidate (label -> its launch and buffer sizes) over
+    `rounds` turns, the candidates alternating. A candidate that fails to build or run is left
+    out (logged)."""
     benches: Dict[str, _Bench] = {}
-    for t in cands:
+    for label, (launch, sizes) in specs.items():
         try:
-            benches[_label(t)] = _Bench(device, t)
+            benches[label] = _Bench(device, launch, sizes)
         except Exception as e:  # noqa: BLE001 - a candidate the device rejects is skipped
-            log.info("GEMM tuning: candidate %s failed on %s: %s", _label(t), device.info.name, e)
+            log.info("GEMM tuning: candidate %s failed on %s: %s", label, device.info.name, e)
     best = {label: float("inf") for label in benches}
     try:
         for _ in range(rounds):
@@ -204,44 +262,80 @@ def tune_gemm(device, force: bool = False, family: Optional[str] = None,
     """The GEMM tiles for `device` under `family` (None: the device's own): from disk when
     measured before, else measured now (and stored); the default when measuring is off
     (`enabled`, default CLGLOW_TUNE) and `force` is not set. Stores the choice on the device
-    (``device.target(family).gemm_tiles``). A candidate that fails to build or run is skipped
-    (logged); if all fail the default stands."""
+    (``device.target(family).gemm_tiles``). Where xgemm.cl applies (`xgemm_candidates`), its
+    configurations are measured too (a stored file without them measures only them) and the
+    choice is ``device.target(family).xgemm_tiles``. A candidate that fails to build or run is
+    skipped (logged); if all fail the default stands."""
     target = device.target(family)
     cands = candidates(target)
-    default = cands[0]
+    xcands = xgemm_candidates(target)
     measure = config.tuning_enabled() if enabled is None else bool(enabled)
     result: Optional[TuneResult] = None
     if measure or force:
-        path = _cache_path(device, target.family, cands)
-        result = None if force else _load(path, cands)
+        path = _cache_path(device, target.family, cands, xcands)
+        result = None if force else _load(path, cands, xcands)
+        stale = result is None or (bool(xcands) and result.xgemm is None)
         if result is None:
-            result = _measure(device, target, cands, path)
+            result = _measure(device, target, cands)
+        if result is not None and xcands and result.xgemm is None:
+            _measure_xgemm(device, target, xcands, result)
+        if result is not None and stale:
+            _store(path, result)
     if result is None:
-        result = TuneResult(default, {}, "default")
+        result = TuneResult(cands[0], {}, "default")
     device.set_gemm_tiles(result.choice, target.family)
+    device.tuning.set_xgemm(target.family, result.xgemm)
     return result
 
 
-def _measure(device, target: Target, cands: List[Tiles], path: Optional[Path]) -> Optional[TuneResult]:
+def _fastest(cands: List[Any], timings: Dict[str, float], label) -> Any:
+    """The fastest measured candidate, the default (first) unless another beats it by the margin."""
+    best = min((c for c in cands if label(c) in timings), key=lambda c: timings[label(c)])
+    base = timings.get(label(cands[0]))
+    if base is not None and timings[label(best)] > base / (1 + _MARGIN):
+        return cands[0]  # within the noise of a shared machine: keep the default
+    return best
+
+
+def _measure(device, target: Target, cands: List[Tiles]) -> Optional[TuneResult]:
     """Build the candidates side by side (compile helpers too), time them, keep the fastest
-    unless the default is within the margin; stored at `path`. None when none ran."""
+    unless the default is within the margin. None when none ran."""
     t0 = time.perf_counter()
     for t in cands:
         launch = _launch(t)
         device.prepare(launch.program, launch.build_options(), launch.kernel, launch.lsize, launch.noop_args)
-    timings = _measure_all(device, cands)
+    timings = _measure_all(device, {_label(t): _gemm_spec(t) for t in cands})
     if not timings:
         return None
-    default = cands[0]
-    best = min((c for c in cands if _label(c) in timings), key=lambda c: timings[_label(c)])
-    base = timings.get(_label(default))
-    if base is not None and timings[_label(best)] > base / (1 + _MARGIN):
-        best = default  # within the noise of a shared machine: keep the default
-    result = TuneResult(best, timings, "measured")
-    _store(path, result)
+    best = _fastest(cands, timings, _label)
     log.info("GEMM tiles for %s (%s family): %s (%s) in %.2f s", target.name, target.family, _label(best),
              ", ".join(f"{k} {v:.3f} ms" for k, v in timings.items()), time.perf_counter() - t0)
-    return result
+    return TuneResult(best, timings, "measured")
+
+
+def _measure_xgemm(device, target: Target, xcands: List[tuple], result: TuneResult) -> None:
+    """Time xgemm.cl's configurations on XGEMM_SHAPE (round robin, best of each) and record the
+    fastest in `result` (left None when none ran: the first of the search space applies). A
+    configuration that fails to build or run is skipped (logged)."""
+    t0 = time.perf_counter()
+    specs: Dict[str, Tuple[Launch, Dict[str, int]]] = {}
+    for t in xcands:
+        try:
+            launch, sizes = _xgemm_spec(t)
+            device.prepare(launch.program, launch.build_options(), launch.kernel, launch.lsize, launch.noop_args)
+            specs[_xlabel(t)] = (launch, sizes)
+        except Exception as e:  # noqa: BLE001 - a configuration the device rejects is skipped
+            log.info("xgemm tuning: configuration %s failed on %s: %s", _xlabel(t), target.name, e)
+    timings = _measure_all(device, specs)
+    if not timings:
+        log.warning("xgemm tuning: no configuration ran on %s; using the first of the search space", target.name)
+        return
+    best = _fastest(xcands, timings, _xlabel)
+    result.xgemm, result.xgemm_timings_ms = best, timings
+    if result.source == "disk":
+        result.source = "disk+measured"
+    log.info("xgemm configuration for %s (%s family): %s (%s) in %.2f s", target.name, target.family,
+             _xlabel(best), ", ".join(f"{k} {v:.3f} ms" for k, v in timings.items()), time.perf_counter() - t0)
 
 
 class TuningState:
@@ -253,6 +347,7 @@ class TuningState:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._tiles: Dict[str, tuple] = {}
+        self._xgemm: Dict[str, tuple] = {}
         self._tuned: Set[str] = set()
         self._family_locks: Dict[str, threading.Lock] = {}
 
@@ -269,6 +364,19 @@ class TuningState:
             else:
                 mr, vw, nv, ls = tiles
                 self._tiles[family] = (int(mr), int(vw), int(nv), tuple(int(x) for x in ls))
+
+    def xgemm(self, family: str) -> Optional[tuple]:
+        """The family's chosen xgemm.cl configuration (XgemmConfig.as_tuple()), None before any."""
+        with self._lock:
+            return self._xgemm.get(family)
+
+    def set_xgemm(self, family: str, tiles: Optional[tuple]) -> None:
+        """Record an xgemm.cl choice for `family` (None forgets it: the first of the search space)."""
+        with self._lock:
+            if tiles is None:
+                self._xgemm.pop(family, None)
+            else:
+                self._xgemm[family] = tuple(int(x) for x in tiles)
 
     def ensure(self, device: Any, family: str, enabled: Optional[bool] = None) -> None:
         """Tune `family` on `device` once per process (from disk, or by measuring). With
@@ -294,4 +402,5 @@ class TuningState:
                 self._tuned.add(family)
 
 
-__all__ = ["TuneResult", "Tiles", "TuningState", "candidates", "tune_gemm", "SHAPE"]
+__all__ = ["TuneResult", "Tiles", "TuningState", "candidates", "xgemm_candidates", "tune_gemm", "SHAPE",
+           "XGEMM_SHAPE"]
