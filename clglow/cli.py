@@ -217,17 +217,19 @@ def _tune(args: argparse.Namespace) -> int:
         t = res.timings_ms.get(label)
         mark = "  <- chosen" if c == res.choice else ""
         print(f"  {label:18s} {f'{t:.3f} ms' if t is not None else '(not measured)':>14s}{mark}")
-    _print_xgemm(res, xgemm_candidates(dev.target(family)))
+    _print_xgemm(res, dev.target(family), xgemm_candidates(dev.target(family)))
     print(f"choice from: {res.source}")
     return 0
 
 
-def _print_xgemm(res, xcands: list) -> None:
+def _print_xgemm(res, target, xcands: list) -> None:
     """The xgemm.cl configurations' timings (the GPU family with local memory), or why none."""
-    from .lower.gpu_gemm import XgemmConfig
+    from .lower.gpu_gemm import XgemmConfig, xgemm_applicable
     from .runtime.tuning import XGEMM_SHAPE
 
     if not xcands:
+        if not target.is_cpu_family:
+            print(f"xgemm (local-memory GEMM): not used here: {xgemm_applicable(target)}")
         return
     m, k, n = XGEMM_SHAPE
     print(f"xgemm configurations (MWGxNWGxKWG/MDIMCxNDIMC/vVWMVWN/sSTRMSTRN/pPAD), {m}x{k}x{n} kernel time, "

@@ -138,3 +138,17 @@ def test_cpu_family_tuning_unchanged(cache):
     assert set(json.loads(path.read_text())) == {"choice", "timings_ms", "shape"}
     no_local = dataclasses.replace(dev.target("gpu"), local_mem_type="global")
     assert tuning.xgemm_candidates(no_local) == []
+
+
+def test_cli_tune_prints_the_xgemm_timings(fresh, cache, monkeypatch, capsys):
+    from clglow import cli
+    from clglow.runtime import device as device_mod
+
+    monkeypatch.setattr(device_mod, "select_device", lambda selector=None: fresh)
+    assert cli.main(["tune", "--target", "gpu"]) == 0
+    out = capsys.readouterr().out
+    chosen = XgemmConfig.from_tuple(fresh.target("gpu").xgemm_tiles).label()
+    assert "xgemm configurations" in out
+    for c in search_space(fresh.target("gpu")):
+        assert c.label() in out
+    assert any(chosen in line and "<- chosen" in line for line in out.splitlines())
