@@ -128,7 +128,8 @@ class Engine:
         inputs (see SHAPE_INPUTS), which then become constants of the plan."""
         values = self._shape_values(feeds)
         # the options and the tiles are part of the key: a plan is only valid for what it was lowered for
-        key = (self.options, self.target.gemm_tiles) + _signature(input_types) + \
+        target = self.target
+        key = (self.options, target.gemm_tiles, target.xgemm_tiles) + _signature(input_types) + \
             tuple(sorted((k, v.dtype.str, v.shape, v.tobytes()) for k, v in values.items()))
         built = False
         with self._lock:
