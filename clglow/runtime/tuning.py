@@ -21,6 +21,15 @@ needs different tiles, so `TuningState` keeps one choice per family and tunes ea
 per process (`Device.ensure_tuned(family)`); `Device.target(family)` hands the family's choice
 to lowering inside the Target (``gemm_tiles``).
 
+The GPU family's local-memory GEMM (kernels_cl/xgemm.cl, lower/gpu_gemm.py): where it applies
+(`xgemm_candidates`: dedicated local memory, a configuration that fits), the tuner also measures
+the configurations of `gpu_gemm.search_space(target)` on XGEMM_SHAPE the same way (round robin,
+best time each, the default kept within the margin, a failing one skipped and logged) and stores
+the winner in the same file under ``"xgemm"``; `Device.target(family)` carries it as
+``xgemm_tiles``, which `gpu_gemm.xgemm_config` returns. A file without that entry (or with a
+configuration outside the space) is read for gemm.cl's tiles and only xgemm is measured again;
+the CPU family's files hold gemm.cl's choice only, as before.
+
 The candidates are few on purpose: each one is a program the driver compiles (about half a
 second on pocl), and the first session on a device pays for them.
 
