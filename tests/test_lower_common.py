@@ -20,7 +20,9 @@ from clglow.lower.conv import ConvCase, choose_path
 from clglow.target import Target
 
 CPU = Target(family="cpu", preferred_vector_width_float=16)  # 12 x 32 default tiles
-GPU = Target(family="gpu")
+GPU = Target(family="gpu", local_mem_type="global", local_mem_size=1 << 21)  # local memory emulated (pocl)
+GPU_LOCAL = Target(family="gpu", local_mem_type="local", local_mem_size=65536)  # dedicated (a GPU): xgemm.cl
+TARGETS = {"cpu": CPU, "gpu": GPU, "gpu-local": GPU_LOCAL}
 
 
 def _run_conv(x, w, **attrs):
@@ -148,13 +150,16 @@ CHOICES = {  # family -> the path of each layer
             "1x1 at 7": "transposed", "depthwise": "depthwise"},
     "gpu": {"stem 7x7/2": "im2col", "3x3 at 56": "im2col", "3x3 at 14": "im2col", "1x1 at 56": "pointwise",
             "1x1 at 7": "pointwise", "depthwise": "depthwise"},
+    # every GEMM path on the local-memory tiles; depthwise keeps its direct kernel
+    "gpu-local": {"stem 7x7/2": "xgemm im2col", "3x3 at 56": "xgemm im2col", "3x3 at 14": "xgemm im2col",
+                  "1x1 at 56": "xgemm pointwise", "1x1 at 7": "xgemm pointwise", "depthwise": "depthwise"},
 }
 
 
 @pytest.mark.parametrize("family,layer", list(itertools.product(CHOICES, LAYERS)))
 def test_conv_path_per_family(family, layer):
     spatial, cin, cout, groups = LAYERS[layer]
-    case = _case(CPU if family == "cpu" else GPU, spatial, cin, cout, groups)
+    case = _case(TARGETS[family], spatial, cin, cout, groups)
     assert choose_path(case).name == CHOICES[family][layer]
 
 
