@@ -6,11 +6,20 @@ stderr. Each test here runs pytest (or a model script) in a subprocess whose onl
 is Oclgrind (an .icd file in a folder named by OCL_ICD_VENDORS, CLGLOW_DEVICE=oclgrind) and fails
 on any report. The kernel tests run at small shapes (XGEMM_SMALL=1): a simulator is slow.
 
-The uninitialised-value checker stays off for the softmax and pooling kernels, the convolutions
-(im2col.cl) and the model that runs them: it reports stores of softmax_last, pool2d_rows and the
-GEMMs reading im2col's strided/dilated panels whose results onnxruntime and onnx.reference find
-correct (whether these are Oclgrind false positives on vector swizzles or real reads of unwritten
-memory is open); races and bounds are checked there as everywhere.
+The uninitialised-value checker is on everywhere except where Oclgrind 21.10 reports values
+that are defined (each confirmed with a plain-pyopencl reproduction, see the two false-positive
+tests below, which fail once an Oclgrind release stops reporting them):
+  * a two-operand vector shuffle, `(float16)(lo.even, hi.even)` of two fully written vectors, is
+    reported uninitialised (`(lo.even, lo.even)`, selects and max are not): im2col.cl's stride-2
+    runs and pool2d_rows' stride-2 paths. Replacing the shuffle by 16 scalar loads silences it
+    (the inputs those loads read are all written), but costs pocl its vector code. A conv's
+    poisoned panel is reported again in every GEMM that reads it, so the convs (and the model)
+    run with the checker off; so does pooling (its checker also crashed Oclgrind).
+  * after a buffer is released and a larger one takes its place, what a kernel stores past the
+    old size reads back as uninitialised (softmax_last of [1, 30] alone is clean, after one of
+    [1, 20]-sized buffers it is not): softmax_last and softmax_cols store exp() into y and read it
+    back to scale it, so their reports are let through.
+Races and bounds are checked everywhere.
 
 Skipped when Oclgrind is not installed (Debian: apt-get install oclgrind). Marked `oclgrind`:
     python -m pytest -q -m oclgrind tests/oclgrind
@@ -68,12 +77,30 @@ def oclgrind_env(tmp_path_factory) -> dict:
     return env
 
 
-def run_checked(env: dict, args: list, uninitialized: bool = True) -> str:
-    """Run `args` (python ...) under `env`; fail on a non-zero exit or any Oclgrind report."""
+UNINIT = re.compile(r"^(Uninitialized value|Controlflow depends on uninitialized|Instruction depends on an "
+                    r"uninitialized)")
+KERNEL = re.compile(r"^\s*Kernel: (\w+)", re.M)
+
+
+def reports_in(stderr: str, uninit_ok: tuple = ()) -> list:
+    """Oclgrind's reports in `stderr`, less the uninitialised-value ones in the kernels of
+    `uninit_ok` (the confirmed false positives of the module docstring)."""
+    found = []
+    for m in REPORT.finditer(stderr):
+        k = KERNEL.search(stderr, m.end(), m.end() + 200)
+        if UNINIT.match(m.group(0)) and k is not None and k.group(1) in uninit_ok:
+            continue
+        found.append(m.group(0) + (f" [{k.group(1)}]" if k else ""))
+    return found
+
+
+def run_checked(env: dict, args: list, uninitialized: bool = True, uninit_ok: tuple = ()) -> str:
+    """Run `args` (python ...) under `env`; fail on a non-zero exit or any Oclgrind report (but
+    uninitialised-value reports in the kernels named by `uninit_ok`)."""
     env = dict(env, OCLGRIND_UNINITIALIZED="1" if uninitialized else "0")
     proc = subprocess.run([sys.executable] + args, cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=TIMEOUT_S)
-    reports = [m.group(0) for m in REPORT.finditer(proc.stderr)]
+    reports = reports_in(proc.stderr, uninit_ok)
     out = (proc.stdout[-3000:] + "\n" + proc.stderr[-6000:]).strip()
     assert proc.returncode == 0, f"exit {proc.returncode}:\n{out}"
     assert not reports, f"{len(reports)} Oclgrind reports, first: {reports[:3]}\n{proc.stderr[:6000]}"
@@ -114,9 +141,9 @@ def test_xgemm_kernels(oclgrind_env):
 
 
 def test_xgemm_convs(oclgrind_env):
-    """Convs on xgemm: the uninitialised-value checker is off here, because it reports im2col.cl's
-    panels of strided and dilated convs (the even-lane runs) as partly uninitialised; races and
-    bounds are checked."""
+    """Convs on xgemm: the uninitialised-value checker is off here: Oclgrind reports im2col.cl's
+    stride-2 runs (a two-operand shuffle, a false positive: see the module docstring) and then every
+    GEMM reading those panels; races and bounds are checked."""
     run_checked(oclgrind_env, pytest_args("tests/kernels/test_xgemm.py", "-k", "conv"), uninitialized=False)
 
 
@@ -131,11 +158,71 @@ def test_conv_kernels(oclgrind_env):
                                           "tests/kernels/test_conv.py::test_fused_activations"), uninitialized=False)
 
 
-def test_softmax_and_pool_kernels(oclgrind_env):
-    run_checked(oclgrind_env, pytest_args("tests/kernels/test_softmax.py", "tests/kernels/test_pool.py::test_pool"),
-                uninitialized=False)
+def test_softmax_kernels(oclgrind_env):
+    """The checker on; the false positive of the module docstring let through by kernel. Softmax
+    and pooling run in two processes: in one, Oclgrind 21.10's uninitialised-value plugin crashed
+    (SIGSEGV) after about 150 kernels."""
+    run_checked(oclgrind_env, pytest_args("tests/kernels/test_softmax.py"), uninit_ok=("softmax_last", "softmax_cols"))
+
+
+def test_pool_kernels(oclgrind_env):
+    """The checker off: pool2d_rows' stride-2 shuffles are a false positive (module docstring), and
+    with the checker on Oclgrind 21.10 crashes (SIGSEGV) partway through these cases."""
+    run_checked(oclgrind_env, pytest_args("tests/kernels/test_pool.py::test_pool"), uninitialized=False)
 
 
 def test_small_model(oclgrind_env):
     out = run_checked(oclgrind_env, ["tests/oclgrind/run_model.py"], uninitialized=False)
     assert "ok" in out
+
+
+SHUFFLE = ("import numpy as np, pyopencl as cl\n"
+           "ctx = cl.create_some_context(interactive=False); q = cl.CommandQueue(ctx)\n"
+           "src = ('__kernel void k(__global const float* x, __global float* y) '\n"
+           "       '{ float16 lo = vload16(0, x), hi = vload16(1, x); vstore16(%s, 0, y); }')\n"
+           "prg = cl.Program(ctx, src).build(); mf = cl.mem_flags\n"
+           "x = np.arange(32, dtype=np.float32)\n"
+           "xb = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x); yb = cl.Buffer(ctx, mf.READ_WRITE, 64)\n"
+           "prg.k(q, (1,), (1,), xb, yb); y = np.empty(16, np.float32); cl.enqueue_copy(q, y, yb)\n"
+           "assert (y == %s).all(), y\n")
+
+
+def uninit_reports(env: dict, code: str) -> list:
+    """Oclgrind's uninitialised-value reports of a pyopencl snippet (which checks its own result)."""
+    proc = subprocess.run([sys.executable, "-c", code], env=dict(env, PYOPENCL_CTX="0"), capture_output=True,
+                          text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [m.group(0) for m in REPORT.finditer(proc.stderr) if UNINIT.match(m.group(0))]
+
+
+def test_false_positive_two_operand_shuffle(oclgrind_env):
+    """Evidence for the checker's exceptions (im2col's and pool2d_rows' stride-2 runs): every lane of
+    lo and hi is written by the host, yet (lo.even, hi.even) is reported uninitialised and
+    (lo.even, lo.even) is not. If this fails, Oclgrind was fixed: turn the checker back on for the
+    convs and drop pool2d_rows from uninit_ok."""
+    even = "np.arange(0, 32, 2)"
+    same = SHUFFLE % ("(float16)(lo.even, lo.even)", "np.tile(np.arange(0, 16, 2), 2)")
+    assert uninit_reports(oclgrind_env, same) == []
+    assert uninit_reports(oclgrind_env, SHUFFLE % ("(float16)(lo.even, hi.even)", even)), \
+        "Oclgrind no longer reports a two-operand shuffle: re-enable its checker for im2col and pool2d_rows"
+
+
+GROWN = ("import numpy as np, pyopencl as cl\n"
+         "ctx = cl.create_some_context(interactive=False); q = cl.CommandQueue(ctx)\n"
+         "src = ('__kernel void k(__global const float* x, __global float* y, int n) '\n"
+         "       '{ for (int i = 0; i < n; ++i) y[i] = x[i] + 1.0f; for (int i = 0; i < n; ++i) y[i] *= 2.0f; }')\n"
+         "prg = cl.Program(ctx, src).build(); mf = cl.mem_flags\n"
+         "for n in %s:\n"
+         "    x = np.arange(n, dtype=np.float32)\n"
+         "    xb = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x)\n"
+         "    yb = cl.Buffer(ctx, mf.READ_WRITE, 4 * n)\n"
+         "    prg.k(q, (1,), (1,), xb, yb, np.int32(n)); y = np.empty(n, np.float32); cl.enqueue_copy(q, y, yb)\n"
+         "    assert (y == (x + 1) * 2).all(), y\n")
+
+
+def test_false_positive_grown_buffer(oclgrind_env):
+    """Evidence for softmax_last's and softmax_cols' exception: a kernel that writes y and reads it
+    back (as they do) is clean alone, and reported once a larger buffer replaced released ones."""
+    assert uninit_reports(oclgrind_env, GROWN % "[30]") == []
+    if not uninit_reports(oclgrind_env, GROWN % "[30, 40]"):
+        pytest.skip("this Oclgrind does not misreport the grown buffer here (see softmax's uninit_ok)")
