@@ -4,12 +4,14 @@ applicable one lowers the node.
 FusedConv (domain "clglow", made by the fusion pass) is Y = act(conv(X, W) + B + Z): its bias,
 residual and activation run in the GEMM's epilogue (gemm.cl), so a fused layer is one GEMM
 launch (plus the producer of its pixel operand, if any). Plain Conv takes the same paths
-without residual or activation. 1-D convs run as 2-D with H = 1; 3-D convs are declined by
-supports() and go to the host fallback. Weights are packed into GEMM panels once per plan
+without residual or activation. 1-D convs run as 2-D with H = 1; 3-D convs take the "im2col nd"
+row (lower/conv_nd.py: im2col_nd.cl panels + gemm.cl), first in the table, declined by 2-D ones. Weights are packed into GEMM panels once per plan
 (ctx.derived).
 
 The paths, in the order they are tried (each `applicable(case)` says why not, or None; the
 shape tests are in lower/conv_gemm.py and lower/winograd.py, the tiles come from the Target):
+  im2col nd   3-D convs (an NdGeometry): im2col_nd.cl B panels piece by piece, each then one gemm.cl
+              launch, the weights packed once. Any family.
   depthwise   Cin/groups == 1, groups > 1: dwconv.cl, one launch: dwconv_rows (8 rows x 16
               columns per work-item) for 3x3, 5x5 and 7x7 with stride 1 or 2, dwconv (16
               columns of one row) otherwise. Any family.
@@ -44,7 +46,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import numpy as np
 
@@ -56,6 +58,7 @@ from .base import Launch, LowerCtx, device_op, f32, i32, round_up
 from .common import AUTO_PADS, ConvGeometry, Epilogue, attr_str, float32_only, grid, resolve_pads
 from .conv_gemm import (fit_tiles, implicit_ok, implicit_rows_ok, padded_output, phase_geometry, phase_pieces,
                         pixel_panels)
+from .conv_nd import ND_RANKS, NdGeometry, lower_conv_nd, nd_applicable, nd_geometry
 from .gemm_kernel import (ACTIVATIONS, Bias, GemmConfig, Implicit, Operand, act_params, b_unpacked_ok,
                           gemm_config, gemm_launch, pack_a, pack_b, transposed_config)
 from .gpu_gemm import xgemm_applicable, xgemm_config, xgemm_launch
@@ -81,13 +84,13 @@ def _spatial_rank(node: Node, graph: Graph) -> Optional[int]:
 
 
 def supports_conv(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    """Float32 1-D and 2-D convolutions with any pads/strides/dilations/groups/auto_pad."""
+    """Float32 1-D, 2-D and 3-D convolutions with any pads/strides/dilations/groups/auto_pad."""
     why = float32_only(node, graph)
     if why:
         return why
     rank = _spatial_rank(node, graph)
-    if rank is not None and rank not in (1, 2):
-        return f"{rank}-D convolution: the OpenCL kernels cover 1-D and 2-D"
+    if rank is not None and rank not in (1, 2) + ND_RANKS:
+        return f"{rank}-D convolution: the OpenCL kernels cover 1-D to {max(ND_RANKS)}-D"
     ap = attr_str(node.attrs.get("auto_pad"), "NOTSET")
     if ap not in AUTO_PADS:
         return f"auto_pad={ap!r} is not one of {', '.join(AUTO_PADS)}"
@@ -167,7 +170,7 @@ class ConvCase:
 
     target: Target
     options: PlanOptions
-    geom: ConvGeometry
+    geom: Union[ConvGeometry, NdGeometry]  # NdGeometry: a 3-D conv (only the "im2col nd" row reads it)
     epi: Epilogue
     const_weights: bool
 
@@ -446,6 +449,7 @@ def _lower_xgemm_im2col(ctx: LowerCtx, c: ConvCase) -> list:
 
 # The implementations, best first: the first applicable one lowers the node.
 CONV_PATHS = (
+    ConvPath("im2col nd", nd_applicable, lower_conv_nd),  # first: the rows below read a 2-D geometry
     ConvPath("depthwise", _depthwise_applicable, _lower_depthwise, gemm=False),
     ConvPath("winograd", _winograd_applicable, _lower_winograd),
     ConvPath("transposed", _transposed_applicable, _lower_transposed),
@@ -459,7 +463,7 @@ CONV_PATHS = (
 
 def conv_case(ctx: LowerCtx) -> Optional[ConvCase]:
     """The node as a ConvCase, or None when its output is empty."""
-    geom = conv_geometry(ctx)
+    geom = nd_geometry(ctx) if len(ctx.inputs[0].shape) - 2 in ND_RANKS else conv_geometry(ctx)
     if 0 in tuple(ctx.outputs[0].shape):
         return None
     return ConvCase(ctx.device, ctx.options, geom, conv_epilogue(ctx), ctx.const(1) is not None)

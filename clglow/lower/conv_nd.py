@@ -1,0 +1,165 @@
+"""3-D convolutions (Conv / clglow FusedConv on X [N, C, D, H, W]) on OpenCL: im2col + GEMM.
+
+Why a module of its own: the 2-D paths of lower/conv.py are built on ConvGeometry's two spatial
+dims (phase images, im2col tables, Winograd); a 3-D conv has its own geometry (NdGeometry) and
+one path, the "im2col nd" row of conv.py's CONV_PATHS: kernels_cl/im2col_nd.cl writes the
+GEMM's B panels (the same layout im2col.cl writes for 2-D, gemm.cl B_PACKED=1) piece by piece
+into scratch (conv_gemm.pieces, at most SCRATCH_CAP bytes each), each piece followed by one
+gemm.cl launch. The weights are A, packed once per plan into MR-row panels (ctx.derived) when
+constant, read in place otherwise; bias, residual and activation run in the GEMM's epilogue as
+on the 2-D paths. Any Target family (gemm.cl's tiles come from the Target).
+
+This module imports base.py, common.py, conv_gemm.py and gemm_kernel.py only (conv.py imports
+it, never the reverse).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+from ..errors import InvalidModel
+from .base import Launch, LowerCtx, i32, round_up, unaligned
+from .common import Epilogue, attr_str, grid, resolve_pads
+from .conv_gemm import pieces
+from .gemm_kernel import Bias, Operand, fit_rows, gemm_config, gemm_launch, pack_a
+
+# Spatial ranks this module lowers (im2col_nd.cl walks three output coordinates).
+ND_RANKS = (3,)
+
+
+@dataclass(frozen=True)
+class NdGeometry:
+    """One N-D convolution's shapes: spatial input `in_sp`, output `out_sp`, kernel `k_sp`,
+    strides, begin pads and dilations (one entry per spatial dim); `n_img` images of `cin`
+    channels into `cout` in `groups` groups. The GEMM sees M = cout / groups, K = cin / groups
+    * prod(k_sp), N = prod(out_sp) per image and group."""
+
+    in_sp: tuple
+    out_sp: tuple
+    k_sp: tuple
+    strides: tuple
+    pads: tuple
+    dil: tuple
+    n_img: int
+    cin: int
+    cout: int
+    groups: int
+
+    @property
+    def cin_g(self) -> int:
+        """Input channels per group."""
+        return self.cin // self.groups
+
+    @property
+    def m(self) -> int:
+        """Output channels per group (the GEMM's M)."""
+        return self.cout // self.groups
+
+    @property
+    def kk(self) -> int:
+        """The GEMM's K: input channels per group times taps."""
+        return self.cin_g * int(np.prod(self.k_sp))
+
+    @property
+    def npix(self) -> int:
+        """Output pixels per image (the GEMM's N)."""
+        return int(np.prod(self.out_sp))
+
+    @property
+    def in_vol(self) -> int:
+        """Input pixels per channel."""
+        return int(np.prod(self.in_sp))
+
+
+def nd_geometry(ctx: LowerCtx) -> NdGeometry:
+    """The node's NdGeometry at its concrete shapes, after auto_pad; InvalidModel (naming the
+    node) when X, W, the attributes and the output shape disagree."""
+    xs, ws = tuple(ctx.inputs[0].shape), tuple(ctx.inputs[1].shape)
+    label = ctx.label()
+    nd = len(xs) - 2
+    if nd not in ND_RANKS or len(ws) != len(xs):
+        raise InvalidModel(f"Conv of X {xs} with W {ws}: the N-D path takes {ND_RANKS}-D convs", node=label)
+    n_img, cin = xs[:2]
+    cout, cin_g = ws[:2]
+    k_sp = tuple(ctx.attr("kernel_shape", None) or ws[2:])
+    if k_sp != tuple(ws[2:]):
+        raise InvalidModel(f"kernel_shape {list(k_sp)} differs from W's shape {ws}", node=label)
+    g = int(ctx.attr("group", 1))
+    if g < 1 or cin != cin_g * g or cout % g != 0:
+        raise InvalidModel(f"group={g} does not fit X {xs} and W {ws}", node=label)
+    strides = tuple(ctx.attr("strides", None) or (1,) * nd)
+    dil = tuple(ctx.attr("dilations", None) or (1,) * nd)
+    if len(strides) != nd or len(dil) != nd or min(strides) < 1 or min(dil) < 1:
+        raise InvalidModel(f"bad strides {strides} / dilations {dil}", node=label)
+    in_sp = xs[2:]
+    ap = attr_str(ctx.attr("auto_pad"), "NOTSET")
+    same = tuple(-(-in_sp[i] // strides[i]) for i in range(nd))  # SAME_*: ceil(in / stride)
+    try:
+        begins, ends = resolve_pads(ap, ctx.attr("pads", None), in_sp, same, k_sp, strides, dil)
+    except ValueError as e:
+        raise InvalidModel(f"Conv {e}", node=label) from None
+    if ap in ("SAME_UPPER", "SAME_LOWER"):
+        o_sp = same
+    else:
+        spans = [in_sp[i] + begins[i] + ends[i] - ((k_sp[i] - 1) * dil[i] + 1) for i in range(nd)]
+        o_sp = tuple(s // strides[i] + 1 if s >= 0 else 0 for i, s in enumerate(spans))
+    out_shape = tuple(ctx.outputs[0].shape)
+    if out_shape != (n_img, cout) + o_sp:
+        raise InvalidModel(f"Conv output shape {out_shape} differs from the computed {(n_img, cout) + o_sp}",
+                           node=label)
+    return NdGeometry(tuple(in_sp), o_sp, k_sp, strides, tuple(begins), dil, n_img, cin, cout, g)
+
+
+def nd_applicable(case: Any) -> Optional[str]:
+    """CONV_PATHS' gate for this path: None for a conv with an N-D geometry, else why not."""
+    return None if isinstance(case.geom, NdGeometry) else "not a 3-D conv"
+
+
+def _weights(ctx: LowerCtx, g: NdGeometry, mr: int) -> Operand:
+    """The weights as the GEMM's A: MR-row panels packed once per plan (constant), else in place."""
+    groups, m, kk = g.groups, g.m, g.kk
+    if ctx.const(1) is not None:
+        return Operand(ctx.derived(1, f"convNdA{mr}g{groups}",
+                                   lambda wt: pack_a(np.asarray(wt, np.float32).reshape(groups, m, kk), mr)),
+                       packed=True, s2=max(round_up(m, mr), mr) * kk)
+    return Operand(ctx.buf(1), ld=kk, ld2=1, s2=m * kk)
+
+
+def lower_conv_nd(ctx: LowerCtx, case: Any) -> list:
+    """im2col_nd panels of NR pixels into scratch, piece by piece, each followed by its GEMM
+    (bias, residual and activation in the epilogue). `case` is conv.py's ConvCase (its target
+    and epi read here, its geom an NdGeometry)."""
+    g: NdGeometry = case.geom
+    e: Epilogue = case.epi
+    label = ctx.label()
+    cfg = fit_rows(case.target, gemm_config(case.target), g.m, g.npix)
+    nr = cfg.nr
+    a = _weights(ctx, g, cfg.mr)
+    bias = Bias(ctx.buf(2), sm=1, sn=0, s2=g.m) if e.has_bias else None
+    c_s1, c_s2 = g.cout * g.npix, g.m * g.npix
+    x_s1, x_s2 = g.cin * g.in_vol, g.cin_g * g.in_vol
+    np_ = max(round_up(g.npix, nr), nr)
+    parts, nbytes = pieces(g.n_img, np_ // nr, 4 * nr * g.kk * g.groups)
+    scratch = ctx.scratch(nbytes)
+    geo = ctx.const_buffer(np.array(g.in_sp + g.out_sp + g.k_sp + g.strides + g.pads + g.dil, np.int32))
+    launches: list = []
+    for i0, ni, q0, nq in parts:
+        n0, nn = q0 * nr, min(nq * nr, g.npix - q0 * nr)
+        pstride = nq * nr * g.kk  # packed elements per (image, group) in the scratch
+        head = [unaligned(ctx.buf(0)), i32(i0 * x_s1), i32(x_s1), i32(x_s2), i32(g.groups), scratch,
+                i32(pstride), geo, i32(g.npix)]
+        gsize, ls = grid(ctx.device, (nq, g.kk, ni * g.groups), (1, 64, 1))
+        launches.append(Launch("im2col_nd", "im2col_nd", gsize, head + [i32(g.kk), i32(q0)], ls, {"NR": nr}, label,
+                               noop_args=head + [i32(0), i32(q0)]))  # K = 0: returns at once
+        off = i0 * c_s1 + n0
+        res = Operand(ctx.buf(3), off=off, s1=c_s1, s2=c_s2) if e.has_res else None
+        b = Operand(scratch, packed=True, s1=g.groups * pstride, s2=pstride)
+        launches.append(gemm_launch(cfg, m=g.m, n=nn, k=g.kk, batch=ni * g.groups, d2=g.groups, a=a, b=b,
+                                    c=Operand(ctx.out(0), off=off, ld=g.npix, s1=c_s1, s2=c_s2), bias=bias,
+                                    res=res, act=e.act, act_alpha=e.alpha, act_beta=e.beta, label=label))
+    return launches
+
+
+__all__ = ["ND_RANKS", "NdGeometry", "nd_geometry", "nd_applicable", "lower_conv_nd"]
