@@ -150,9 +150,11 @@ def lower_conv_nd(ctx: LowerCtx, case: Any) -> list:
         pstride = nq * nr * g.kk  # packed elements per (image, group) in the scratch
         head = [unaligned(ctx.buf(0)), i32(i0 * x_s1), i32(x_s1), i32(x_s2), i32(g.groups), scratch,
                 i32(pstride), geo, i32(g.npix)]
-        gsize, ls = grid(ctx.device, (nq, g.kk, ni * g.groups), (1, 64, 1))
-        launches.append(Launch("im2col_nd", "im2col_nd", gsize, head + [i32(g.kk), i32(q0)], ls, {"NR": nr}, label,
-                               noop_args=head + [i32(0), i32(q0)]))  # K = 0: returns at once
+        ow = g.out_sp[-1]
+        rows = -(-min(g.npix, (q0 + nq) * nr) // ow) - (q0 * nr) // ow  # output rows the piece touches
+        gsize, ls = grid(ctx.device, (rows, g.kk, ni * g.groups), (1, 16, 1))
+        launches.append(Launch("im2col_nd", "im2col_nd", gsize, head + [i32(g.kk), i32(q0), i32(nq)], ls, {"NR": nr},
+                               label, noop_args=head + [i32(0), i32(q0), i32(nq)]))  # K = 0: returns at once
         off = i0 * c_s1 + n0
         res = Operand(ctx.buf(3), off=off, s1=c_s1, s2=c_s2) if e.has_res else None
         b = Operand(scratch, packed=True, s1=g.groups * pstride, s2=pstride)

@@ -39,6 +39,8 @@ CASES = [  # (x shape, w shape, attrs)
     ((1, 3, 6, 7, 9), (4, 3, 2, 3, 2), dict(auto_pad="SAME_LOWER")),
     ((1, 3, 6, 7, 9), (4, 3, 3, 3, 3), dict(auto_pad="VALID", strides=[1, 3, 2])),
     ((1, 2, 3, 5, 70), (40, 2, 1, 3, 3), dict(pads=[0, 1, 1, 0, 1, 1])),                    # many panels
+    ((1, 3, 4, 9, 71), (5, 3, 3, 3, 3), dict(pads=[1, 1, 1, 1, 1, 1], strides=[1, 2, 2])),  # wide rows, stride 2
+    ((1, 2, 3, 4, 40), (3, 2, 3, 3, 5), dict(pads=[1, 0, 4, 1, 2, 0], strides=[1, 1, 3])),  # pads past a tap row
 ]
 
 
@@ -85,6 +87,7 @@ def test_conv3d_path_and_pieces():
     kernels = [ln.kernel for ln in op.lower(lctx)]
     assert len(kernels) >= 4 and kernels[::2] == ["im2col_nd"] * (len(kernels) // 2), kernels
     assert kernels[1::2] == ["gemm"] * (len(kernels) // 2), kernels
+    check(node, {"x": x}, {"w": w})  # pieces that start and end inside output rows
 
 
 def test_supports_3d_not_4d():
