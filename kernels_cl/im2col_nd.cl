@@ -76,3 +76,34 @@ __kernel void im2col_nd(__global const float* restrict X, int offX, int sX1, int
         n = seg;
     }
 }
+
+/* The implicit 3-D GEMM's input (conv_nd.py, stride 1 along H and W): X [n, C, D, H, W] copied
+ * into zero-padded volumes at P + lead: [n, C, Dp, Hp, WP], X's (d, h, w) at (d + PD, h + PH, w).
+ * The row pitch WP = W + max(left pad, right pad) holds the data in [0, W) and zeros after: a
+ * tap reading left of a row (its left padding) lands in the previous row's zeros, as conv_phases
+ * does for 2-D; the `lead` floats before the first row are zeros for the first row's reads.
+ * gsize = (round_up(Hp, lsize), C*Dp, images); each work-item writes one padded row. */
+__kernel void pad_nd(__global const float* restrict X, int offX, __global float* restrict P, int lead,
+                     int C, int D, int H, int W, int Dp, int Hp, int WP, int PD, int PH)
+{
+    const int hp = get_global_id(0);
+    const int cd = get_global_id(1);
+    const int i = get_global_id(2);
+    if (hp >= Hp || cd >= C * Dp)
+        return;
+    if (hp == 0 && cd == 0 && i == 0)
+        for (int x = 0; x < lead; ++x)
+            P[x] = 0.0f;
+    const int c = cd / Dp;
+    const int d = cd - c * Dp - PD;
+    const int h = hp - PH;
+    __global float* p = P + lead + ((size_t)(i * C + c) * Dp + (cd - c * Dp)) * Hp * WP + hp * WP;
+    int x = 0;
+    if (d >= 0 && d < D && h >= 0 && h < H) {
+        const __global float* s = X + offX + ((size_t)(i * C + c) * D + d) * H * W + h * W;
+        for (; x < W; ++x)
+            p[x] = s[x];
+    }
+    for (; x < WP; ++x)
+        p[x] = 0.0f;
+}

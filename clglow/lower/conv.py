@@ -10,8 +10,11 @@ row (lower/conv_nd.py: im2col_nd.cl panels + gemm.cl), first in the table, decli
 
 The paths, in the order they are tried (each `applicable(case)` says why not, or None; the
 shape tests are in lower/conv_gemm.py and lower/winograd.py, the tiles come from the Target):
-  im2col nd   3-D convs (an NdGeometry): im2col_nd.cl B panels piece by piece, each then one gemm.cl
-              launch, the weights packed once. Any family.
+  implicit nd 3-D convs with stride 1 along H and W, one group: pad_nd (im2col_nd.cl) copies X once
+              into zero-padded volumes, one implicit gemm.cl launch over (image, depth) batches
+              (lower/conv_nd.py). CPU family, as the 2-D implicit path.
+  im2col nd   other 3-D convs (an NdGeometry): im2col_nd.cl B panels piece by piece, each then one
+              gemm.cl launch, the weights packed once. Any family.
   depthwise   Cin/groups == 1, groups > 1: dwconv.cl, one launch: dwconv_rows (8 rows x 16
               columns per work-item) for 3x3, 5x5 and 7x7 with stride 1 or 2, dwconv (16
               columns of one row) otherwise. Any family.
@@ -58,7 +61,8 @@ from .base import Launch, LowerCtx, device_op, f32, i32, round_up
 from .common import AUTO_PADS, ConvGeometry, Epilogue, attr_str, float32_only, grid, resolve_pads
 from .conv_gemm import (fit_tiles, implicit_ok, implicit_rows_ok, padded_output, phase_geometry, phase_pieces,
                         pixel_panels)
-from .conv_nd import ND_RANKS, NdGeometry, lower_conv_nd, nd_applicable, nd_geometry
+from .conv_nd import (ND_RANKS, NdGeometry, lower_conv_nd, lower_conv_nd_implicit, nd_applicable, nd_geometry,
+                      nd_implicit_applicable)
 from .gemm_kernel import (ACTIVATIONS, Bias, GemmConfig, Implicit, Operand, act_params, b_unpacked_ok,
                           gemm_config, gemm_launch, pack_a, pack_b, transposed_config)
 from .gpu_gemm import xgemm_applicable, xgemm_config, xgemm_launch
@@ -449,7 +453,8 @@ def _lower_xgemm_im2col(ctx: LowerCtx, c: ConvCase) -> list:
 
 # The implementations, best first: the first applicable one lowers the node.
 CONV_PATHS = (
-    ConvPath("im2col nd", nd_applicable, lower_conv_nd),  # first: the rows below read a 2-D geometry
+    ConvPath("implicit nd", nd_implicit_applicable, lower_conv_nd_implicit),  # first two: 3-D convs (the rows
+    ConvPath("im2col nd", nd_applicable, lower_conv_nd),                      # below read a 2-D geometry)
     ConvPath("depthwise", _depthwise_applicable, _lower_depthwise, gemm=False),
     ConvPath("winograd", _winograd_applicable, _lower_winograd),
     ConvPath("transposed", _transposed_applicable, _lower_transposed),

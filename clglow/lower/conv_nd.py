@@ -14,7 +14,7 @@ it, never the reverse).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 import numpy as np
@@ -22,8 +22,8 @@ import numpy as np
 from ..errors import InvalidModel
 from .base import Launch, LowerCtx, i32, round_up, unaligned
 from .common import Epilogue, attr_str, grid, resolve_pads
-from .conv_gemm import pieces
-from .gemm_kernel import Bias, Operand, fit_rows, gemm_config, gemm_launch, pack_a
+from .conv_gemm import IMPLICIT_WASTE, SCRATCH_CAP, pieces
+from .gemm_kernel import Bias, GemmConfig, Implicit, Operand, fit_rows, gemm_config, gemm_launch, pack_a
 
 # Spatial ranks this module lowers (im2col_nd.cl walks three output coordinates).
 ND_RANKS = (3,)
@@ -32,7 +32,7 @@ ND_RANKS = (3,)
 @dataclass(frozen=True)
 class NdGeometry:
     """One N-D convolution's shapes: spatial input `in_sp`, output `out_sp`, kernel `k_sp`,
-    strides, begin pads and dilations (one entry per spatial dim); `n_img` images of `cin`
+    strides, begin pads, dilations and end pads (one entry per spatial dim); `n_img` images of `cin`
     channels into `cout` in `groups` groups. The GEMM sees M = cout / groups, K = cin / groups
     * prod(k_sp), N = prod(out_sp) per image and group."""
 
@@ -46,6 +46,7 @@ class NdGeometry:
     cin: int
     cout: int
     groups: int
+    pads_end: tuple = ()
 
     @property
     def cin_g(self) -> int:
@@ -109,12 +110,85 @@ def nd_geometry(ctx: LowerCtx) -> NdGeometry:
     if out_shape != (n_img, cout) + o_sp:
         raise InvalidModel(f"Conv output shape {out_shape} differs from the computed {(n_img, cout) + o_sp}",
                            node=label)
-    return NdGeometry(tuple(in_sp), o_sp, k_sp, strides, tuple(begins), dil, n_img, cin, cout, g)
+    return NdGeometry(tuple(in_sp), o_sp, k_sp, strides, tuple(begins), dil, n_img, cin, cout, g, tuple(ends))
 
 
 def nd_applicable(case: Any) -> Optional[str]:
     """CONV_PATHS' gate for this path: None for a conv with an N-D geometry, else why not."""
     return None if isinstance(case.geom, NdGeometry) else "not a 3-D conv"
+
+
+def _padded_dims(g: NdGeometry) -> tuple:
+    """(Dp, Hp, WP): the zero-padded input volume of the implicit path, depth and rows padded on
+    both ends, the row pitch W + max(left, right pad) (pad_nd: left padding shared with the
+    previous row's right padding)."""
+    return (g.in_sp[0] + g.pads[0] + g.pads_end[0], g.in_sp[1] + g.pads[1] + g.pads_end[1],
+            g.in_sp[2] + max(g.pads[2], g.pads_end[2]))
+
+
+def _implicit_tiles(case: Any) -> Optional[GemmConfig]:
+    """The tiles of the implicit path when it runs the case, else None: under the CPU family
+    (GPUs keep im2col until measured there, as for 2-D: conv_gemm.implicit_ok), one group,
+    stride 1 along H and W (the padded-linear pixels of a depth slice are then runs of the
+    padded volume), at least one column tile, and at most IMPLICIT_WASTE more columns than
+    im2col's (the Wp - OW padding columns of each output row)."""
+    g = case.geom
+    if not isinstance(g, NdGeometry) or not case.target.is_cpu_family or g.groups != 1 or g.strides[1:] != (1, 1):
+        return None
+    oh, ow = g.out_sp[1:]
+    wp = _padded_dims(g)[2]
+    cfg = fit_rows(case.target, gemm_config(case.target), g.m, oh * wp)
+    if oh * wp < cfg.nr or round_up(oh * wp, cfg.nr) > (1 + IMPLICIT_WASTE) * round_up(oh * ow, cfg.nr):
+        return None
+    return cfg
+
+
+def nd_implicit_applicable(case: Any) -> Optional[str]:
+    """CONV_PATHS' gate for the implicit 3-D path: None when _implicit_tiles takes the case."""
+    return None if _implicit_tiles(case) is not None else "not a 3-D stride-1 (H, W) single-group conv on the CPU family"
+
+
+def lower_conv_nd_implicit(ctx: LowerCtx, case: Any) -> list:
+    """Implicit 3-D GEMM: X copied once into zero-padded volumes (pad_nd, about 1.1 x X where
+    im2col writes KD*KH*KW x X), then per piece of images one gemm.cl launch over (image, output
+    depth) batches: row k = (ci, kd, kh, kw) of B starts at koff[k] in the padded volume, the
+    output depth od at od*SD*Hp*Wp, pixel n = oh*Wp + ow padded-linear, only ow < OW stored
+    (gemm.cl implicit flag 4, as conv.py's 2-D implicit path)."""
+    g: NdGeometry = case.geom
+    e: Epilogue = case.epi
+    label = ctx.label()
+    cfg = _implicit_tiles(case)
+    # z2 is the output depth here (one group): the weights and the bias are the same for every z2
+    a = replace(_weights(ctx, g, cfg.mr), s2=0)
+    bias = Bias(ctx.buf(2), sm=1, sn=0) if e.has_bias else None
+    dp, hp, wp = _padded_dims(g)
+    od, oh, ow = g.out_sp
+    (d, h, w), (pd, ph, pw), (dd, dh, dw) = g.in_sp, g.pads, g.dil
+    kd_, kh_, kw_ = g.k_sp
+    vol = g.cin * dp * hp * wp
+    kd, kh, kw = np.meshgrid(np.arange(kd_), np.arange(kh_), np.arange(kw_), indexing="ij")
+    tap = ((kd * dd) * hp + kh * dh) * wp + kw * dw - pw
+    koff = ctx.const_buffer((np.arange(g.cin)[:, None] * (dp * hp * wp) + tap.ravel()[None]).astype(np.int32).ravel())
+    ni = max(1, min(g.n_img, SCRATCH_CAP // (4 * vol)))
+    scratch = ctx.scratch(4 * (pw + ni * vol + wp + cfg.nr))  # slack: the last tile reads past the last volume
+    npix = g.npix
+    c_s1, c_s2 = g.cout * npix, oh * ow
+    launches: list = []
+    for i0 in range(0, g.n_img, ni):
+        nb = min(ni, g.n_img - i0)
+        head = [unaligned(ctx.buf(0)), i32(i0 * g.cin * g.in_vol), scratch, i32(pw)]
+        dims = [i32(v) for v in (d, h, w, dp, hp, wp, pd, ph)]
+        gsize, ls = grid(ctx.device, (hp, g.cin * dp, nb), (8, 1, 1))
+        launches.append(Launch("im2col_nd", "pad_nd", gsize, head + [i32(g.cin)] + dims, ls, {}, label,
+                               noop_args=head + [i32(0)] + dims))  # C = 0: returns at once
+        off = i0 * c_s1
+        res = Operand(ctx.buf(3), off=off, s1=c_s1, s2=c_s2) if e.has_res else None
+        b = Operand(scratch, off=pw, s1=vol, s2=g.strides[0] * hp * wp)
+        launches.append(gemm_launch(cfg, m=g.m, n=oh * wp, k=g.kk, batch=nb * od, d2=od, a=a, b=b,
+                                    c=Operand(ctx.out(0), off=off, ld=npix, s1=c_s1, s2=c_s2), bias=bias,
+                                    res=res, act=e.act, act_alpha=e.alpha, act_beta=e.beta,
+                                    implicit=Implicit(koff, wp, ow), label=label))
+    return launches
 
 
 def _weights(ctx: LowerCtx, g: NdGeometry, mr: int) -> Operand:
@@ -152,7 +226,7 @@ def lower_conv_nd(ctx: LowerCtx, case: Any) -> list:
                 i32(pstride), geo, i32(g.npix)]
         ow = g.out_sp[-1]
         rows = -(-min(g.npix, (q0 + nq) * nr) // ow) - (q0 * nr) // ow  # output rows the piece touches
-        gsize, ls = grid(ctx.device, (rows, g.kk, ni * g.groups), (1, 16, 1))
+        gsize, ls = grid(ctx.device, (rows, g.kk, ni * g.groups), (8, 16, 1))
         launches.append(Launch("im2col_nd", "im2col_nd", gsize, head + [i32(g.kk), i32(q0), i32(nq)], ls, {"NR": nr},
                                label, noop_args=head + [i32(0), i32(q0), i32(nq)]))  # K = 0: returns at once
         off = i0 * c_s1 + n0
@@ -164,4 +238,5 @@ def lower_conv_nd(ctx: LowerCtx, case: Any) -> list:
     return launches
 
 
-__all__ = ["ND_RANKS", "NdGeometry", "nd_geometry", "nd_applicable", "lower_conv_nd"]
+__all__ = ["ND_RANKS", "NdGeometry", "nd_geometry", "nd_applicable", "lower_conv_nd", "nd_implicit_applicable",
+           "lower_conv_nd_implicit"]

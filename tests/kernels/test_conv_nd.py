@@ -18,6 +18,7 @@ except ImportError:
 from clglow.ir import Graph, Node, Value
 from clglow.lower import conv as conv_mod
 from clglow.lower.base import lookup
+from clglow.target import Target
 
 RNG = np.random.default_rng(7)
 
@@ -41,6 +42,9 @@ CASES = [  # (x shape, w shape, attrs)
     ((1, 2, 3, 5, 70), (40, 2, 1, 3, 3), dict(pads=[0, 1, 1, 0, 1, 1])),                    # many panels
     ((1, 3, 4, 9, 71), (5, 3, 3, 3, 3), dict(pads=[1, 1, 1, 1, 1, 1], strides=[1, 2, 2])),  # wide rows, stride 2
     ((1, 2, 3, 4, 40), (3, 2, 3, 3, 5), dict(pads=[1, 0, 4, 1, 2, 0], strides=[1, 1, 3])),  # pads past a tap row
+    ((2, 3, 4, 6, 40), (4, 3, 3, 3, 3), dict(pads=[1, 0, 2, 0, 1, 0])),                     # implicit, left pad 2
+    ((1, 3, 5, 6, 41), (4, 3, 2, 3, 3), dict(pads=[0, 1, 0, 1, 2, 3], strides=[2, 1, 1])),  # implicit, right pad 3
+    ((1, 3, 6, 5, 44), (4, 3, 3, 3, 3), dict(pads=[2, 2, 2, 2, 2, 2], dilations=[2, 2, 2])),  # implicit, dilated
 ]
 
 
@@ -75,19 +79,31 @@ def test_fused_conv3d_residual(act, alpha, beta):
     check(node, {"x": x, "z": z}, {"w": w, "b": b}, expected=[exp])
 
 
-def test_conv3d_path_and_pieces():
-    """A 3-D conv takes the "im2col nd" row: im2col_nd then gemm, one pair per piece (a conv
-    whose panels exceed the scratch cap runs as several)."""
-    x, w = rand(1, 16, 8, 40, 40), rand(8, 16, 3, 3, 3)
-    y_shape = (1, 8, 8, 40, 40)
-    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1] * 6)
-    op, lctx = lower_ctx(node, {"x": x}, {"w": w}, {"y": (y_shape, np.float32)}, 17, device_info())
-    case = conv_mod.conv_case(lctx)
-    assert conv_mod.choose_path(case).name == "im2col nd"
+@pytest.mark.parametrize("strides,family,path", [
+    ([1, 1, 1], "cpu", "implicit nd"), ([2, 1, 1], "cpu", "implicit nd"), ([1, 2, 2], "cpu", "im2col nd"),
+    ([1, 1, 1], "gpu", "im2col nd")])
+def test_conv3d_path_choice(strides, family, path):
+    """Stride 1 along H and W: the implicit path under the CPU family (as 2-D), else im2col_nd."""
+    x, w = rand(1, 8, 6, 28, 28), rand(8, 8, 3, 3, 3)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1] * 6, strides=strides)
+    y_shape = reference(node, {"x": x}, {"w": w}, 17)[0].shape
+    _, lctx = lower_ctx(node, {"x": x}, {"w": w}, {"y": (y_shape, np.float32)}, 17, Target(family=family))
+    assert conv_mod.choose_path(conv_mod.conv_case(lctx)).name == path
+
+
+@pytest.mark.parametrize("x_shape,strides,first", [((1, 16, 8, 80, 80), [1, 2, 2], "im2col_nd"),
+                                                    ((3, 16, 8, 40, 40), [1, 1, 1], "pad_nd")])
+def test_conv3d_pieces(x_shape, strides, first):
+    """A conv whose panels (im2col) or padded volumes (implicit) exceed the scratch cap runs as
+    several producer + gemm pairs, pieces of im2col panels starting and ending inside output rows."""
+    x, w = rand(*x_shape), rand(8, 16, 3, 3, 3)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1] * 6, strides=strides)
+    y_shape = reference(node, {"x": x}, {"w": w}, 17)[0].shape
+    op, lctx = lower_ctx(node, {"x": x}, {"w": w}, {"y": (y_shape, np.float32)}, 17, Target(family="cpu"))
     kernels = [ln.kernel for ln in op.lower(lctx)]
-    assert len(kernels) >= 4 and kernels[::2] == ["im2col_nd"] * (len(kernels) // 2), kernels
+    assert len(kernels) >= 4 and kernels[::2] == [first] * (len(kernels) // 2), kernels
     assert kernels[1::2] == ["gemm"] * (len(kernels) // 2), kernels
-    check(node, {"x": x}, {"w": w})  # pieces that start and end inside output rows
+    check(node, {"x": x}, {"w": w})
 
 
 def test_supports_3d_not_4d():
