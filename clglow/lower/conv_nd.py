@@ -1,13 +1,21 @@
-"""3-D convolutions (Conv / clglow FusedConv on X [N, C, D, H, W]) on OpenCL: im2col + GEMM.
+"""3-D convolutions (Conv / clglow FusedConv on X [N, C, D, H, W]) on OpenCL, as GEMMs on gemm.cl.
 
 Why a module of its own: the 2-D paths of lower/conv.py are built on ConvGeometry's two spatial
 dims (phase images, im2col tables, Winograd); a 3-D conv has its own geometry (NdGeometry) and
-one path, the "im2col nd" row of conv.py's CONV_PATHS: kernels_cl/im2col_nd.cl writes the
-GEMM's B panels (the same layout im2col.cl writes for 2-D, gemm.cl B_PACKED=1) piece by piece
-into scratch (conv_gemm.pieces, at most SCRATCH_CAP bytes each), each piece followed by one
-gemm.cl launch. The weights are A, packed once per plan into MR-row panels (ctx.derived) when
-constant, read in place otherwise; bias, residual and activation run in the GEMM's epilogue as
-on the 2-D paths. Any Target family (gemm.cl's tiles come from the Target).
+two rows of conv.py's CONV_PATHS, tried first (the 2-D rows decline it):
+  implicit nd  CPU family, one group, stride 1 along H and W (any depth stride, pads,
+               dilations): pad_nd (kernels_cl/im2col_nd.cl) copies X once into zero-padded
+               volumes, then one implicit gemm.cl launch per piece of images over (image, output
+               depth) batches (flag 4, as the 2-D implicit path): no K x N matrix written.
+  im2col nd    everything else, any family: im2col_nd writes the GEMM's B panels (the layout
+               im2col.cl writes for 2-D, gemm.cl B_PACKED=1) piece by piece into scratch
+               (conv_gemm.pieces, at most SCRATCH_CAP bytes each), each piece followed by one
+               gemm.cl launch.
+The weights are A, packed once per plan into MR-row panels (ctx.derived) when constant, read in
+place otherwise; bias, residual and activation run in the GEMM's epilogue as on the 2-D paths.
+Measured on pocl (AVX-512), an r3d-style net (stem 3x7x7/1x2x2, two 3x3x3 64-channel convs with
+a residual, 8x56x56 clip): host fallback 303 ms, im2col nd 25.8 ms, with implicit nd 13.8 ms
+(onnxruntime 17.2 ms, allow_spinning=0).
 
 This module imports base.py, common.py, conv_gemm.py and gemm_kernel.py only (conv.py imports
 it, never the reverse).
