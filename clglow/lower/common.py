@@ -197,6 +197,64 @@ def resolve_pads(auto_pad: str, pads: Optional[Sequence[int]], in_sp: Sequence[i
 
 # --- convolution geometry -------------------------------------------------------------------------
 @dataclass(frozen=True)
+class ConvShape:
+    """A convolution's shapes and attributes at concrete shapes, any spatial rank, after auto_pad:
+    what the 2-D (ConvGeometry) and N-D (conv_nd.NdGeometry) geometries are built from."""
+
+    n_img: int
+    cin: int
+    cout: int
+    groups: int
+    in_sp: tuple
+    out_sp: tuple
+    k_sp: tuple
+    strides: tuple
+    dil: tuple
+    begins: tuple
+    ends: tuple
+
+
+def resolve_conv(ctx: LowerCtx, ranks: Sequence[int], what: str) -> ConvShape:
+    """The node's ConvShape (X input 0, W input 1, Conv's attributes) for spatial ranks `ranks`;
+    InvalidModel naming the node when X, W, the attributes and the output shape disagree (`what`
+    says which ranks the caller's path takes)."""
+    xs, ws = tuple(ctx.inputs[0].shape), tuple(ctx.inputs[1].shape)
+    label = ctx.label()
+    nd = len(xs) - 2
+    if nd not in tuple(ranks) or len(ws) != len(xs):
+        raise InvalidModel(f"Conv of X {xs} with W {ws}: {what}", node=label)
+    n_img, cin = xs[:2]
+    cout, cin_g = ws[:2]
+    k_sp = tuple(ctx.attr("kernel_shape", None) or ws[2:])
+    if k_sp != tuple(ws[2:]):
+        raise InvalidModel(f"kernel_shape {list(k_sp)} differs from W's shape {ws}", node=label)
+    g = int(ctx.attr("group", 1))
+    if g < 1 or cin != cin_g * g or cout % g != 0:
+        raise InvalidModel(f"group={g} does not fit X {xs} and W {ws}", node=label)
+    strides = tuple(ctx.attr("strides", None) or (1,) * nd)
+    dil = tuple(ctx.attr("dilations", None) or (1,) * nd)
+    if len(strides) != nd or len(dil) != nd or min(strides) < 1 or min(dil) < 1:
+        raise InvalidModel(f"bad strides {strides} / dilations {dil}", node=label)
+    in_sp = tuple(xs[2:])
+    ap = attr_str(ctx.attr("auto_pad"), "NOTSET")
+    same = tuple(-(-in_sp[i] // strides[i]) for i in range(nd))  # SAME_*: ceil(in / stride)
+    try:
+        begins, ends = resolve_pads(ap, ctx.attr("pads", None), in_sp, same, k_sp, strides, dil)
+    except ValueError as e:
+        raise InvalidModel(f"Conv {e}", node=label) from None
+    if ap in ("SAME_UPPER", "SAME_LOWER"):
+        o_sp = same
+    else:
+        spans = [in_sp[i] + begins[i] + ends[i] - ((k_sp[i] - 1) * dil[i] + 1) for i in range(nd)]
+        o_sp = tuple(s // strides[i] + 1 if s >= 0 else 0 for i, s in enumerate(spans))
+    out_shape = tuple(ctx.outputs[0].shape)
+    if out_shape != (n_img, cout) + o_sp:
+        raise InvalidModel(f"Conv output shape {out_shape} differs from the computed {(n_img, cout) + o_sp}",
+                           node=label)
+    return ConvShape(n_img, cin, cout, g, in_sp, o_sp, k_sp, strides, dil, tuple(begins), tuple(ends))
+
+
+@dataclass(frozen=True)
 class ConvGeometry:
     """One 2-D convolution's shapes (a 1-D conv has h = kh = 1): input h x w, output oh x ow,
     kernel kh x kw, strides, begin pads, dilations; `n_img` images of `cin` channels into

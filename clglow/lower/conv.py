@@ -58,7 +58,7 @@ from ..errors import InvalidModel
 from ..ir import Graph, Node
 from ..target import Target
 from .base import Launch, LowerCtx, device_op, f32, i32, round_up
-from .common import AUTO_PADS, ConvGeometry, Epilogue, attr_str, float32_only, grid, resolve_pads
+from .common import AUTO_PADS, ConvGeometry, Epilogue, attr_str, float32_only, grid, resolve_conv
 from .conv_gemm import (fit_tiles, implicit_ok, implicit_rows_ok, padded_output, phase_geometry, phase_pieces,
                         pixel_panels)
 from .conv_nd import (ND_RANKS, NdGeometry, lower_conv_nd, lower_conv_nd_implicit, nd_applicable, nd_geometry,
@@ -108,46 +108,14 @@ def supports_conv(node: Node, graph: Graph, target: Target) -> Optional[str]:
 def conv_geometry(ctx: LowerCtx) -> ConvGeometry:
     """The node's ConvGeometry at its concrete shapes, after auto_pad (a 1-D conv as 2-D with
     H = 1); InvalidModel when X, W, the attributes and the output shape disagree."""
-    xs, ws = tuple(ctx.inputs[0].shape), tuple(ctx.inputs[1].shape)
-    label = ctx.label()
-    if len(xs) not in (3, 4) or len(ws) != len(xs):
-        raise InvalidModel(f"Conv of X {xs} with W {ws}: the OpenCL path takes 1-D and 2-D convs", node=label)
-    nd = len(xs) - 2
-    n_img, cin = xs[:2]
-    cout, cin_g = ws[:2]
-    k_sp = tuple(ctx.attr("kernel_shape", None) or ws[2:])
-    if tuple(k_sp) != tuple(ws[2:]):
-        raise InvalidModel(f"kernel_shape {list(k_sp)} differs from W's shape {ws}", node=label)
-    g = int(ctx.attr("group", 1))
-    if g < 1 or cin != cin_g * g or cout % g != 0:
-        raise InvalidModel(f"group={g} does not fit X {xs} and W {ws}", node=label)
-    strides = tuple(ctx.attr("strides", None) or (1,) * nd)
-    dil = tuple(ctx.attr("dilations", None) or (1,) * nd)
-    if len(strides) != nd or len(dil) != nd or min(strides) < 1 or min(dil) < 1:
-        raise InvalidModel(f"bad strides {strides} / dilations {dil}", node=label)
-    in_sp = xs[2:]
-    ap = attr_str(ctx.attr("auto_pad"), "NOTSET")
-    same = tuple(-(-in_sp[i] // strides[i]) for i in range(nd))  # SAME_*: ceil(in / stride)
-    try:
-        begins, ends = resolve_pads(ap, ctx.attr("pads", None), in_sp, same, k_sp, strides, dil)
-    except ValueError as e:
-        raise InvalidModel(f"Conv {e}", node=label) from None
-    if ap in ("SAME_UPPER", "SAME_LOWER"):
-        o_sp = same
+    c = resolve_conv(ctx, (1, 2), "the OpenCL path takes 1-D and 2-D convs")
+    if len(c.in_sp) == 1:
+        sp = dict(h=1, w=c.in_sp[0], oh=1, ow=c.out_sp[0], kh=1, kw=c.k_sp[0], sh=1, sw=c.strides[0], ph=0,
+                  pw=c.begins[0], dh=1, dw=c.dil[0])
     else:
-        spans = [in_sp[i] + begins[i] + ends[i] - ((k_sp[i] - 1) * dil[i] + 1) for i in range(nd)]
-        o_sp = tuple(s // strides[i] + 1 if s >= 0 else 0 for i, s in enumerate(spans))
-    out_shape = tuple(ctx.outputs[0].shape)
-    if out_shape != (n_img, cout) + o_sp:
-        raise InvalidModel(f"Conv output shape {out_shape} differs from the computed {(n_img, cout) + o_sp}",
-                           node=label)
-    if nd == 1:
-        sp = dict(h=1, w=xs[2], oh=1, ow=o_sp[0], kh=1, kw=k_sp[0], sh=1, sw=strides[0], ph=0, pw=begins[0],
-                  dh=1, dw=dil[0])
-    else:
-        sp = dict(h=xs[2], w=xs[3], oh=o_sp[0], ow=o_sp[1], kh=k_sp[0], kw=k_sp[1], sh=strides[0], sw=strides[1],
-                  ph=begins[0], pw=begins[1], dh=dil[0], dw=dil[1])
-    return ConvGeometry(**sp, n_img=n_img, cin=cin, cout=cout, groups=g)
+        sp = dict(h=c.in_sp[0], w=c.in_sp[1], oh=c.out_sp[0], ow=c.out_sp[1], kh=c.k_sp[0], kw=c.k_sp[1],
+                  sh=c.strides[0], sw=c.strides[1], ph=c.begins[0], pw=c.begins[1], dh=c.dil[0], dw=c.dil[1])
+    return ConvGeometry(**sp, n_img=c.n_img, cin=c.cin, cout=c.cout, groups=c.groups)
 
 
 def conv_epilogue(ctx: LowerCtx) -> Epilogue:

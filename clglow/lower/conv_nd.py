@@ -27,9 +27,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..errors import InvalidModel
 from .base import Launch, LowerCtx, i32, round_up, unaligned
-from .common import Epilogue, attr_str, grid, resolve_pads
+from .common import Epilogue, grid, resolve_conv
 from .conv_gemm import IMPLICIT_WASTE, SCRATCH_CAP, pieces
 from .gemm_kernel import Bias, GemmConfig, Implicit, Operand, fit_rows, gemm_config, gemm_launch, pack_a
 
@@ -85,40 +84,9 @@ class NdGeometry:
 def nd_geometry(ctx: LowerCtx) -> NdGeometry:
     """The node's NdGeometry at its concrete shapes, after auto_pad; InvalidModel (naming the
     node) when X, W, the attributes and the output shape disagree."""
-    xs, ws = tuple(ctx.inputs[0].shape), tuple(ctx.inputs[1].shape)
-    label = ctx.label()
-    nd = len(xs) - 2
-    if nd not in ND_RANKS or len(ws) != len(xs):
-        raise InvalidModel(f"Conv of X {xs} with W {ws}: the N-D path takes {ND_RANKS}-D convs", node=label)
-    n_img, cin = xs[:2]
-    cout, cin_g = ws[:2]
-    k_sp = tuple(ctx.attr("kernel_shape", None) or ws[2:])
-    if k_sp != tuple(ws[2:]):
-        raise InvalidModel(f"kernel_shape {list(k_sp)} differs from W's shape {ws}", node=label)
-    g = int(ctx.attr("group", 1))
-    if g < 1 or cin != cin_g * g or cout % g != 0:
-        raise InvalidModel(f"group={g} does not fit X {xs} and W {ws}", node=label)
-    strides = tuple(ctx.attr("strides", None) or (1,) * nd)
-    dil = tuple(ctx.attr("dilations", None) or (1,) * nd)
-    if len(strides) != nd or len(dil) != nd or min(strides) < 1 or min(dil) < 1:
-        raise InvalidModel(f"bad strides {strides} / dilations {dil}", node=label)
-    in_sp = xs[2:]
-    ap = attr_str(ctx.attr("auto_pad"), "NOTSET")
-    same = tuple(-(-in_sp[i] // strides[i]) for i in range(nd))  # SAME_*: ceil(in / stride)
-    try:
-        begins, ends = resolve_pads(ap, ctx.attr("pads", None), in_sp, same, k_sp, strides, dil)
-    except ValueError as e:
-        raise InvalidModel(f"Conv {e}", node=label) from None
-    if ap in ("SAME_UPPER", "SAME_LOWER"):
-        o_sp = same
-    else:
-        spans = [in_sp[i] + begins[i] + ends[i] - ((k_sp[i] - 1) * dil[i] + 1) for i in range(nd)]
-        o_sp = tuple(s // strides[i] + 1 if s >= 0 else 0 for i, s in enumerate(spans))
-    out_shape = tuple(ctx.outputs[0].shape)
-    if out_shape != (n_img, cout) + o_sp:
-        raise InvalidModel(f"Conv output shape {out_shape} differs from the computed {(n_img, cout) + o_sp}",
-                           node=label)
-    return NdGeometry(tuple(in_sp), o_sp, k_sp, strides, tuple(begins), dil, n_img, cin, cout, g, tuple(ends))
+    c = resolve_conv(ctx, ND_RANKS, f"the N-D path takes {ND_RANKS}-D convs")
+    return NdGeometry(c.in_sp, c.out_sp, c.k_sp, c.strides, c.begins, c.dil, c.n_img, c.cin, c.cout, c.groups,
+                      c.ends)
 
 
 def nd_applicable(case: Any) -> Optional[str]:
