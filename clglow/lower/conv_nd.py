@@ -22,13 +22,13 @@ it, never the reverse).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Optional
 
 import numpy as np
 
 from .base import Launch, LowerCtx, i32, round_up, unaligned
-from .common import Epilogue, grid, resolve_conv
+from .common import ConvShape, Epilogue, grid, resolve_conv
 from .conv_gemm import IMPLICIT_WASTE, SCRATCH_CAP, pieces
 from .gemm_kernel import Bias, GemmConfig, Implicit, Operand, fit_rows, gemm_config, gemm_launch, pack_a
 
@@ -36,24 +36,21 @@ from .gemm_kernel import Bias, GemmConfig, Implicit, Operand, fit_rows, gemm_con
 ND_RANKS = (3,)
 
 
-@dataclass(frozen=True)
-class NdGeometry:
-    """One N-D convolution's shapes: spatial input `in_sp`, output `out_sp`, kernel `k_sp`,
-    strides, begin pads, dilations and end pads (one entry per spatial dim); `n_img` images of `cin`
-    channels into `cout` in `groups` groups. The GEMM sees M = cout / groups, K = cin / groups
+class NdGeometry(ConvShape):
+    """One N-D convolution's shapes (common.ConvShape: spatial input `in_sp`, output `out_sp`,
+    kernel `k_sp`, strides, begin and end pads, dilations; `n_img` images of `cin` channels into
+    `cout` in `groups` groups), with what the GEMM sees: M = cout / groups, K = cin / groups
     * prod(k_sp), N = prod(out_sp) per image and group."""
 
-    in_sp: tuple
-    out_sp: tuple
-    k_sp: tuple
-    strides: tuple
-    pads: tuple
-    dil: tuple
-    n_img: int
-    cin: int
-    cout: int
-    groups: int
-    pads_end: tuple = ()
+    @property
+    def pads(self) -> tuple:
+        """Begin pads, one per spatial dim."""
+        return self.begins
+
+    @property
+    def pads_end(self) -> tuple:
+        """End pads, one per spatial dim."""
+        return self.ends
 
     @property
     def cin_g(self) -> int:
@@ -85,8 +82,7 @@ def nd_geometry(ctx: LowerCtx) -> NdGeometry:
     """The node's NdGeometry at its concrete shapes, after auto_pad; InvalidModel (naming the
     node) when X, W, the attributes and the output shape disagree."""
     c = resolve_conv(ctx, ND_RANKS, f"the N-D path takes {ND_RANKS}-D convs")
-    return NdGeometry(c.in_sp, c.out_sp, c.k_sp, c.strides, c.begins, c.dil, c.n_img, c.cin, c.cout, c.groups,
-                      c.ends)
+    return NdGeometry(**vars(c))
 
 
 def nd_applicable(case: Any) -> Optional[str]:
