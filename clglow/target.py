@@ -70,6 +70,10 @@ class Target:
     # the GPU family's xgemm.cl configuration measured by runtime.tuning, as the ints of
     # lower.gpu_gemm.XgemmConfig.as_tuple() (None: the first of its search space)
     xgemm_tiles: Optional[tuple] = None
+    # the device's tuning database entries for this family (runtime.tuning_db, read by
+    # runtime.device): ((kernel family, shape key, parameter items), ...); lower.tunable.choose
+    # returns them for their shapes, the family's default elsewhere. Part of every plan key.
+    tuned: tuple = ()
     # CL_MEM_USE_HOST_PTR buffers are the caller's memory itself (pocl's CPU device uses the
     # pointer as the buffer's storage, unaligned too): kernels may read inputs where they lie
     host_memory: bool = False
@@ -155,7 +159,7 @@ class Target:
             return self
         if family not in FAMILIES:
             raise ValueError(f"unknown target family {family!r}; choose one of {', '.join(FAMILIES)}")
-        return dataclasses.replace(self, family=family, gemm_tiles=None, xgemm_tiles=None)
+        return dataclasses.replace(self, family=family, gemm_tiles=None, xgemm_tiles=None, tuned=())
 
     def describe(self) -> str:
         """One line for logs and `clglow devices`."""

@@ -64,8 +64,8 @@ from .conv_gemm import (fit_tiles, implicit_ok, implicit_rows_ok, padded_output,
 from .conv_nd import (ND_RANKS, NdGeometry, lower_conv_nd, lower_conv_nd_implicit, nd_applicable, nd_geometry,
                       nd_implicit_applicable)
 from .gemm_kernel import (ACTIVATIONS, Bias, GemmConfig, Implicit, Operand, act_params, b_unpacked_ok,
-                          gemm_config, gemm_launch, pack_a, pack_b, transposed_config)
-from .gpu_gemm import xgemm_applicable, xgemm_config, xgemm_launch
+                          gemm_config, gemm_key, gemm_launch, pack_a, pack_b, transposed_config, tuned_tiles)
+from .gpu_gemm import tuned_xgemm, xgemm_applicable, xgemm_launch
 from .winograd import lower_winograd, winograd_variant
 
 log = logging.getLogger(__name__)
@@ -145,6 +145,7 @@ class ConvCase:
     geom: Union[ConvGeometry, NdGeometry]  # NdGeometry: a 3-D conv (only the "im2col nd" row reads it)
     epi: Epilogue
     const_weights: bool
+    label: str = ""  # the node's, for the profiler's record of its tuned tiles
 
     @cached_property
     def cfg(self) -> GemmConfig:
@@ -176,8 +177,26 @@ class ConvCase:
 
     @cached_property
     def tiles(self) -> GemmConfig:
-        """The tiles of the non-transposed GEMM paths (fit to the columns they compute)."""
-        return fit_tiles(self.target, self.cfg, self.geom)
+        """The tiles of the non-transposed GEMM paths: the tuning database's for this conv's GEMM
+        (gemm family, lower/tunable.py) when it keeps the path, else fitted to the columns they
+        compute."""
+        fit = fit_tiles(self.target, self.cfg, self.geom)
+        g = self.geom
+        if isinstance(g, NdGeometry) or not self.const_weights:
+            return fit
+        if g.pointwise:
+            inplace, n = b_unpacked_ok(fit, g.npix), g.npix
+
+            def keeps(cfg: GemmConfig) -> bool:
+                return b_unpacked_ok(cfg, g.npix) == inplace
+        else:
+            inplace = implicit_ok(self.target, fit, g)
+            n = g.oh * phase_geometry(g)[3] if inplace else g.npix
+
+            def keeps(cfg: GemmConfig) -> bool:
+                return implicit_ok(self.target, cfg, g) == inplace
+        key = gemm_key(g.m, n, g.kk, "inplace" if inplace else "packed")
+        return tuned_tiles(self.target, key, fit, self.label, valid=keeps)[0]
 
 
 @dataclass(frozen=True)
@@ -398,7 +417,8 @@ def _lower_xgemm_pointwise(ctx: LowerCtx, c: ConvCase) -> list:
     a, bias, c_s1, c_s2 = _xgemm_operands(ctx, c)
     b = Operand(ctx.buf(0), ld=g.hw, ld2=1, s1=g.cin * g.hw, s2=g.cin_g * g.hw)
     res = Operand(ctx.buf(3), s1=c_s1, s2=c_s2, ld=g.npix) if e.has_res else None
-    return [xgemm_launch(xgemm_config(c.target), m=g.m, n=g.npix, k=g.kk, batch=g.n_img * g.groups, d2=g.groups, a=a,
+    cfg = tuned_xgemm(c.target, gemm_key(g.m, g.npix, g.kk, "inplace"), c.label)
+    return [xgemm_launch(cfg, m=g.m, n=g.npix, k=g.kk, batch=g.n_img * g.groups, d2=g.groups, a=a,
                          b=b, c=Operand(ctx.out(0), ld=g.npix, s1=c_s1, s2=c_s2), bias=bias, res=res, act=e.act,
                          act_alpha=e.alpha, act_beta=e.beta, label=ctx.label())]
 
@@ -406,7 +426,8 @@ def _lower_xgemm_pointwise(ctx: LowerCtx, c: ConvCase) -> list:
 def _lower_xgemm_im2col(ctx: LowerCtx, c: ConvCase) -> list:
     """im2col panels of NWG pixels (the tile's width: xgemm.cl B_PANEL reads one panel per
     work-group column), piece by piece, each followed by its xgemm."""
-    cfg, g, e = xgemm_config(c.target), c.geom, c.epi
+    g, e = c.geom, c.epi
+    cfg = tuned_xgemm(c.target, gemm_key(g.m, g.npix, g.kk, "packed"), c.label)
     a, bias, c_s1, c_s2 = _xgemm_operands(ctx, c)
     launches: list = []
     for producer, b, i0, ni, n0, nn in pixel_panels(ctx, cfg.nwg, g):
@@ -439,7 +460,7 @@ def conv_case(ctx: LowerCtx) -> Optional[ConvCase]:
     geom = nd_geometry(ctx) if len(ctx.inputs[0].shape) - 2 in ND_RANKS else conv_geometry(ctx)
     if 0 in tuple(ctx.outputs[0].shape):
         return None
-    return ConvCase(ctx.device, ctx.options, geom, conv_epilogue(ctx), ctx.const(1) is not None)
+    return ConvCase(ctx.device, ctx.options, geom, conv_epilogue(ctx), ctx.const(1) is not None, ctx.label())
 
 
 def choose_path(case: ConvCase) -> ConvPath:

@@ -15,7 +15,7 @@ base.py and common.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -23,6 +23,7 @@ from ..errors import InvalidModel
 from ..target import Target
 from .base import Arg, Launch, Scratch, f32, i32, round_up, unaligned
 from .common import grid
+from .tunable import Family, Params, ShapeKey, choose, record_decision, register
 
 # Activations the GEMM / depthwise epilogues fuse, and their ACT define (kernels_cl/activation.h):
 # 0 is piecewise linear with run-time parameters, so the common ones share one program.
@@ -325,3 +326,92 @@ def b_unpacked_ok(cfg: GemmConfig, n: int) -> bool:
     below one tile the kernel would read B element by element over all of K (measured on pocl,
     256x512x784 with that path: 0.85 ms in place vs 0.50 ms packed)."""
     return n % cfg.nr == 0 or n >= 4 * cfg.nr
+
+
+# --- the tunable family (lower/tunable.py): gemm.cl's tiles per GEMM shape ------------------------------
+# Shape key: (M, N, K, B layout) with B "inplace" (row-major, read where it lies: a Gemm's or a
+# 1x1/implicit conv's pixels) or "packed" (panels: im2col, or a Gemm whose B is packed). A is the
+# weights, packed into MR-row panels at plan time, in every case the family is asked for.
+GEMM_ROWS = (4, 6, 8, 10, 12, 14, 16)
+GEMM_VECTORS = (1, 2, 3, 4)
+GPU_GROUPS = ((8, 8, 1), (16, 16, 1), (4, 4, 1), (16, 4, 1))
+
+
+def gemm_key(m: int, n: int, k: int, b_layout: str) -> ShapeKey:
+    """The gemm family's shape key (see above)."""
+    return (int(m), int(n), int(k), b_layout)
+
+
+def config_params(cfg: GemmConfig) -> Params:
+    return {"mr": cfg.mr, "vw": cfg.vw, "nv": cfg.nv, "lsize": tuple(cfg.lsize)}
+
+
+def params_config(p: Params) -> GemmConfig:
+    return GemmConfig(int(p["mr"]), int(p["vw"]), int(p["nv"]), tuple(int(x) for x in p["lsize"]))
+
+
+def gemm_space(target: Target, key: ShapeKey = ()) -> List[Params]:
+    """gemm.cl's declared space on `target` (the family default first).
+
+    CPU family: one work-item per group; VW the device's preferred float width or half of it
+    (gemm.cl: 4, 8 or 16); MR x NV vector accumulators between 4 and 28 (what the register file
+    holds is the device's business: the measurement decides). GPU family: VW 4, small MR x NV,
+    square-ish work-groups fitted to the device's limits."""
+    d = config_params(gemm_config(target))
+    out: List[Params] = [d]
+    if target.is_cpu_family:
+        w = target.preferred_vector_width_float
+        widths = [v for v in (16, 8, 4) if v <= max(w, 4) and v >= max(w, 4) // 2]
+        pts = [(mr, vw, nv, (1, 1, 1)) for vw in widths for mr in GEMM_ROWS for nv in GEMM_VECTORS
+               if 4 <= mr * nv <= 28]
+    else:
+        pts = [(mr, 4, nv, target.fit_group(ls)) for ls in GPU_GROUPS for mr in (2, 4, 8) for nv in (1, 2)]
+    for mr, vw, nv, ls in pts:
+        p = {"mr": mr, "vw": vw, "nv": nv, "lsize": tuple(ls)}
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def _gemm_default(target: Target, key: ShapeKey) -> Params:
+    m, n = key[0], key[1]
+    return config_params(fit_rows(target, gemm_config(target), m, n))
+
+
+def gemm_bench(target: Target, key: ShapeKey, p: Params) -> Tuple[Launch, dict]:
+    """gemm.cl on shape `key` with tiles `p`: A packed, B in place (row-major, ld N) or packed as
+    the key says, ReLU epilogue (buffers A, B, C; their byte sizes)."""
+    from .base import Buf
+
+    m, n, k, layout = key
+    cfg = params_config(p)
+    mp = round_up(max(m, 1), cfg.mr)
+    packed = layout == "packed" or not b_unpacked_ok(cfg, n)
+    b = Operand(Buf("B"), packed=True) if packed else Operand(Buf("B"), ld=n)
+    nb = packed_b_bytes(cfg.nr, k, n, 1) if packed else 4 * n * k
+    launch = gemm_launch(cfg, m=m, n=n, k=k, batch=1, d2=1, a=Operand(Buf("A"), packed=True), b=b,
+                         c=Operand(Buf("C"), ld=n), act="Relu")
+    return launch, {"A": 4 * mp * k, "B": nb, "C": 4 * m * n}
+
+
+GEMM_FAMILY = register(Family("gemm", "gemm", gemm_space, _gemm_default, gemm_bench,
+                              flops=lambda key: 2.0 * key[0] * key[1] * key[2], priority=0, tolerance=1e-4))
+
+
+def tuned_tiles(target: Target, key: ShapeKey, fallback: GemmConfig, label: str = "",
+                valid=None) -> Tuple[GemmConfig, str]:
+    """The gemm.cl tiles for this GEMM: the tuning database's for `key` (a valid point of the
+    space that `valid(cfg)` accepts: e.g. one that keeps a conv's path), else `fallback` (the
+    Target's tiles fitted as the lowering always has). (config, "db" | "default")."""
+    def ok(p: Params) -> bool:
+        try:
+            cfg = params_config(p)
+        except (KeyError, TypeError, ValueError):
+            return False
+        return cfg.vw in (4, 8, 16) and cfg.mr > 0 and cfg.nv > 0 and (valid is None or bool(valid(cfg)))
+
+    p, source = choose(target, "gemm", key, valid=ok)
+    cfg = params_config(p) if source == "db" else fallback
+    if label:
+        record_decision(label, "gemm", key, config_params(cfg), source)
+    return cfg, source

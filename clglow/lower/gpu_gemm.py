@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from ..errors import InvalidModel
 from ..target import Target
 from .base import Launch, f32, i32, unaligned
 from .gemm_kernel import ACTIVATIONS, Bias, Operand, act_params
+from .tunable import Family, Params, ShapeKey, choose, register
 
 
 @dataclass(frozen=True)
@@ -191,5 +192,57 @@ def xgemm_launch(cfg: XgemmConfig, *, m: int, n: int, k: int, batch: int, d2: in
                   noop_args=head + [i32(0), i32(0), i32(0)] + tail)  # M = N = 0: returns at once
 
 
-__all__ = ["XgemmConfig", "SEARCH_SPACE", "search_space", "xgemm_config", "xgemm_applicable", "xgemm_defines",
+# --- the tunable family (lower/tunable.py): xgemm.cl's configuration per GEMM shape ---------------------
+# Shape key: gemm_kernel.gemm_key (M, N, K, B layout); the parameter is the configuration's
+# as_tuple() under "cfg". The benchmark reads row-major A (weights, ld K) and B (ld N, or NWG
+# panels when the key says "packed").
+def _xgemm_space(target: Target, key: ShapeKey = ()) -> List[Params]:
+    first = xgemm_config(target)
+    out = [{"cfg": first.as_tuple()}] if first is not None else []
+    for c in search_space(target):
+        if {"cfg": c.as_tuple()} not in out:
+            out.append({"cfg": c.as_tuple()})
+    return out
+
+
+def _xgemm_default(target: Target, key: ShapeKey) -> Params:
+    cfg = xgemm_config(target)
+    return {"cfg": cfg.as_tuple() if cfg is not None else SEARCH_SPACE[0].as_tuple()}
+
+
+def xgemm_bench(target: Target, key: ShapeKey, p: Params) -> Tuple[Launch, dict]:
+    """xgemm.cl on shape `key` with configuration `p` (buffers A, B, C and their byte sizes)."""
+    from .base import Buf
+
+    m, n, k, layout = key
+    cfg = XgemmConfig.from_tuple(p["cfg"])
+    packed = layout == "packed"
+    nb = 4 * k * (-(-n // cfg.nwg) * cfg.nwg) if packed else 4 * k * n
+    b = Operand(Buf("B"), packed=True) if packed else Operand(Buf("B"), ld=n)
+    launch = xgemm_launch(cfg, m=m, n=n, k=k, batch=1, d2=1, a=Operand(Buf("A"), ld=k), b=b,
+                          c=Operand(Buf("C"), ld=n), act="Relu")
+    return launch, {"A": 4 * m * k, "B": nb, "C": 4 * m * n}
+
+
+XGEMM_FAMILY = register(Family("xgemm", "xgemm", _xgemm_space, _xgemm_default, xgemm_bench,
+                               flops=lambda key: 2.0 * key[0] * key[1] * key[2],
+                               applies=lambda target: xgemm_applicable(target) is None, priority=0))
+
+
+def tuned_xgemm(target: Target, key: ShapeKey, label: str = "") -> Optional[XgemmConfig]:
+    """xgemm.cl's configuration for this GEMM: the tuning database's for `key` when the device can
+    run it, else `xgemm_config(target)`."""
+    def ok(p: Params) -> bool:
+        try:
+            return XgemmConfig.from_tuple(p["cfg"]).why_not(target) is None
+        except (KeyError, TypeError, ValueError):
+            return False
+
+    if xgemm_config(target) is None:
+        return None
+    p, _ = choose(target, "xgemm", key, label, valid=ok)
+    return XgemmConfig.from_tuple(p["cfg"])
+
+
+__all__ = ["XgemmConfig", "tuned_xgemm", "XGEMM_FAMILY", "SEARCH_SPACE", "search_space", "xgemm_config", "xgemm_applicable", "xgemm_defines",
            "xgemm_launch"]

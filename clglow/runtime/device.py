@@ -59,7 +59,7 @@ class Device:
         self.tuning = TuningState()
         self.preparation = Preparer(self)
         self._lock = threading.Lock()
-        self._base: Target = dataclasses.replace(query_target(device), gemm_tiles=None, xgemm_tiles=None)
+        self._base: Target = dataclasses.replace(query_target(device), gemm_tiles=None, xgemm_tiles=None, tuned=())
         self._targets: Dict[str, Target] = {}  # family -> Target with that family's tiles
         self._profiling_queue: Optional[cl.CommandQueue] = None
         self._build_lock = threading.RLock()  # builds one at a time where the driver needs it
@@ -101,24 +101,26 @@ class Device:
         """Replace the device facts (tests: e.g. another float16 policy); its `gemm_tiles` become
         the choice of its family."""
         with self._lock:
-            self._base = dataclasses.replace(value, gemm_tiles=None, xgemm_tiles=None)
+            self._base = dataclasses.replace(value, gemm_tiles=None, xgemm_tiles=None, tuned=())
             self._targets.clear()
         self.tuning.set(value.family, value.gemm_tiles)
         self.tuning.set_xgemm(value.family, value.xgemm_tiles)
 
     def target(self, family: Optional[str] = None) -> Target:
         """This device under `family`'s kernels and policies (None: the device's own family),
-        carrying that family's tuned GEMM tiles (None until tuned: the family's defaults)."""
+        carrying that family's tuned GEMM tiles (None until tuned: the family's defaults) and its
+        tuning database entries (`Target.tuned`, read once per process; `reload_tuning`)."""
         with self._lock:
             base = self._base
             fam = family or base.family
             cached = self._targets.get(fam)
         tiles, xtiles = self.tuning.tiles(fam), self.tuning.xgemm(fam)
-        if cached is not None and cached.gemm_tiles == tiles and cached.xgemm_tiles == xtiles:
+        tuned = self.tuning.table(self, fam)  # the tuning database's per-shape choices (runtime.tuning_db)
+        if cached is not None and (cached.gemm_tiles, cached.xgemm_tiles, cached.tuned) == (tiles, xtiles, tuned):
             return cached
         t = base.with_family(fam)
-        if t.gemm_tiles != tiles or t.xgemm_tiles != xtiles:
-            t = dataclasses.replace(t, gemm_tiles=tiles, xgemm_tiles=xtiles)
+        if (t.gemm_tiles, t.xgemm_tiles, t.tuned) != (tiles, xtiles, tuned):
+            t = dataclasses.replace(t, gemm_tiles=tiles, xgemm_tiles=xtiles, tuned=tuned)
         with self._lock:
             if self._base is base:
                 self._targets[fam] = t
@@ -128,6 +130,11 @@ class Device:
         """Lower `family`'s GEMMs (None: the device's own family) with these (MR, VW, NV, local
         size) from now on (runtime.tuning); None goes back to the family's defaults."""
         self.tuning.set(family or self._base.family, tiles)
+
+    def reload_tuning(self, family: Optional[str] = None) -> None:
+        """Read `family`'s tuning database entries again: sessions created from now on lower with
+        what searches stored since (a running session plans again with them at its next run)."""
+        self.tuning.reload(self, family or self._base.family)
 
     def ensure_tuned(self, family: Optional[str] = None, tune: Optional[bool] = None) -> None:
         """Choose `family`'s GEMM tiles once per process (from disk, or by measuring;

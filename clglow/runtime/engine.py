@@ -129,7 +129,7 @@ class Engine:
         values = self._shape_values(feeds)
         # the options and the tiles are part of the key: a plan is only valid for what it was lowered for
         target = self.target
-        key = (self.options, target.gemm_tiles, target.xgemm_tiles) + _signature(input_types) + \
+        key = (self.options, target.gemm_tiles, target.xgemm_tiles, target.tuned) + _signature(input_types) + \
             tuple(sorted((k, v.dtype.str, v.shape, v.tobytes()) for k, v in values.items()))
         built = False
         with self._lock:

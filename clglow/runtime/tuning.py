@@ -359,6 +359,45 @@ class TuningState:
         self._xgemm: Dict[str, tuple] = {}
         self._tuned: Set[str] = set()
         self._family_locks: Dict[str, threading.Lock] = {}
+        self._tables: Dict[str, tuple] = {}  # target family -> Target.tuned (the database's entries)
+        self._db: Any = None
+
+    def database(self, device: Any) -> Any:
+        """The device's tuning database (runtime.tuning_db), opened once."""
+        from .tuning_db import TuningDB
+
+        with self._lock:
+            if self._db is None:
+                self._db = TuningDB.for_device(device.cl_device)
+            return self._db
+
+    def table(self, device: Any, family: str) -> tuple:
+        """The family's database entries as Target.tuned, read on first use (a later process, or
+        `reload`, sees what searches stored since). A database that cannot be read gives ()."""
+        with self._lock:
+            t = self._tables.get(family)
+        if t is not None:
+            return t
+        try:
+            from .search import table_from
+
+            t = table_from(self.database(device), family)
+        except Exception as e:  # noqa: BLE001 - tuning is an optimisation; defaults always work
+            log.warning("tuning database of %s unusable (%s): family defaults apply", getattr(device, "name", device), e)
+            t = ()
+        with self._lock:
+            return self._tables.setdefault(family, t)
+
+    def reload(self, device: Any, family: str) -> tuple:
+        """Read the family's database entries again (new sessions on this device use them)."""
+        with self._lock:
+            self._tables.pop(family, None)
+        return self.table(device, family)
+
+    def set_table(self, family: str, table: tuple) -> None:
+        """Use these entries for `family` (tests, benchmarks of one candidate)."""
+        with self._lock:
+            self._tables[family] = tuple(table)
 
     def tiles(self, family: str) -> Optional[tuple]:
         """The family's chosen (MR, VW, NV, local size), None before any choice."""

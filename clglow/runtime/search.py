@@ -1,0 +1,277 @@
+"""On-device search of the tunable kernel families (lower/tunable.py) for a model's own shapes.
+
+Why: the fastest tiles depend on the device, its driver and the shape; the anchors that stay
+fast across devices measure on the device and remember (CLBlast's tuner and database, Arm
+Compute Library's CLTuner, MACE's per-SoC tuning). `search` takes the (family, shape key)s
+lowering asked for (`tunable.requests_since`, counted), orders them where time pays (the
+families' priority: the GEMMs first, then the most total FLOPs), and for each shape times the
+family's default against points of its declared space, all in turns (round robin, best time of
+each: a burst of other work on a shared machine lands on every candidate alike). A point must
+beat the default by MARGIN to be chosen; the winner (or the default, when it holds) goes to the
+tuning database (runtime/tuning_db.py), so a later session lowers with it and the shape is not
+measured again.
+
+A family's programs depend on its parameters, not on the shape (shapes are run-time arguments),
+so the candidate programs are built once per search and every shape reuses them: the time
+budget mostly buys programs, and the shapes are cheap after that.
+
+`Gate` lets a session's background search measure only while no run is in flight (each launch
+waits for the session to be idle; the search stops when its budget or the session ends), on the
+device's profiling queue, never the session's.
+
+Example::
+
+    results = search(device, target, {("gemm", (240, 768, 576, "inplace")): 3}, budget_s=60)
+    results[0].params, results[0].ms, results[0].default_ms
+"""
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+import pyopencl as cl
+
+from ..lower.base import Buf
+from ..lower.tunable import FAMILIES, Params, ShapeKey, format_params, key_from_str, key_str, params_items
+from ..target import Target
+from .sources import kernel_source
+from .tuning_db import TuningDB, entry_key, source_hash, split_key
+
+log = logging.getLogger(__name__)
+
+MARGIN = 0.03  # a point must beat the default by 3% to replace it
+ROUNDS = 5
+_hashes: Dict[str, str] = {}
+
+
+def family_hash(family: str) -> str:
+    """The source hash of a family's kernel (cached per process)."""
+    h = _hashes.get(family)
+    if h is None:
+        h = _hashes[family] = source_hash(kernel_source(FAMILIES[family].kernel))
+    return h
+
+
+def table_from(db: TuningDB, target_family: str) -> tuple:
+    """The database's entries for `target_family` whose kernels are unchanged, as Target.tuned
+    (sorted: equal databases give equal Targets and plan keys)."""
+    rows = []
+    for k, v in db.entries().items():
+        parts = split_key(k)
+        if parts is None or parts[0] != target_family or parts[1] not in FAMILIES:
+            continue
+        if parts[2] != family_hash(parts[1]):
+            continue  # measured on another version of the kernel
+        rows.append((parts[1], parts[3], params_items(v["params"])))
+    return tuple(sorted(rows))
+
+
+@dataclass
+class SearchResult:
+    """One shape's outcome: chosen parameters, best times (ms) of the choice and of the default,
+    and where the choice came from ("measured", "db": stored before, "failed": nothing ran)."""
+
+    family: str
+    key: ShapeKey
+    params: Params
+    ms: float
+    default: Params
+    default_ms: float
+    source: str
+    count: int = 1
+    timings_ms: Dict[str, float] = field(default_factory=dict)
+
+
+class Gate:
+    """When a background search may launch: `idle` set while the session runs nothing; `stop`
+    ends the search (session closed, budget spent)."""
+
+    def __init__(self) -> None:
+        self.idle = threading.Event()
+        self.idle.set()
+        self.stop = threading.Event()
+        self._busy = 0
+        self._lock = threading.Lock()
+
+    def enter(self) -> None:
+        """A run starts: the search pauses before its next launch."""
+        with self._lock:
+            self._busy += 1
+            self.idle.clear()
+
+    def leave(self) -> None:
+        with self._lock:
+            self._busy = max(0, self._busy - 1)
+            if self._busy == 0:
+                self.idle.set()
+
+    def wait(self) -> bool:
+        """Block until idle; False when the search must stop."""
+        while not self.stop.is_set():
+            if self.idle.wait(0.05):
+                return not self.stop.is_set()
+        return False
+
+
+def ordered(keys: Dict[Tuple[str, ShapeKey], int], target: Target) -> List[Tuple[str, ShapeKey, int]]:
+    """The shapes worth searching on `target`, best paying first: family priority, then total work."""
+    rows = [(fam, key, n) for (fam, key), n in keys.items() if fam in FAMILIES and FAMILIES[fam].applies(target)]
+    return sorted(rows, key=lambda r: (FAMILIES[r[0]].priority, -FAMILIES[r[0]].flops(r[1]) * r[2]))
+
+
+def candidates(target: Target, family: str, keys: List[ShapeKey], limit: int, seed: int = 0) -> List[Params]:
+    """The points to measure for these shapes: each shape's default, then a seeded sample of the
+    declared space, `limit` in all (at least the defaults)."""
+    fam = FAMILIES[family]
+    out: List[Params] = []
+    for key in keys:
+        d = fam.default(target, key)
+        if d not in out:
+            out.append(d)
+    rest = [p for p in fam.space(target, keys[0] if keys else ()) if p not in out]
+    random.Random(seed).shuffle(rest)
+    return out + rest[:max(0, limit - len(out))]
+
+
+class _Kernel:
+    """One candidate's kernel for one shape, its buffers shared per shape."""
+
+    def __init__(self, device, launch, bufs: Dict[str, cl.Buffer]):
+        prg = device.program(launch.program, launch.build_options())
+        self.kernel = cl.Kernel(prg, launch.kernel)
+        self.kernel.set_args(*[bufs[a.name] if isinstance(a, Buf) else a for a in launch.args])
+        self.gsize, self.lsize = launch.gsize, launch.lsize
+
+    def run(self, queue) -> float:
+        ev = cl.enqueue_nd_range_kernel(queue, self.kernel, self.gsize, self.lsize)
+        ev.wait()
+        return (ev.profile.end - ev.profile.start) * 1e-6
+
+
+def measure(device, target: Target, family: str, key: ShapeKey, points: List[Params],
+            gate: Optional[Gate] = None, rounds: int = ROUNDS) -> Dict[int, float]:
+    """Best kernel time (ms) of each point (by index) on shape `key`, points in turns; a point
+    that fails to build or run is left out (logged)."""
+    fam = FAMILIES[family]
+    specs: Dict[int, Any] = {}
+    for i, p in enumerate(points):
+        try:
+            spec = fam.bench(target, key, p)
+        except (ValueError, KeyError, TypeError) as e:
+            log.info("tuning %s %s: point %s not applicable: %s", family, key, format_params(p), e)
+            continue
+        if spec is not None:
+            specs[i] = spec
+    if not specs:
+        return {}
+    sizes: Dict[str, int] = {}
+    for _launch, sz in specs.values():
+        for name, n in sz.items():
+            sizes[name] = max(sizes.get(name, 4), int(n))
+    queue = device.profiling_queue
+    bufs = {name: cl.Buffer(device.context, cl.mem_flags.READ_WRITE, n) for name, n in sizes.items()}
+    kernels: Dict[int, _Kernel] = {}
+    best: Dict[int, float] = {}
+    try:
+        for b in bufs.values():
+            cl.enqueue_fill_buffer(queue, b, np.float32(0.01), 0, b.size)
+        for i, (launch, _sz) in specs.items():
+            if gate is not None and not gate.wait():
+                return {}
+            try:
+                kernels[i] = _Kernel(device, launch, bufs)
+                kernels[i].run(queue)  # the first launch may generate code: not timed
+                best[i] = float("inf")
+            except Exception as e:  # noqa: BLE001 - a point the device rejects is skipped
+                log.info("tuning %s %s: point %s failed: %s", family, key, format_params(points[i]), e)
+                kernels.pop(i, None)
+        for _ in range(rounds):
+            for i, k in list(kernels.items()):
+                if gate is not None and not gate.wait():
+                    return {}
+                best[i] = min(best[i], k.run(queue))
+    finally:
+        for b in bufs.values():
+            b.release()
+    return {i: t for i, t in best.items() if t < float("inf")}
+
+
+def _choose(points: List[Params], default: Params, times: Dict[int, float]) -> Tuple[Params, float, float]:
+    """(chosen point, its ms, the default's ms): the fastest unless the default is within MARGIN."""
+    di = points.index(default)
+    bi = min(times, key=lambda i: times[i])
+    dms = times.get(di, float("nan"))
+    if di in times and times[bi] > dms / (1 + MARGIN):
+        return default, dms, dms
+    return points[bi], times[bi], dms
+
+
+def search(device, target: Target, keys: Dict[Tuple[str, ShapeKey], int], budget_s: float = 120.0,
+           force: bool = False, db: Optional[TuningDB] = None, gate: Optional[Gate] = None,
+           families: Optional[List[str]] = None, by: str = "tune", max_points: int = 16) -> List[SearchResult]:
+    """Search each requested shape on `device` under `target` (see the module docstring) within
+    `budget_s` seconds, storing each shape's outcome in `db` as it is found. Shapes stored before
+    are reported from the database unless `force`. Never raises for a failing point."""
+    db = db if db is not None else TuningDB.for_device(device.cl_device)
+    t_end = time.monotonic() + max(0.0, budget_s)
+    stored = db.entries()
+    rows = [r for r in ordered(keys, target) if families is None or r[0] in families]
+    results: List[SearchResult] = []
+    by_family: Dict[str, List[Params]] = {}
+    for fam_name, key, count in rows:
+        fam = FAMILIES[fam_name]
+        ekey = entry_key(target.family, fam_name, family_hash(fam_name), key_str(key))
+        old = stored.get(ekey)
+        if old is not None and not force:
+            results.append(SearchResult(fam_name, key, dict(old["params"]), float(old.get("ms", 0.0)),
+                                        dict(old.get("default", old["params"])), float(old.get("default_ms", 0.0)),
+                                        "db", count))
+            continue
+        if time.monotonic() >= t_end or (gate is not None and gate.stop.is_set()):
+            break
+        if fam_name not in by_family:
+            fam_keys = [k for f, k, _n in rows if f == fam_name]
+            by_family[fam_name] = candidates(target, fam_name, fam_keys, max_points)
+        default = fam.default(target, key)
+        points = list(by_family[fam_name])
+        if default not in points:
+            points.insert(0, default)
+        times = measure(device, target, fam_name, key, points, gate)
+        if not times:
+            results.append(SearchResult(fam_name, key, default, float("nan"), default, float("nan"), "failed", count))
+            continue
+        params, ms, dms = _choose(points, default, times)
+        res = SearchResult(fam_name, key, params, ms, default, dms, "measured", count,
+                           {format_params(points[i]): t for i, t in times.items()})
+        results.append(res)
+        db.put(ekey, {"params": params, "ms": ms, "default": default, "default_ms": dms, "by": by})
+        log.info("tuned %s %s: %s %.3f ms (default %s %.3f ms)", fam_name, key, format_params(params), ms,
+                 format_params(default), dms)
+    return results
+
+
+def stored_results(db: TuningDB, target_family: str) -> List[SearchResult]:
+    """The database's entries for `target_family` as results (``clglow tune --show``), current
+    kernels only, the most work first."""
+    out: List[SearchResult] = []
+    for k, v in db.entries().items():
+        parts = split_key(k)
+        if parts is None or parts[0] != target_family or parts[1] not in FAMILIES or parts[2] != family_hash(parts[1]):
+            continue
+        try:
+            key = key_from_str(parts[3])
+        except ValueError:
+            continue
+        out.append(SearchResult(parts[1], key, dict(v["params"]), float(v.get("ms", 0.0)),
+                                dict(v.get("default", v["params"])), float(v.get("default_ms", 0.0)),
+                                str(v.get("by", "db"))))
+    return sorted(out, key=lambda r: (FAMILIES[r.family].priority, -FAMILIES[r.family].flops(r.key)))
+
+
+__all__ = ["search", "measure", "candidates", "ordered", "table_from", "family_hash", "stored_results", "Gate",
+           "SearchResult", "MARGIN"]
