@@ -17,6 +17,7 @@ from onnx import defs, helper, numpy_helper, shape_inference
 
 from .dtypes import numpy_to_onnx
 from .errors import InvalidArgument, InvalidModel
+from .frontend import contrib_ops
 from .frontend.onnx_model import type_to_dtype_shape
 from .ir import Graph, Node, Value
 from .passes.fold_constants import fold_node
@@ -83,6 +84,8 @@ def infer_node(node: Node, graph: Graph) -> dict:
     if (domain, op_type) == ("clglow", "FusedMatMul") and any(
             node.attrs.get(k) for k in ("perm_a", "perm_b", "perm_c")):
         return _permuted_matmul(node, graph)
+    if domain == contrib_ops.DOMAIN:  # onnx has no schemas for onnxruntime's contrib ops
+        return contrib_ops.infer(node, graph)
     proto_node = node
     if (domain, op_type) in _FUSED_AS:
         op_type, present = _FUSED_AS[(domain, op_type)]

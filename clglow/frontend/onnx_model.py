@@ -18,6 +18,7 @@ from .. import config
 from ..dtypes import onnx_to_numpy
 from ..errors import InvalidModel, InvalidProtobuf
 from ..ir import Graph, Node, Value
+from . import contrib_ops
 
 log = logging.getLogger(__name__)
 
@@ -311,35 +312,66 @@ def import_model(proto: onnx.ModelProto, weights: Optional[Mapping[str, np.ndarr
     graph = Graph(nodes, values, graph_inputs, outputs, opsets, g.name or "graph", int(proto.ir_version),
                   max_tensor_bytes)
     _check_topology(graph)
+    contrib_ops.annotate(graph)  # onnx's shape inference leaves com.microsoft outputs untyped
     return graph
 
 
 def _check_opsets(opsets: Mapping[str, int]) -> None:
-    """Refuse opsets newer than the installed onnx knows (onnx.checker accepts, say, opset 999)."""
+    """Refuse opsets newer than the installed onnx knows (onnx.checker accepts, say, opset 999),
+    and com.microsoft versions other than onnxruntime's one."""
     newest = onnx.defs.onnx_opset_version()
     for domain, version in opsets.items():
         if domain == "" and version > newest:
             raise InvalidModel(f"opset {version} of domain 'ai.onnx' is newer than the newest supported "
                                f"({newest})")
+        if domain == contrib_ops.DOMAIN and version != contrib_ops.VERSION:
+            raise InvalidModel(f"opset {version} of domain {domain!r} is not supported (onnxruntime's contrib "
+                               f"operators are version {contrib_ops.VERSION})")
+
+
+# Domains whose nodes are judged later (placement, host fallback) rather than refused at load:
+# onnx's own (the schemas it knows) and clglow's fused ops.
+_LATER_DOMAINS = ("ai.onnx.ml", "ai.onnx.preview.training", "ai.onnx.training", "clglow")
 
 
 def _check_known_ops(proto: onnx.ModelProto) -> None:
-    """Every ai.onnx op must exist at the model's opset; all unknown ones are listed at once
-    (onnx.checker would stop at the first, as an InvalidModel)."""
+    """Every ai.onnx op must exist at the model's opset and every com.microsoft op in clglow's
+    registry (frontend/contrib_ops.py), with inputs and attributes that fit its schema; nodes of
+    any other unknown domain are refused. All unknown ones are listed at once (onnx.checker would
+    stop at the first, as an InvalidModel, and skips other domains)."""
     from ..errors import UnsupportedNode, UnsupportedOperator
 
     version = next((int(o.version) for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
-    if version is None:
-        return
     functions = {(f.domain, f.name) for f in proto.functions}
     unknown = []
     for i, n in enumerate(proto.graph.node):
-        if n.domain not in ("", "ai.onnx") or (n.domain, n.op_type) in functions:
+        name = n.name or f"{n.op_type}_{i}"
+        if (n.domain, n.op_type) in functions or n.domain in _LATER_DOMAINS:
+            continue
+        if n.domain == contrib_ops.DOMAIN:
+            if contrib_ops.schema(n.op_type) is None:
+                unknown.append(UnsupportedNode(name, n.op_type, n.domain, contrib_ops.VERSION,
+                                               "clglow does not implement this com.microsoft operator (known: "
+                                               f"{', '.join(sorted(contrib_ops.SCHEMAS))})"))
+                continue
+            used = len(n.input)
+            while used and not n.input[used - 1]:
+                used -= 1
+            why = contrib_ops.check_arity(n.op_type, used, [a.name for a in n.attribute])
+            if why:
+                raise InvalidModel(f"{n.op_type} {why}", node=name)
+            continue
+        if n.domain not in ("", "ai.onnx"):
+            unknown.append(UnsupportedNode(name, n.op_type, n.domain, 1,
+                                           f"operator domain {n.domain!r} is unknown to clglow (known: ai.onnx, "
+                                           f"ai.onnx.ml, {contrib_ops.DOMAIN})"))
+            continue
+        if version is None:
             continue
         try:
             onnx.defs.get_schema(n.op_type, version, "")
         except Exception:
-            unknown.append(UnsupportedNode(n.name or f"{n.op_type}_{i}", n.op_type, "", version,
+            unknown.append(UnsupportedNode(name, n.op_type, "", version,
                                            "no such operator in the ONNX standard at this opset"))
     if unknown:
         raise UnsupportedOperator(unknown)

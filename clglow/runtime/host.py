@@ -82,7 +82,9 @@ def _host_ops() -> list:
         def _run(self, data, indices, axis=None):  # noqa: D401 - onnx.reference's signature
             return (_gather_elements(np.asarray(data), np.asarray(indices), int(axis or 0)),)
 
-    return [GatherElements]
+    from .contrib_host import reference_ops
+
+    return [GatherElements] + reference_ops()  # + the com.microsoft references onnx.reference lacks
 
 
 class HostKernel:
@@ -127,6 +129,10 @@ def host_supported(node: Node, opset: int) -> Optional[str]:
     """None if onnx.reference implements this op, else the reason."""
     from onnx.reference.ops import load_op
 
+    from .contrib_host import has_reference
+
+    if node.domain == "com.microsoft":
+        return None if has_reference(node.op_type) else "no host reference for this com.microsoft operator"
     try:
         load_op(node.domain or "", node.op_type, opset)
         return None
