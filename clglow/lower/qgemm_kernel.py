@@ -1,0 +1,241 @@
+"""The qgemm.cl kernel family: 8-bit x 8-bit -> exact int32 GEMM tiles, their declared search
+space, host packing, zero-point sums and the launch builders.
+
+Why a module of its own: the integer matmul lowerings (lower/qgemm.py), the integer
+convolutions (lower/qconv.py) and the tuner share it; like gemm_kernel.py it registers no op
+and imports no other lowering module but base.py and common.py.
+
+The tile parameters are `-D` defines (kernels_cl/qgemm.cl): MR rows x NR = VW * NV columns per
+work-item, KU the k-loop unroll, DOT4 the B layout and inner step (0: one k per step, int vectors
+of VW columns: the CPU family; 1: four k per step as 4-wide dot products: the GPU family, the
+cl_khr_integer_dot_product builtin where the device compiler defines that extension, else the
+same sum written out), and the work-group. `qgemm_space(target)` declares every valid point
+(the default first) as parameter dicts for the tuner; the defaults are the Target family's.
+The zero points are applied in the epilogue through row sums of A and column sums of B
+(constants summed at plan time, live operands by qrowsum / qcolsum), so the inner loop is a
+plain integer product of the stored 8-bit values (int8 x int8, uint8 x int8, int8 x uint8 and
+uint8 x uint8: every product and sum exact in int32).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator, Optional
+
+import numpy as np
+
+from ..target import Target
+from .base import Arg, Launch, Scratch, i32, round_up, unaligned
+from .common import grid
+
+INT8 = np.dtype(np.int8)
+UINT8 = np.dtype(np.uint8)
+QTYPES = {INT8, UINT8}
+_CL = {INT8: "char", UINT8: "uchar", np.dtype(np.int32): "int", np.dtype(np.float32): "float"}
+
+# Epilogues (EPI define): raw int32, requantised to 8 bits, float.
+EPI_INT, EPI_QUANT, EPI_FLOAT = 0, 1, 2
+FLAG_ZA, FLAG_ZB, FLAG_BIAS, FLAG_YZP = 1, 2, 4, 8
+
+
+@dataclass(frozen=True)
+class QGemmConfig:
+    """One point of the family: MR x (VW * NV) tiles, k unroll KU, DOT4 layout, work-group."""
+
+    mr: int
+    vw: int
+    nv: int
+    ku: int = 1
+    dot4: bool = False
+    lsize: tuple = (1, 1, 1)
+
+    @property
+    def nr(self) -> int:
+        return self.vw * self.nv
+
+    def params(self) -> dict:
+        """The point as the tuner's parameter dict."""
+        return {"mr": self.mr, "vw": self.vw, "nv": self.nv, "ku": self.ku, "dot4": int(self.dot4),
+                "lsize": tuple(self.lsize)}
+
+
+def default_qgemm_config(target: Target) -> QGemmConfig:
+    """The Target family's default. CPU family: 8 rows x 2 vectors of the float vector width (16
+    int32 lanes on AVX-512: 16 zmm accumulators, a B row of 32 columns loaded as two char16),
+    one work-item per group. GPU family: 4 x 4 dot-product tiles in 8 x 8 work-groups."""
+    if target.is_cpu_family:
+        vw = 16 if target.preferred_vector_width_float >= 16 else 8
+        return QGemmConfig(8 if vw == 16 else 6, vw, 2, 2, False, (1, 1, 1))
+    return QGemmConfig(4, 4, 1, 1, True, target.fit_group((8, 8, 1)))
+
+
+def qgemm_space(target: Target) -> list:
+    """Every valid QGemmConfig on this Target, the default first: MR, VW, NV, KU and DOT4 of the
+    Target's family (constraints from its vector width and work-group limit only)."""
+    default = default_qgemm_config(target)
+    out = [default]
+    for cfg in _space_points(target):
+        if cfg not in out:
+            out.append(cfg)
+    return out
+
+
+def _space_points(target: Target) -> Iterator[QGemmConfig]:
+    if target.is_cpu_family:
+        widths = [w for w in (4, 8, 16) if w <= max(4, target.preferred_vector_width_float)]
+        for vw in widths:
+            for nv in (1, 2, 3):
+                for mr in (4, 6, 8, 12):
+                    if mr * nv <= 24:  # accumulators within the vector registers
+                        for ku in (1, 2, 4):
+                            yield QGemmConfig(mr, vw, nv, ku, False, (1, 1, 1))
+        return
+    for mr in (2, 4, 8):
+        for vw in (2, 4, 8):
+            for ls in ((8, 8, 1), (16, 4, 1), (4, 16, 1), (16, 16, 1)):
+                if ls[0] * ls[1] <= target.max_work_group_size:
+                    yield QGemmConfig(mr, vw, 1, 1, True, target.fit_group(ls))
+
+
+def qgemm_config(target: Target) -> QGemmConfig:
+    """The config to lower with (the tuner's stored choice is not wired yet: the default)."""
+    return default_qgemm_config(target)
+
+
+# --- host side ----------------------------------------------------------------------------------
+def kpad(cfg: QGemmConfig, k: int) -> int:
+    """K as the panels store it (a multiple of 4 for DOT4)."""
+    return round_up(k, 4) if cfg.dot4 else k
+
+
+def panel_elems(cfg: QGemmConfig, k: int, n: int) -> int:
+    """Elements of one [K, N] matrix in panels (at least one: OpenCL buffers are never empty)."""
+    return max(round_up(max(n, 1), cfg.nr) * max(kpad(cfg, k), 1), 1)
+
+
+def pack_b_host(b: np.ndarray, cfg: QGemmConfig) -> np.ndarray:
+    """[..., K, N] 8-bit -> the panels qgemm.cl reads, zero padded, per leading matrix."""
+    b = np.asarray(b)
+    *lead, k, n = b.shape
+    npad, kp = round_up(max(n, 1), cfg.nr), kpad(cfg, k)
+    b = np.pad(b, [(0, 0)] * len(lead) + [(0, kp - k), (0, npad - n)])
+    if cfg.dot4:  # [..., K4, 4, P, NR] -> [..., P, K4, NR, 4]
+        t = b.reshape(*lead, kp // 4, 4, npad // cfg.nr, cfg.nr)
+        t = np.moveaxis(t, -2, -4).swapaxes(-1, -2)
+    else:  # [..., K, P, NR] -> [..., P, K, NR]
+        t = np.moveaxis(b.reshape(*lead, kp, npad // cfg.nr, cfg.nr), -2, -3)
+    out = np.ascontiguousarray(t).reshape(-1)
+    return out if out.size else np.zeros(1, b.dtype)
+
+
+@dataclass
+class QOperand:
+    """A qgemm operand: buffer, offset and the two batch-level strides (z1 = z // d2, z2 = z % d2);
+    `ld` is A's row stride or C's (B is always panels)."""
+
+    arg: Arg
+    off: int = 0
+    s1: int = 0
+    s2: int = 0
+    ld: int = 0
+
+
+@dataclass
+class QEpilogue:
+    """What qgemm.cl does with each int32 sum (see its header): EPI, the zero points (buffer and
+    stride per row / column, None when absent or known zero), the sums they need, the bias
+    (buffer, row / column strides; float: added after scaling), the scales (row, column, output)
+    and the output zero point with the clamp bounds [qlo, qhi]."""
+
+    epi: int = EPI_INT
+    zpa: Optional[tuple] = None  # (arg, stride)
+    zpb: Optional[tuple] = None
+    rowsum: Optional[Arg] = None
+    colsum: Optional[Arg] = None
+    bias: Optional[tuple] = None  # (arg, row stride, column stride)
+    bias_float: bool = False
+    s_row: Optional[tuple] = None  # (arg, stride)
+    s_col: Optional[tuple] = None
+    s_y: Optional[Arg] = None
+    y_zp: Optional[Arg] = None
+    qlo: int = 0
+    qhi: int = 0
+    rs: tuple = (0, 0)  # global row index = z1*rs[0] + z2*rs[1] + m
+    cs: tuple = (0, 0)
+    extra: dict = field(default_factory=dict)
+
+    def args(self, dummy: Arg) -> list:
+        """The EPI_PARAMS arguments (absent buffers: `dummy`, never read)."""
+        d = dummy
+        flags = ((FLAG_ZA if self.zpa else 0) | (FLAG_ZB if self.zpb else 0) | (FLAG_BIAS if self.bias else 0)
+                 | (FLAG_YZP if self.y_zp is not None else 0))
+        zpa, zpa_s = self.zpa or (d, 0)
+        zpb, zpb_s = self.zpb or (d, 0)
+        bias, brs, bcs = self.bias or (d, 0, 0)
+        sr, sr_s = self.s_row or (d, 0)
+        sc, sc_s = self.s_col or (d, 0)
+        return [unaligned(self.rowsum or d), unaligned(self.colsum or d), unaligned(zpa), i32(zpa_s),
+                unaligned(zpb), i32(zpb_s), unaligned(bias), i32(brs), i32(bcs), unaligned(sr), i32(sr_s),
+                unaligned(sc), i32(sc_s), unaligned(self.s_y or d), unaligned(self.y_zp if self.y_zp is not None else d),
+                i32(self.qlo), i32(self.qhi), i32(flags)]
+
+
+def qdefines(cfg: QGemmConfig, ta: np.dtype, tb: np.dtype, tc: np.dtype, epi: QEpilogue) -> dict:
+    """The -D defines of one qgemm.cl program."""
+    d = {"TA": _CL[np.dtype(ta)], "TB": _CL[np.dtype(tb)], "TC": _CL[np.dtype(tc)], "EPI": epi.epi, "MR": cfg.mr,
+         "VW": cfg.vw, "NV": cfg.nv, "KU": cfg.ku, "DOT4": int(cfg.dot4)}
+    if epi.bias_float:
+        d["BIAS_FLOAT"] = 1
+    return d
+
+
+def qgemm_launch(cfg: QGemmConfig, types: tuple, *, m: int, n: int, k: int, batch: int, d2: int,
+                 a: QOperand, b: QOperand, c: QOperand, epi: QEpilogue, label: str = "") -> Launch:
+    """C[z] = epilogue(A[z] @ B[z]) over `batch` z's; `types` = (A, B, C) numpy dtypes."""
+    head = [unaligned(a.arg), i32(a.off), i32(a.s1), i32(a.s2), i32(a.ld), b.arg, i32(b.off), i32(b.s1), i32(b.s2),
+            c.arg, i32(c.off), i32(c.s1), i32(c.s2), i32(c.ld)]
+    tail = [i32(max(d2, 1)), i32(epi.rs[0]), i32(epi.rs[1]), i32(epi.cs[0]), i32(epi.cs[1])] + epi.args(c.arg)
+    ls = cfg.lsize
+    gsize = (round_up(-(-m // cfg.mr), ls[0]), round_up(-(-n // cfg.nr), ls[1]), round_up(max(batch, 1), ls[2]))
+    return Launch("qgemm", "qgemm", gsize, head + [i32(m), i32(n), i32(k)] + tail, ls,
+                  qdefines(cfg, *types, epi), label, noop_args=head + [i32(0), i32(0), i32(0)] + tail)
+
+
+def _side_defines(cfg: QGemmConfig, ta: np.dtype, tb: np.dtype) -> dict:
+    """Defines of the helper kernels (they share qgemm.cl's program options where they can)."""
+    return {"TA": _CL[np.dtype(ta)], "TB": _CL[np.dtype(tb)], "VW": cfg.vw, "NV": cfg.nv, "DOT4": int(cfg.dot4)}
+
+
+def qpack_launch(target: Target, cfg: QGemmConfig, tb: np.dtype, *, src: Arg, off: int, s1: int, s2: int,
+                 s_k: int, s_n: int, k: int, n: int, batch: int, d2: int, dst: Scratch, label: str = "") -> Launch:
+    """Pack `batch` strided 8-bit [K, N] matrices into panels (panel_elems(cfg, k, n) apart)."""
+    panels = panel_elems(cfg, k, n)
+    gsize, ls = grid(target, (round_up(max(n, 1), cfg.nr), kpad(cfg, k), max(batch, 1)), (cfg.nr, 4, 1))
+    args = [unaligned(src), i32(off), i32(s1), i32(s2), i32(s_k), i32(s_n), dst, i32(panels), i32(k), i32(n),
+            i32(max(d2, 1))]
+    return Launch("qgemm", "qpack_b", gsize, args, ls, _side_defines(cfg, tb, tb), label)
+
+
+def qcolsum_launch(target: Target, cfg: QGemmConfig, tb: np.dtype, *, panels_arg: Arg, k: int, n: int,
+                   batch: int, dst: Arg, label: str = "") -> Launch:
+    """colsum[z*N + n] of `batch` packed B matrices."""
+    gsize, ls = grid(target, (max(n, 1), max(batch, 1)), (64, 1))
+    return Launch("qgemm", "qcolsum", gsize, [panels_arg, i32(panel_elems(cfg, k, n)), i32(k), i32(n), dst], ls,
+                  _side_defines(cfg, tb, tb), label)
+
+
+def qrowsum_launch(target: Target, cfg: QGemmConfig, ta: np.dtype, *, a: QOperand, m: int, k: int, batch: int,
+                   d2: int, dst: Arg, label: str = "") -> Launch:
+    """rowsum[z*M + m] of `batch` row-major A matrices (as qgemm reads them)."""
+    gsize, ls = grid(target, (max(m, 1), max(batch, 1)), (64, 1))
+    return Launch("qgemm", "qrowsum", gsize, [unaligned(a.arg), i32(a.off), i32(a.s1), i32(a.s2), i32(a.ld), i32(m),
+                                             i32(k), i32(max(d2, 1)), dst], ls, _side_defines(cfg, ta, ta), label)
+
+
+def int_bytes(n: int) -> int:
+    """Bytes of n int32 values (at least one)."""
+    return 4 * max(int(n), 1)
+
+
+__all__ = ["INT8", "UINT8", "QTYPES", "EPI_INT", "EPI_QUANT", "EPI_FLOAT", "QGemmConfig", "default_qgemm_config",
+           "qgemm_space", "qgemm_config", "kpad", "panel_elems", "pack_b_host", "QOperand", "QEpilogue", "qdefines",
+           "qgemm_launch", "qpack_launch", "qcolsum_launch", "qrowsum_launch", "int_bytes"]

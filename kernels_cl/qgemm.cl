@@ -1,0 +1,311 @@
+/* Integer GEMM family: 8-bit x 8-bit -> exact int32 accumulation, with a requantising, a float
+ * or a raw int32 epilogue; its packing, sum, im2col and depthwise kernels.
+ *
+ *   acc[z][m][n] = sum_k A[z][m][k] * B[z][k][n]                  (raw 8-bit values, int32)
+ *   adj = acc - za[m] * colsum(B)[n] - zb[n] * rowsum(A)[m] + K * za[m] * zb[n]
+ *       = sum_k (A - za) (B - zb)                                  (exact, modulo 2^32 like int32)
+ *   EPI 0: C = adj                                                 (MatMulInteger, ConvInteger)
+ *   EPI 1: C = saturate(rint(clamp((adj + bias) * (s_row * s_col / s_y))) + y_zp)  (QLinear*)
+ *   EPI 2: C = (adj [+ int bias]) * (s_row * s_col) [+ float bias]  (MatMulIntegerToFloat, QGemm)
+ *
+ * "row" parameters (za, rowsum, s_row, a row bias) are indexed by the global row
+ * gm = z1*rs1 + z2*rs2 + m, "column" ones (zb, colsum, s_col, a column bias) by
+ * gn = z1*cs1 + z2*cs2 + n, each with a stride (0: per tensor, 1: per row / column), so the
+ * weights' per-channel parameters work on either side (MatMul: B's columns; conv: A's rows).
+ * rint rounds half to even (the default rounding mode), as ONNX QuantizeLinear and
+ * onnxruntime's requantisation (MlasRequantizeOutput) do; the float32 multiplier is computed in
+ * the order onnxruntime uses (s_row * s_col, then / s_y).
+ *
+ * Layouts (defines; shapes and strides are run-time arguments):
+ *   A  8-bit row-major rows lda apart (activations in place, or conv weights [M, K]); rows past
+ *      M are clamped and never stored.
+ *   B  packed in panels of NR columns, zero padded (qpack_b / qim2col at run time, the host at
+ *      plan time for weights):
+ *        DOT4=0  B[(panel*K + k)*NR + c]                          one k per step
+ *        DOT4=1  B[((panel*K4 + k/4)*NR + c)*4 + k%4], K4 = ceil(K/4)   four k per step
+ *   C  row-major, ldc apart; only m < M, n < N stored.
+ *
+ * The tile: DOT4=0 (CPU family): MR rows x NV vectors of VW columns of int accumulators, each k
+ * one broadcast row value times a sign/zero-extended VW-column vector of B: int multiplies of
+ * 8-bit operands, which LLVM's x86 back end turns into vpmaddwd where both fit in 16 bits.
+ * DOT4=1 (GPU family): MR x NR scalar accumulators, each step a 4-wide dot product: the
+ * cl_khr_integer_dot_product builtin dot(char4/uchar4, char4/uchar4) where HAS_IDP is defined
+ * (the Target's integer_dot_product), else the same sum written out. Accumulation is exact
+ * int32 either way (no saturating forms).
+ */
+#ifndef TA
+#define TA char
+#endif
+#ifndef TB
+#define TB char
+#endif
+#ifndef TC
+#define TC int
+#endif
+#ifndef EPI
+#define EPI 0
+#endif
+#ifndef MR
+#define MR 4
+#endif
+#ifndef VW
+#define VW 8
+#endif
+#ifndef NV
+#define NV 1
+#endif
+#ifndef DOT4
+#define DOT4 0
+#endif
+#ifndef KU
+#define KU 1
+#endif
+#ifndef BIAS_FLOAT
+#define BIAS_FLOAT 0
+#endif
+#define NR (VW * NV)
+
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#define STR_(x) #x
+#define PRAGMA(x) _Pragma(STR_(x))
+
+#define FLAG_ZA 1
+#define FLAG_ZB 2
+#define FLAG_BIAS 4
+#define FLAG_YZP 8
+
+#if BIAS_FLOAT
+typedef float tbias;
+#else
+typedef int tbias;
+#endif
+
+/* The epilogue's arguments, the same list in every kernel that stores a result. */
+#define EPI_PARAMS                                                                           \
+    __global const int* rowsum, __global const int* colsum,                                  \
+    __global const TA* zpa, int zpa_s, __global const TB* zpb, int zpb_s,                    \
+    __global const tbias* bias, int bias_rs, int bias_cs,                                    \
+    __global const float* s_row, int sr_s, __global const float* s_col, int sc_s,            \
+    __global const float* s_y, __global const TC* y_zp, int qlo, int qhi, int flags
+#define EPI_ARGS rowsum, colsum, zpa, zpa_s, zpb, zpb_s, bias, bias_rs, bias_cs, s_row, sr_s, s_col, sc_s, \
+    s_y, y_zp, qlo, qhi, flags
+
+/* One result: zero-point adjustment (unsigned arithmetic: exact modulo 2^32, no overflow UB),
+ * then the epilogue EPI, stored at C[ci]. */
+inline void q_store(__global TC* C, int ci, int acc, int gm, int gn, int K, EPI_PARAMS)
+{
+    uint v = (uint)acc;
+    const int za = (flags & FLAG_ZA) ? (int)zpa[gm * zpa_s] : 0;
+    const int zb = (flags & FLAG_ZB) ? (int)zpb[gn * zpb_s] : 0;
+    if (flags & FLAG_ZA) v -= (uint)za * (uint)colsum[gn];
+    if (flags & FLAG_ZB) v -= (uint)zb * (uint)rowsum[gm];
+    if ((flags & (FLAG_ZA | FLAG_ZB)) == (FLAG_ZA | FLAG_ZB)) v += (uint)K * (uint)za * (uint)zb;
+    int adj = (int)v;
+#if !BIAS_FLOAT
+    if (flags & FLAG_BIAS) adj += bias[gm * bias_rs + gn * bias_cs];
+#endif
+#if EPI == 0
+    C[ci] = (TC)adj;
+#elif EPI == 1
+    const float mul = (s_row[gm * sr_s] * s_col[gn * sc_s]) / s_y[0];
+    const int z = (flags & FLAG_YZP) ? (int)y_zp[0] : 0;
+    float f = (float)adj * mul;
+    f = fmin(fmax(f, (float)(qlo - z)), (float)(qhi - z));
+    C[ci] = (TC)((int)rint(f) + z);
+#else
+    float f = (float)adj * (s_row[gm * sr_s] * s_col[gn * sc_s]);
+#if BIAS_FLOAT
+    if (flags & FLAG_BIAS) f += bias[gm * bias_rs + gn * bias_cs];
+#endif
+    C[ci] = (TC)f;
+#endif
+}
+
+#if DOT4
+typedef CAT(TA, 4) ta4;
+typedef CAT(TB, 4) tb4;
+#ifdef HAS_IDP
+#pragma OPENCL EXTENSION cl_khr_integer_dot_product : enable
+#define QDOT(a, b) ((int)dot((a), (b)))
+#else
+#define QDOT(a, b) ((int)(a).x * (int)(b).x + (int)(a).y * (int)(b).y + (int)(a).z * (int)(b).z \
+                    + (int)(a).w * (int)(b).w)
+#endif
+#else
+typedef CAT(TB, VW) tbv;
+typedef CAT(int, VW) intv;
+#define CONVERT_INTV CAT(convert_int, VW)
+#endif
+
+/* Packed offset of B element (k, n) within one matrix's panels. */
+inline int qb_off(int k, int n, int K)
+{
+#if DOT4
+    const int K4 = (K + 3) >> 2;
+    return (((n / NR) * K4 + (k >> 2)) * NR + n % NR) * 4 + (k & 3);
+#else
+    return ((n / NR) * K + k) * NR + n % NR;
+#endif
+}
+
+/* gsize (ceil(M/MR), ceil(N/NR), batch); batch z = z1 * D2 + z2. */
+__kernel void qgemm(__global const TA* restrict A, int offA, int sA1, int sA2, int lda,
+                    __global const TB* restrict B, int offB, int sB1, int sB2,
+                    __global TC* C, int offC, int sC1, int sC2, int ldc,
+                    int M, int N, int K, int D2, int rs1, int rs2, int cs1, int cs2, EPI_PARAMS)
+{
+    const int tm = get_global_id(0), tn = get_global_id(1), z = get_global_id(2);
+    const int m0 = tm * MR, n0 = tn * NR;
+    if (m0 >= M || n0 >= N) return;
+    const int z1 = z / D2, z2 = z - z1 * D2;
+    const __global TA* a_rows[MR];
+    for (int r = 0; r < MR; ++r) a_rows[r] = A + offA + z1 * sA1 + z2 * sA2 + min(m0 + r, M - 1) * lda;
+#if DOT4
+    const int K4 = (K + 3) >> 2;
+    const __global tb4* bp = (const __global tb4*)(B + offB + z1 * sB1 + z2 * sB2) + tn * K4 * NR;
+    int acc[MR][NR];
+    for (int r = 0; r < MR; ++r)
+        for (int c = 0; c < NR; ++c) acc[r][c] = 0;
+    const int kfull = K >> 2;
+    PRAGMA(unroll KU)
+    for (int kq = 0; kq < K4; ++kq) {
+        ta4 a[MR];
+        if (kq < kfull) {
+            for (int r = 0; r < MR; ++r) a[r] = vload4(0, a_rows[r] + 4 * kq);
+        } else {  /* the ragged last group: missing k are zeros (B is zero padded too) */
+            for (int r = 0; r < MR; ++r) {
+                const int k = 4 * kq;
+                a[r] = (ta4)(a_rows[r][k], k + 1 < K ? a_rows[r][k + 1] : 0, k + 2 < K ? a_rows[r][k + 2] : 0, 0);
+            }
+        }
+        tb4 b[NR];
+        for (int c = 0; c < NR; ++c) b[c] = bp[kq * NR + c];
+        for (int r = 0; r < MR; ++r)
+            for (int c = 0; c < NR; ++c) acc[r][c] += QDOT(a[r], b[c]);
+    }
+#define ACC(r, c) acc[r][c]
+#else
+    const __global TB* bp = B + offB + z1 * sB1 + z2 * sB2 + tn * K * NR;
+    intv accv[MR][NV];
+    for (int r = 0; r < MR; ++r)
+        for (int v = 0; v < NV; ++v) accv[r][v] = (intv)0;
+    PRAGMA(unroll KU)
+    for (int k = 0; k < K; ++k) {
+        intv b[NV];
+        for (int v = 0; v < NV; ++v) b[v] = CONVERT_INTV(*(const __global tbv*)(bp + k * NR + v * VW));
+        for (int r = 0; r < MR; ++r) {
+            const int a = (int)a_rows[r][k];
+            for (int v = 0; v < NV; ++v) accv[r][v] += a * b[v];
+        }
+    }
+#define ACC(r, c) (((int*)&accv[r][(c) / VW])[(c) % VW])
+#endif
+    const int rb = z1 * rs1 + z2 * rs2, cb = z1 * cs1 + z2 * cs2;
+    __global TC* cz = C + offC + z1 * sC1 + z2 * sC2;
+    const int mend = min(MR, M - m0), nend = min(NR, N - n0);
+    for (int r = 0; r < mend; ++r)
+        for (int c = 0; c < nend; ++c)
+            q_store(cz, (m0 + r) * ldc + n0 + c, ACC(r, c), rb + m0 + r, cb + n0 + c, K, EPI_ARGS);
+}
+
+/* Strided 8-bit matrices [K, N] (element (k, n) at off + z1*s1 + z2*s2 + k*s_k + n*s_n) into
+ * panels, `panels` elements per matrix, zero padded. gsize (ceil(N/NR)*NR, K padded, batch). */
+__kernel void qpack_b(__global const TB* restrict src, int off, int s1, int s2, int s_k, int s_n,
+                      __global TB* restrict dst, int panels, int K, int N, int D2)
+{
+    const int n = get_global_id(0), k = get_global_id(1), z = get_global_id(2);
+    const int np = (N + NR - 1) / NR * NR;
+#if DOT4
+    const int kp = (K + 3) & ~3;
+#else
+    const int kp = K;
+#endif
+    if (n >= np || k >= kp) return;
+    const int z1 = z / D2, z2 = z - z1 * D2;
+    const TB v = (n < N && k < K) ? src[off + z1 * s1 + z2 * s2 + k * s_k + n * s_n] : (TB)0;
+    dst[z * panels + qb_off(k, n, K)] = v;
+}
+
+/* im2col of an 8-bit NCHW image straight into B's panels: column n = oy*OW + ox, row
+ * k = (c*KH + ky)*KW + kx of group g; taps in the padding read the input's zero point (real
+ * 0), so the zero-point algebra holds. Batch z = image * G + g. gsize (padded N, padded K, n*G). */
+__kernel void qim2col(__global const TB* restrict X, int offX, int sX1, int G, int cin_g, int H, int W,
+                      int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW, int OW,
+                      __global const TB* xzp, int has_zp, __global TB* restrict dst, int panels, int K, int N)
+{
+    const int n = get_global_id(0), k = get_global_id(1), z = get_global_id(2);
+    const int np = (N + NR - 1) / NR * NR;
+#if DOT4
+    const int kp = (K + 3) & ~3;
+#else
+    const int kp = K;
+#endif
+    if (n >= np || k >= kp) return;
+    const TB pad = has_zp ? xzp[0] : (TB)0;
+    TB v = (TB)0;
+    if (n < N && k < K) {
+        const int img = z / G, g = z - img * G;
+        const int kx = k % KW, t = k / KW, ky = t % KH, c = t / KH;
+        const int oy = n / OW, ox = n - oy * OW;
+        const int iy = oy * SH - PH + ky * DH, ix = ox * SW - PW + kx * DW;
+        v = (iy >= 0 && iy < H && ix >= 0 && ix < W)
+            ? X[offX + img * sX1 + ((g * cin_g + c) * H + iy) * W + ix] : pad;
+    }
+    dst[z * panels + qb_off(k, n, K)] = v;
+}
+
+/* rowsum[z*M + m] = sum_k A[z][m][k] (A as qgemm reads it). gsize (M, batch). */
+__kernel void qrowsum(__global const TA* restrict A, int offA, int sA1, int sA2, int lda, int M, int K, int D2,
+                      __global int* restrict out)
+{
+    const int m = get_global_id(0), z = get_global_id(1);
+    if (m >= M) return;
+    const int z1 = z / D2, z2 = z - z1 * D2;
+    const __global TA* row = A + offA + z1 * sA1 + z2 * sA2 + m * lda;
+    int s = 0;
+    for (int k = 0; k < K; ++k) s += (int)row[k];
+    out[z * M + m] = s;
+}
+
+/* colsum[z*N + n] = sum_k B[z][k][n], read from the panels (padding is zero). gsize (N, batch). */
+__kernel void qcolsum(__global const TB* restrict Bp, int panels, int K, int N, __global int* restrict out)
+{
+    const int n = get_global_id(0), z = get_global_id(1);
+    if (n >= N) return;
+    const __global TB* b = Bp + z * panels;
+    int s = 0;
+    for (int k = 0; k < K; ++k) s += (int)b[qb_off(k, n, K)];
+    out[z * N + n] = s;
+}
+
+/* Depthwise 8-bit convolution (one input channel per group, cout = channels * mult), direct:
+ * one output pixel per work-item, sum over the taps of (x - x_zp)(w - w_zp[co]) in int32 (taps
+ * in the padding add nothing: their real value is 0); the epilogue's row is the output channel.
+ * X is TB (the activation), W is TA [cout, KH*KW]. gsize (OW*OH, cout, n). */
+__kernel void qdwconv(__global const TB* restrict X, __global const TA* restrict Wt, __global TC* C,
+                      int Cin, int H, int W, int mult, int KH, int KW, int SH, int SW, int PH, int PW,
+                      int DH, int DW, int OH, int OW, EPI_PARAMS)
+{
+    const int p = get_global_id(0), co = get_global_id(1), img = get_global_id(2);
+    if (p >= OH * OW) return;
+    const int cout = Cin * mult;
+    const int oy = p / OW, ox = p - oy * OW;
+    const int xz = (flags & FLAG_ZB) ? (int)zpb[0] : 0;
+    const int wz = (flags & FLAG_ZA) ? (int)zpa[co * zpa_s] : 0;
+    const __global TB* xc = X + (img * Cin + co / mult) * H * W;
+    const __global TA* wc = Wt + co * KH * KW;
+    int acc = 0;
+    for (int ky = 0; ky < KH; ++ky) {
+        const int iy = oy * SH - PH + ky * DH;
+        if (iy < 0 || iy >= H) continue;
+        for (int kx = 0; kx < KW; ++kx) {
+            const int ix = ox * SW - PW + kx * DW;
+            if (ix < 0 || ix >= W) continue;
+            acc += ((int)xc[iy * W + ix] - xz) * ((int)wc[ky * KW + kx] - wz);
+        }
+    }
+    /* zero points already applied: the epilogue runs without the zero-point terms */
+    q_store(C, (img * cout + co) * OH * OW + p, acc, co, 0, 0, rowsum, colsum, zpa, zpa_s, zpb, zpb_s,
+            bias, bias_rs, bias_cs, s_row, sr_s, s_col, sc_s, s_y, y_zp, qlo, qhi, flags & ~(FLAG_ZA | FLAG_ZB));
+}
