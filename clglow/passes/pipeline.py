@@ -13,11 +13,13 @@ from .fuse_elementwise import fuse_elementwise
 from .fuse_layernorm import fuse_layernorm
 from .fuse_matmul import fold_transposes, fuse_matmul
 from .identity import remove_identity
+from .qdq import fuse_qdq
 
 log = logging.getLogger(__name__)
 
 PIPELINE: list[Callable[[Graph], Graph]] = [
     remove_identity,
+    fuse_qdq,  # before fold_constants, which would turn the weights' DequantizeLinear into floats
     fold_constants,
     remove_dead_nodes,
     fold_batchnorm,

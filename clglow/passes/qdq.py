@@ -1,0 +1,518 @@
+"""QDQ fusion: DequantizeLinear -> float op -> QuantizeLinear chains become integer ops.
+
+onnxruntime's quantizer (QDQ format) and QAT exporters write quantized models as the float graph
+wrapped in QuantizeLinear/DequantizeLinear pairs. Run literally, every op computes in float32;
+this pass rewrites the patterns onnxruntime's own QDQ transformers fuse into the integer ops
+that clglow's int8 kernels run:
+
+- DQ(x), DQ(w) [, bias] -> Conv / MatMul / Gemm / MatMul + Add(bias) -> [Relu | Clip] -> Q
+  becomes QLinearConv / QLinearMatMul / com.microsoft QGemm. The bias becomes int32 in the
+  accumulator's scale (round(beta * bias / (alpha * x_scale * w_scale)), as onnxruntime's
+  quantizer writes it) and the activation becomes the node attribute `qclamp` = [lo, hi], the
+  quantized clamp bounds (exact: quantization is monotonic, so Q(clip(v, a, b)) ==
+  clip(Q(v), Q(a), Q(b))).
+- DQ -> {Add, Mul} -> Q: com.microsoft QLinearAdd / QLinearMul; DQ -> AveragePool /
+  GlobalAveragePool -> Q: com.microsoft QLinearAveragePool / QLinearGlobalAveragePool;
+  DQ -> Concat -> Q: com.microsoft QLinearConcat.
+- DQ -> {MaxPool, Reshape, Transpose, Flatten, Squeeze, Unsqueeze, Resize(nearest)} -> Q with
+  the same scale and zero point on both sides: the op runs on the integer tensor itself (exact:
+  these ops only select or move elements, and Q(DQ(v)) == v).
+
+Every rewritten node keeps the nodes it replaced in Node.unfused, so a node no kernel covers on
+the session's Target runs as the original float graph (partition.unfuse, the engine's retry).
+By default (`require_kernel`) a pattern is only rewritten when a device lowering is registered
+that accepts the new node on a generic Target, as splice_fused does for the float fusions.
+
+The pass runs before constant folding (pipeline.py): the weights' DequantizeLinear nodes have
+constant inputs and would otherwise be folded to float weights before they are seen. It folds
+the other constant nodes itself first (a QAT model's Q(float weight) -> DQ, shape chains),
+leaving the DequantizeLinear nodes for the patterns; what stays unfused is folded later.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from ..ir import Graph, Node, Value
+from ..lower.base import GENERIC_TARGET, lookup
+from .fold_constants import fold_node
+from .fuse_conv import fused_activation, in_graph_order
+
+log = logging.getLogger(__name__)
+
+MS = "com.microsoft"
+Q8 = {np.dtype(np.int8), np.dtype(np.uint8)}
+# ops that only move or select elements: exact on the integer tensor with unchanged parameters
+EXACT_OPS = {"MaxPool", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Resize"}
+BINARY_OPS = {"Add": "QLinearAdd", "Mul": "QLinearMul"}
+POOL_OPS = {"AveragePool": "QLinearAveragePool", "GlobalAveragePool": "QLinearGlobalAveragePool"}
+INT32 = np.iinfo(np.int32)
+
+
+@dataclass
+class QParams:
+    """A DequantizeLinear's or QuantizeLinear's constant parameters (names as the fused node's
+    inputs use them; a missing zero point gets a constant of zeros)."""
+
+    node: Node
+    scale: np.ndarray  # float32
+    zp: np.ndarray  # the quantized dtype
+    axis: Optional[int]  # None: per tensor
+    scale_name: str
+    zp_name: str  # '' when the node had none (filled in by `zp_input`)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.zp.dtype
+
+    @property
+    def per_tensor(self) -> bool:
+        return self.scale.size == 1
+
+    def same(self, other: "QParams") -> bool:
+        return self.per_tensor and other.per_tensor and self.dtype == other.dtype and \
+            float(self.scale.reshape(-1)[0]) == float(other.scale.reshape(-1)[0]) and \
+            int(self.zp.reshape(-1)[0]) == int(other.zp.reshape(-1)[0])
+
+    def quantize(self, v: float) -> int:
+        """The quantized value of float `v` (per-tensor parameters), saturated."""
+        info = np.iinfo(self.dtype)
+        s = float(self.scale.reshape(-1)[0])
+        q = np.rint(np.clip(np.float64(v) / s, -1e12, 1e12)) + int(self.zp.reshape(-1)[0])
+        return int(np.clip(q, info.min, info.max))
+
+
+def std(node: Node) -> bool:
+    return node.domain in ("", "ai.onnx")
+
+
+def qparams(node: Node, g: Graph, data_dtype: Optional[np.dtype] = None) -> Optional[QParams]:
+    """The parameters of a Q/DQ node when they are constant, 8-bit, float32-scaled and not blocked."""
+    if not std(node) or node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
+        return None
+    if node.attr("block_size", 0) or node.attr("precision"):
+        return None
+    scale = g.const(node.input(1))
+    if scale is None or np.asarray(scale).dtype != np.float32 or np.asarray(scale).ndim > 1:
+        return None
+    scale = np.asarray(scale)
+    if not np.all(scale > 0) or not np.all(np.isfinite(scale)):
+        return None
+    zp = g.const(node.input(2)) if node.input(2) else None
+    if node.input(2) and zp is None:
+        return None
+    if zp is None:
+        if node.op_type == "DequantizeLinear":
+            dt = data_dtype if data_dtype is not None else np.dtype(np.uint8)
+        else:
+            out_dt = node.attr("output_dtype", 0)
+            dt = np.dtype(np.int8) if out_dt == 3 else np.dtype(np.uint8) if out_dt in (0, 2) else None
+            if dt is None:
+                return None
+        zp = np.zeros(scale.shape, dt)
+    zp = np.asarray(zp)
+    if zp.dtype not in Q8 or zp.size != scale.size:
+        return None
+    axis = int(node.attr("axis", 1)) if scale.size > 1 else None  # opset 10 has no axis: per tensor
+    return QParams(node, scale, zp, axis, node.input(1), node.input(2))
+
+
+def dq_of(name: str, g: Graph, producers: dict) -> Optional[QParams]:
+    """The parameters of the DequantizeLinear producing `name` (8-bit data), else None."""
+    p = producers.get(name)
+    if p is None or p.op_type != "DequantizeLinear" or not std(p):
+        return None
+    v = g.values.get(p.input(0))
+    if v is None or v.dtype is None or np.dtype(v.dtype) not in Q8:
+        return None
+    qp = qparams(p, g, np.dtype(v.dtype))
+    return qp if qp is not None and qp.dtype == np.dtype(v.dtype) else None
+
+
+def sole_user(name: str, user: Node, consumers: dict, outputs: set) -> bool:
+    """`name` is read by `user` only and is not a graph output."""
+    users = consumers.get(name, [])
+    return name not in outputs and len(users) >= 1 and all(u is user for u in users)
+
+
+class Rewrite:
+    """What one pattern produces: the new node, the constants it adds, the nodes it replaces."""
+
+    def __init__(self, g: Graph, q: Node):
+        self.g = g
+        self.q = q
+        self.replaced: list = [q]
+        self.consts: dict = {}
+        self.dqs: list = []
+
+    def const(self, base: str, arr: np.ndarray) -> str:
+        name = self.g.unique_name(base)
+        while name in self.consts:
+            name = self.g.unique_name(name + "_")
+        self.consts[name] = np.asarray(arr)
+        return name
+
+    def scale_input(self, qp: QParams) -> str:
+        return qp.scale_name
+
+    def zp_input(self, qp: QParams) -> str:
+        return qp.zp_name or self.const(qp.node.name + "_zero_point", qp.zp)
+
+    def triple(self, data: str, qp: QParams) -> list:
+        """[data, scale, zero point] inputs of an integer op, the DQ remembered for removal."""
+        self.dqs.append(qp.node)
+        return [data, self.scale_input(qp), self.zp_input(qp)]
+
+
+def activation_clamp(act: Optional[Node], g: Graph, yq: QParams) -> Optional[list]:
+    """[lo, hi] quantized bounds of a fused Relu/Clip (None: no activation; raises nothing:
+    an activation whose bounds are not constant is not fused, see `chain_back`)."""
+    if act is None:
+        return None
+    a = fused_activation(act, g)
+    info = np.iinfo(yq.dtype)
+    lo = yq.quantize(a[1]) if a[0] == "Clip" else yq.quantize(0.0)
+    hi = yq.quantize(a[2]) if a[0] == "Clip" else int(info.max)
+    return [lo, hi]
+
+
+def chain_back(q: Node, g: Graph, producers: dict, consumers: dict, outputs: set) -> tuple:
+    """(core op, optional Relu/Clip) producing the input of QuantizeLinear `q`, each used only by
+    the next; (None, None) when there is none."""
+    p = producers.get(q.input(0))
+    if p is None or not sole_user(q.input(0), q, consumers, outputs):
+        return None, None
+    act = None
+    if std(p) and p.op_type in ("Relu", "Clip"):
+        a = fused_activation(p, g)
+        if a is None or a[0] not in ("Relu", "Clip"):
+            return None, None
+        act, p = p, producers.get(p.input(0))
+        if p is None or not sole_user(act.input(0), act, consumers, outputs):
+            return None, None
+    return p, act
+
+
+def bias_values(name: str, g: Graph, producers: dict, rw: Rewrite) -> Optional[np.ndarray]:
+    """The float64 values of a bias: a float constant, or a DequantizeLinear of a constant
+    (its node then replaced too)."""
+    c = g.const(name)
+    if c is not None:
+        return np.asarray(c, np.float64) if np.asarray(c).dtype.kind == "f" else None
+    p = producers.get(name)
+    if p is None or p.op_type != "DequantizeLinear" or not std(p) or p.attr("block_size", 0):
+        return None
+    data, scale = g.const(p.input(0)), g.const(p.input(1))
+    zp = g.const(p.input(2)) if p.input(2) else 0
+    if data is None or scale is None or zp is None:
+        return None
+    scale = np.asarray(scale, np.float64)
+    if scale.size > 1:
+        axis = int(p.attr("axis", 1)) % max(np.asarray(data).ndim, 1)
+        shape = [1] * np.asarray(data).ndim
+        shape[axis] = scale.size
+        scale = scale.reshape(shape)
+        zp = np.asarray(zp).reshape(shape)
+    rw.dqs.append(p)
+    return (np.asarray(data, np.float64) - np.asarray(zp, np.float64)) * scale
+
+
+def int32_bias(values: np.ndarray, acc_scale: np.ndarray) -> Optional[np.ndarray]:
+    """round(values / acc_scale) as int32, None when it does not fit."""
+    q = np.rint(values / acc_scale)
+    if not np.all(np.isfinite(q)) or q.size and (q.min() < INT32.min or q.max() > INT32.max):
+        return None
+    return q.astype(np.int32)
+
+
+def channel_scale(w: QParams, n: int, axis: int, rank: int) -> bool:
+    """`w`'s scale is per tensor, or per channel along `axis` of a rank-`rank` tensor with n channels."""
+    if w.per_tensor:
+        return True
+    return w.axis is not None and w.axis % rank == axis and w.scale.size == n
+
+
+def rank_of(name: str, g: Graph) -> Optional[int]:
+    v = g.values.get(name)
+    return None if v is None or v.shape is None else len(v.shape)
+
+
+def dims_of(name: str, g: Graph) -> Optional[tuple]:
+    v = g.values.get(name)
+    return None if v is None or v.shape is None else tuple(v.shape)
+
+
+def conv_rewrite(core: Node, act: Optional[Node], rw: Rewrite, yq: QParams, producers: dict) -> Optional[Node]:
+    """DQ(x), DQ(w) [, bias] -> Conv -> [act] -> Q as QLinearConv."""
+    g = rw.g
+    x, w = dq_of(core.input(0), g, producers), dq_of(core.input(1), g, producers)
+    wdims = dims_of(w.node.input(0), g) if w is not None else None
+    if x is None or w is None or not x.per_tensor or not wdims or not isinstance(wdims[0], int):
+        return None
+    m = wdims[0]
+    if not channel_scale(w, m, 0, len(wdims)):
+        return None
+    inputs = rw.triple(x.node.input(0), x) + rw.triple(w.node.input(0), w) + \
+        [yq.scale_name, rw.zp_input(yq)]
+    if core.input(2):
+        bf = bias_values(core.input(2), g, producers, rw)
+        if bf is None or bf.size != m:
+            return None
+        acc = np.float64(x.scale.reshape(-1)[0]) * w.scale.reshape(-1).astype(np.float64)
+        b = int32_bias(bf.reshape(-1), acc)
+        if b is None:
+            return None
+        inputs.append(rw.const(core.name + "_bias_int32", b))
+    attrs = dict(core.attrs)
+    clamp = activation_clamp(act, g, yq)
+    if clamp is not None:
+        attrs["qclamp"] = clamp
+    return Node("QLinearConv", core.name, inputs, [rw.q.outputs[0]], attrs, "")
+
+
+def gemm_operands(a_name: str, b_name: str, trans_b: bool, rw: Rewrite, producers: dict) -> Optional[tuple]:
+    """(a, b, n) parameters of a GEMM's two DequantizeLinear operands, b per tensor or per column."""
+    g = rw.g
+    a, b = dq_of(a_name, g, producers), dq_of(b_name, g, producers)
+    if a is None or b is None or not a.per_tensor:
+        return None
+    bdims = dims_of(b.node.input(0), g)
+    if b.per_tensor:
+        return a, b, None
+    if not bdims or len(bdims) != 2 or not channel_scale(b, bdims[0 if trans_b else 1], 0 if trans_b else 1, 2):
+        return None
+    return a, b, bdims[0 if trans_b else 1]
+
+
+def qgemm(name: str, ops: tuple, bias: Optional[np.ndarray], attrs: dict, act: Optional[Node], rw: Rewrite,
+          yq: QParams) -> Optional[Node]:
+    """The com.microsoft QGemm of operands `ops`, its float `bias` scaled by beta / alpha already."""
+    a, b, _ = ops
+    inputs = rw.triple(a.node.input(0), a) + rw.triple(b.node.input(0), b)
+    alpha = float(attrs.get("alpha", 1.0))
+    if bias is not None:
+        acc = alpha * np.float64(a.scale.reshape(-1)[0]) * b.scale.reshape(-1).astype(np.float64)
+        c = int32_bias(bias, acc)
+        if c is None:
+            return None
+        inputs.append(rw.const(name + "_bias_int32", c))
+    else:
+        inputs.append("")
+    inputs += [yq.scale_name, rw.zp_input(yq)]
+    clamp = activation_clamp(act, rw.g, yq)
+    if clamp is not None:
+        attrs["qclamp"] = clamp
+    return Node("QGemm", name, inputs, [rw.q.outputs[0]], attrs, MS)
+
+
+def gemm_rewrite(core: Node, act: Optional[Node], rw: Rewrite, yq: QParams, producers: dict) -> Optional[Node]:
+    """DQ(a), DQ(b) [, bias] -> Gemm -> [act] -> Q as com.microsoft QGemm."""
+    trans_a, trans_b = int(core.attr("transA", 0)), int(core.attr("transB", 0))
+    ops = gemm_operands(core.input(0), core.input(1), bool(trans_b), rw, producers)
+    if ops is None:
+        return None
+    alpha, beta = float(core.attr("alpha", 1.0)), float(core.attr("beta", 1.0))
+    bias = None
+    if core.input(2) and beta != 0.0:
+        bf = bias_values(core.input(2), rw.g, producers, rw)
+        if bf is None or bf.ndim > 2 or alpha == 0.0:
+            return None
+        bias = beta * (bf.reshape(1, -1) if ops[2] is not None and bf.ndim == 1 else bf)
+    return qgemm(core.name, ops, bias, {"transA": trans_a, "transB": trans_b, "alpha": alpha}, act, rw, yq)
+
+
+def matmul_rewrite(core: Node, act: Optional[Node], rw: Rewrite, yq: QParams, producers: dict,
+                   consumers: dict, outputs: set) -> Optional[Node]:
+    """DQ(a), DQ(b) -> MatMul -> [act] -> Q as QLinearMatMul; MatMul + Add(bias) of 2-D
+    operands as com.microsoft QGemm."""
+    g = rw.g
+    if core.op_type == "Add":
+        mm = None
+        for i in (0, 1):
+            p = producers.get(core.input(i))
+            if p is not None and p.op_type == "MatMul" and std(p) and sole_user(core.input(i), core, consumers, outputs):
+                mm, bias_name = p, core.input(1 - i)
+                break
+        if mm is None or rank_of(mm.input(0), g) != 2 or rank_of(mm.input(1), g) != 2:
+            return None
+        ops = gemm_operands(mm.input(0), mm.input(1), False, rw, producers)
+        bf = bias_values(bias_name, g, producers, rw) if ops is not None else None
+        if bf is None or bf.ndim > 2:
+            return None
+        rw.replaced.append(mm)
+        return qgemm(mm.name, ops, bf, {"transA": 0, "transB": 0, "alpha": 1.0}, act, rw, yq)
+    rank_b = rank_of(core.input(1), g)
+    ops = gemm_operands(core.input(0), core.input(1), False, rw, producers)
+    if ops is None or ops[2] is not None and rank_b != 2:
+        return None
+    a, b, _ = ops
+    inputs = rw.triple(a.node.input(0), a) + rw.triple(b.node.input(0), b) + [yq.scale_name, rw.zp_input(yq)]
+    attrs = {}
+    clamp = activation_clamp(act, g, yq)
+    if clamp is not None:
+        attrs["qclamp"] = clamp
+    return Node("QLinearMatMul", core.name, inputs, [rw.q.outputs[0]], attrs, "")
+
+
+def exact_rewrite(core: Node, rw: Rewrite, yq: QParams, producers: dict, consumers: dict) -> Optional[Node]:
+    """DQ -> {MaxPool, Reshape, Transpose, ...} -> Q with equal parameters: the op on the integer
+    tensor (MaxPool's indices, when read, keep the float graph)."""
+    g = rw.g
+    x = dq_of(core.input(0), g, producers)
+    if x is None or not x.same(yq):
+        return None
+    if any(o and consumers.get(o) for o in core.outputs[1:]) or any(o in g.outputs for o in core.outputs[1:] if o):
+        return None
+    if core.op_type == "MaxPool" and g.opset() < 12:
+        return None  # int8 MaxPool exists from opset 12
+    if core.op_type == "Resize":
+        mode = core.attr("mode", "nearest")
+        if (mode.decode() if isinstance(mode, bytes) else mode) != "nearest":
+            return None
+    rw.dqs.append(x.node)
+    outs = [rw.q.outputs[0]] + [o for o in core.outputs[1:] if o]
+    return Node(core.op_type, core.name, [x.node.input(0)] + list(core.inputs[1:]), outs, dict(core.attrs),
+                core.domain, None)
+
+
+def contrib_rewrite(core: Node, rw: Rewrite, yq: QParams, producers: dict) -> Optional[Node]:
+    """DQ -> {Add, Mul, AveragePool, GlobalAveragePool, Concat} -> Q as the com.microsoft ops
+    onnxruntime's quantizer writes (per-tensor parameters, one 8-bit type throughout)."""
+    g = rw.g
+    xs = [dq_of(i, g, producers) for i in core.inputs]
+    if not xs or any(x is None or not x.per_tensor or x.dtype != yq.dtype for x in xs):
+        return None
+    y = [yq.scale_name, rw.zp_input(yq)]
+    if core.op_type in BINARY_OPS:
+        if len(xs) != 2:
+            return None
+        inputs = rw.triple(xs[0].node.input(0), xs[0]) + rw.triple(xs[1].node.input(0), xs[1]) + y
+        return Node(BINARY_OPS[core.op_type], core.name, inputs, [rw.q.outputs[0]], {}, MS)
+    if core.op_type in POOL_OPS:
+        dil = core.attr("dilations")
+        if len(xs) != 1 or dil is not None and any(int(d) != 1 for d in dil):
+            return None
+        attrs = {k: v for k, v in core.attrs.items() if k != "dilations"}
+        attrs["channels_last"] = 0
+        return Node(POOL_OPS[core.op_type], core.name, rw.triple(xs[0].node.input(0), xs[0]) + y,
+                    [rw.q.outputs[0]], attrs, MS)
+    inputs = list(y)
+    for x in xs:
+        inputs += rw.triple(x.node.input(0), x)
+    return Node("QLinearConcat", core.name, inputs, [rw.q.outputs[0]], {"axis": int(core.attr("axis"))}, MS)
+
+
+def match(q: Node, g: Graph, producers: dict, consumers: dict, outputs: set) -> Optional[tuple]:
+    """(Rewrite, new node) for the pattern ending at QuantizeLinear `q`, or None."""
+    yq = qparams(q, g)
+    if yq is None or not yq.per_tensor:
+        return None
+    core, act = chain_back(q, g, producers, consumers, outputs)
+    if core is None or not std(core):
+        return None
+    rw = Rewrite(g, q)
+    rw.replaced += [n for n in (act, core) if n is not None]
+    op = core.op_type
+    if op == "Conv":
+        node = conv_rewrite(core, act, rw, yq, producers)
+    elif op == "Gemm":
+        node = gemm_rewrite(core, act, rw, yq, producers)
+    elif op in ("MatMul", "Add") and (op == "MatMul" or act is not None or
+                                      not all(dq_of(i, g, producers) for i in core.inputs)):
+        node = matmul_rewrite(core, act, rw, yq, producers, consumers, outputs)
+    elif act is not None:
+        return None
+    elif op in EXACT_OPS:
+        node = exact_rewrite(core, rw, yq, producers, consumers)
+    elif op in BINARY_OPS or op in POOL_OPS or op == "Concat":
+        node = contrib_rewrite(core, rw, yq, producers)
+    else:
+        return None
+    return None if node is None else (rw, node)
+
+
+def accepted(node: Node, g: Graph) -> bool:
+    """A device lowering is registered for `node` and accepts it on a generic Target."""
+    op = lookup(node)
+    try:
+        return op is not None and op.supports(node, g, GENERIC_TARGET) is None
+    except Exception as e:  # noqa: BLE001 - a supports() that chokes declines the node
+        log.debug("qdq: %s declined: %s", node.name, e)
+        return False
+
+
+def apply(g: Graph, rw: Rewrite, node: Node, consumers: dict, require_kernel: bool) -> bool:
+    """Put `node` where the QuantizeLinear was, dropping the nodes it replaces (the
+    DequantizeLinear nodes only when nothing else reads them); False, `g` unchanged, when
+    `require_kernel` and no device lowering takes it."""
+    replaced = {id(n) for n in rw.replaced}
+    outputs = set(g.outputs)
+    for dq in rw.dqs:
+        if id(dq) not in replaced and dq.outputs[0] not in outputs and \
+                all(id(u) in replaced for u in consumers.get(dq.outputs[0], [])):
+            rw.replaced.append(dq)
+            replaced.add(id(dq))
+    for name, arr in rw.consts.items():
+        g.values[name] = Value(name, arr.dtype, tuple(arr.shape), arr)
+    if node.domain == MS:
+        g.opsets.setdefault(MS, 1)
+    if require_kernel and not accepted(node, g):
+        for name in rw.consts:
+            g.values.pop(name, None)
+        return False
+    node.unfused = in_graph_order(g, rw.replaced)
+    at = g.nodes.index(rw.q)
+    g.nodes[at] = node
+    g.nodes = [n for n in g.nodes if id(n) not in replaced or n is node]
+    keep = set(node.outputs)
+    for n in rw.replaced:
+        for o in n.outputs:
+            if o and o not in keep:
+                g.values.pop(o, None)
+    log.debug("qdq: %s -> %s", [n.name for n in node.unfused], node.op_type)
+    return True
+
+
+def fold_except_dq(graph: Graph) -> Graph:
+    """`graph` with its constant nodes folded, but for DequantizeLinear (see the module docstring)."""
+    g = graph.copy()
+    outputs = set(g.outputs)
+    keep = []
+    for node in g.nodes:
+        skip = node.op_type == "DequantizeLinear" and std(node) or any(o in outputs for o in node.outputs)
+        outs = None if skip else fold_node(node, g)
+        if outs is None:
+            keep.append(node)
+            continue
+        for name, arr in zip([o for o in node.outputs if o], outs):
+            arr = np.asarray(arr)
+            g.values[name] = Value(name, arr.dtype, tuple(arr.shape), arr)
+    g.nodes = keep
+    return g
+
+
+def fuse_qdq(graph: Graph, require_kernel: bool = True) -> Graph:
+    """`graph` with its QDQ patterns rewritten to integer ops (module docstring); unchanged (the
+    same object) when it has no QuantizeLinear. `require_kernel`: only where a device lowering
+    accepts the new node (False: every pattern, for tests of the rewrite itself)."""
+    if not any(n.op_type == "QuantizeLinear" and std(n) for n in graph.nodes):
+        return graph
+    g = fold_except_dq(graph)
+    tried: set = set()
+    progress = True
+    while progress:
+        progress = False
+        producers, consumers, outputs = g.producers(), g.consumers(), set(g.outputs)
+        for q in list(g.nodes):
+            if q.op_type != "QuantizeLinear" or not std(q) or id(q) in tried:
+                continue
+            tried.add(id(q))
+            found = match(q, g, producers, consumers, outputs)
+            if found is not None and apply(g, found[0], found[1], consumers, require_kernel):
+                progress = True
+                break
+    return g
+
