@@ -24,7 +24,7 @@ from . import attention, castlut, conv_transpose, einsum, gridsample  # noqa: F4
 from . import indexing, loss, lppool, quant  # noqa: F401  (registration)
 from . import fused, resize  # noqa: F401  (registration)
 from . import recurrent  # noqa: F401  (registration)
-from . import qgemm  # noqa: F401  (registration: integer matmuls, lower/qgemm_kernel.py's family)
+from . import qconv, qgemm  # noqa: F401  (registration: integer matmuls and convs, lower/qgemm_kernel.py)
 from .base import REGISTRY, DeviceInfo, Launch, LowerCtx, TensorInfo, lookup
 
 __all__ = ["REGISTRY", "DeviceInfo", "Launch", "LowerCtx", "TensorInfo", "lookup"]
