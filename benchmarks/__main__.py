@@ -2,4 +2,8 @@ import sys
 
 from .runner import main
 
+if sys.argv[1:2] == ["zoo"]:  # python -m benchmarks zoo ...: the model zoo (benchmarks/zoo)
+    from .zoo.run import main as zoo_main
+
+    sys.exit(zoo_main(sys.argv[2:]))
 sys.exit(main())
