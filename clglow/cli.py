@@ -11,6 +11,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from . import config
+from .serve.cli import add_parser as add_serve_parser
 
 
 def _print_devices(args: argparse.Namespace) -> int:
@@ -204,11 +205,81 @@ def _cache(args: argparse.Namespace) -> int:
 
 def _tune(args: argparse.Namespace) -> int:
     from .runtime.device import select_device
-    from .runtime.tuning import SHAPE, candidates, tune_gemm, xgemm_candidates
+    from .runtime.tuning import tune_gemm
 
     dev = select_device(args.device)
     family = args.target or config.target_family()
+    if args.show and not args.model:
+        return _show_tuned(dev, family, None)
     res = tune_gemm(dev, force=args.force, family=family)
+    _print_family_tiles(dev, family, res)
+    keys = _model_shapes(args, dev, family) if args.model else None
+    _search_shapes(args, dev, family, keys)
+    if args.show:
+        _show_tuned(dev, family, keys)
+    return 0
+
+
+def _model_shapes(args: argparse.Namespace, dev, family: str) -> dict:
+    """The (family, shape key)s lowering asks for when the model is planned on `dev` (counted)."""
+    from . import InferenceSession, SessionOptions
+    from .lower.tunable import request_mark, requests_since
+
+    mark = request_mark()
+    sess = InferenceSession(args.model, SessionOptions(target=family, tune=False), device=dev)
+    if sess._last_plan is None:  # symbolic dimensions: plan at the given (or default 1) sizes
+        sess.run(None, _load_inputs(sess, None, 0, _parse_dims(args.dim)))
+    return requests_since(mark, dev.target(family))
+
+
+def _search_shapes(args: argparse.Namespace, dev, family: str, keys: Optional[dict]) -> None:
+    """Search the model's shapes (or the standard set) within the budget; print one line each."""
+    from .lower.tunable import format_params
+    from .runtime.search import STANDARD_SHAPES, search
+
+    target = dev.target(family)
+    keys = dict(STANDARD_SHAPES) if keys is None else keys
+    families = [args.family] if args.family else None
+    t0 = time.perf_counter()
+    results = search(dev, target, keys, budget_s=args.budget, force=args.force, families=families)
+    print(f"searched {sum(r.source == 'measured' for r in results)} shape(s) in {time.perf_counter() - t0:.1f} s "
+          f"(budget {args.budget:.0f} s); {sum(r.source == 'db' for r in results)} already in the database, "
+          f"{max(0, len(keys) - len(results))} left for a later run")
+    for r in results:
+        if r.source == "measured":
+            print(f"  {r.family:6s} {str(r.key):32s} {format_params(r.params):34s} {r.ms:8.3f} ms "
+                  f"(default {r.default_ms:.3f} ms)")
+    dev.reload_tuning(family)
+
+
+def _show_tuned(dev, family: str, keys: Optional[dict]) -> int:
+    """`clglow tune --show`: per family and shape, the stored choice, its time against the
+    default's, and where it came from (only the model's shapes when `keys` is given)."""
+    from .lower.tunable import format_params
+    from .runtime.search import stored_results
+
+    db = dev.tuning.database(dev)
+    rows = [r for r in stored_results(db, family) if keys is None or (r.family, r.key) in keys]
+    print(f"tuning database: {db.path or '(in memory: CLGLOW_CACHE=0)'}")
+    print(f"device: {dev.describe()}; {family} family; {len(rows)} entr{'y' if len(rows) == 1 else 'ies'}")
+    print(f"  {'family':6s} {'shape (M, N, K, B)':32s} {'chosen':34s} {'ms':>8s} {'default ms':>11s} "
+          f"{'speed-up':>9s}  from")
+    for r in rows:
+        same = r.params == r.default
+        gain = r.default_ms / r.ms if r.ms > 0 else float("nan")
+        print(f"  {r.family:6s} {str(list(r.key)):32s} {format_params(r.params):34s} {r.ms:8.3f} "
+              f"{r.default_ms:11.3f} {gain:8.2f}x  {r.source}{' (default kept)' if same else ''}")
+    if keys is not None:
+        missing = [k for k in keys if k not in {(r.family, r.key) for r in rows}]
+        for fam, key in missing:
+            print(f"  {fam:6s} {str(list(key)):32s} {'(not measured: family default)':34s}")
+    return 0
+
+
+def _print_family_tiles(dev, family: str, res) -> None:
+    """The family-wide GEMM tiles (the profile's default for unmeasured shapes) and their timings."""
+    from .runtime.tuning import SHAPE, candidates, xgemm_candidates
+
     m, k, n = SHAPE
     print(f"device: {dev.describe()}; {dev.target(family).family} family")
     print(f"GEMM tiles (MRxVWxNV@local size), {m}x{k}x{n} kernel time, best of 7 turns (candidates alternating):")
@@ -219,7 +290,6 @@ def _tune(args: argparse.Namespace) -> int:
         print(f"  {label:18s} {f'{t:.3f} ms' if t is not None else '(not measured)':>14s}{mark}")
     _print_xgemm(res, dev.target(family), xgemm_candidates(dev.target(family)))
     print(f"choice from: {res.source}")
-    return 0
 
 
 def _print_xgemm(res, target, xcands: list) -> None:
@@ -300,15 +370,22 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--batch", type=int)
     sp.set_defaults(fn=_bench)
 
-    sp = sub.add_parser("tune", help="show (or re-measure with --force) the device's GEMM tile choice")
+    sp = sub.add_parser("tune", help="search the tunable kernels on this device for a model's shapes "
+                        "(or a standard set) and store the winners in the tuning database")
+    sp.add_argument("model", nargs="?", help="an .onnx file whose kernel shapes to search (default: a standard set)")
     sp.add_argument("--device", help="device selector (default: CLGLOW_DEVICE or the default device)")
+    sp.add_argument("--budget", type=float, default=120.0, metavar="SECONDS", help="search time (default 120)")
+    sp.add_argument("--family", help="search only this kernel family (gemm, xgemm, conv)")
+    sp.add_argument("--show", action="store_true", help="print the stored choices and their time vs the default")
     sp.add_argument("--force", action="store_true", help="measure again even when a choice is stored")
+    sp.add_argument("--dim", action="append", metavar="SYMBOL=N", help="value of a symbolic dimension")
     target_arg(sp)
     sp.set_defaults(fn=_tune)
 
     sp = sub.add_parser("cache", help="show or clear the on-disk program cache")
     sp.add_argument("action", choices=["info", "clear"], nargs="?", default="info")
     sp.set_defaults(fn=_cache)
+    add_serve_parser(sub)
     return p
 
 

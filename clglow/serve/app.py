@@ -315,9 +315,14 @@ def start(config: ServeConfig, host: str = "127.0.0.1", port: int = 8000, addres
     return f"http://{host}:{port}"
 
 
-def stop() -> None:
-    """Delete the application and stop Serve (Ray itself stays up when it was joined)."""
+def stop(own_ray: bool) -> None:
+    """Take the server down: with a Ray instance of our own, shutting Ray down stops every actor of
+    Serve at once (and does not wait on a raylet a terminal's Ctrl-C already stopped); on a joined
+    cluster only our application is deleted, Serve and the cluster stay up."""
     try:
-        serve.shutdown()
+        if own_ray:
+            ray.shutdown()
+        else:
+            serve.delete(APP_NAME)
     except Exception as e:  # noqa: BLE001 - shutting down a half-started server
-        log.warning("serve.shutdown failed: %s", e)
+        log.warning("stopping the server failed: %s", e)
