@@ -1,0 +1,133 @@
+"""One local Ray instance and one clglow server for the serving tests (127.0.0.1 only).
+
+The server holds small ResNet-style and BERT-style models, fixed and symbolic batch, and the
+symbolic-batch ResNet twice (dynamic batching on and off), in 2 replicas so that a killed
+replica leaves one serving. Ray gets 2 CPUs and a 256 MB object store whatever the machine.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+import onnx
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/ for `models`
+
+from models import ort_run, transformer_encoder  # noqa: E402
+
+from clglow.models.resnet import resnet  # noqa: E402
+
+MAX_BODY = 4 << 20
+REPLICAS = 2
+
+
+@dataclass
+class Served:
+    """One model of the test server: its proto, file, and a seeded input maker."""
+
+    name: str
+    proto: onnx.ModelProto
+    path: str
+    make: Callable[[int, int], dict]  # (seed, batch) -> feeds
+    max_batch_size: int = 32
+
+    def reference(self, feeds: dict) -> dict:
+        """onnxruntime's outputs: the independent oracle."""
+        names = [o.name for o in self.proto.graph.output]
+        return dict(zip(names, ort_run(self.proto, feeds)))
+
+
+def resnet_feeds(seed: int, batch: int) -> dict:
+    return {"data": np.random.default_rng(seed).standard_normal((batch, 3, 32, 32), dtype=np.float32)}
+
+
+def bert_feeds(seed: int, batch: int, seq: int = 8) -> dict:
+    rng = np.random.default_rng(seed)
+    mask = np.ones((batch, seq), np.float32)
+    mask[-1, -2:] = 0.0
+    return {"input_ids": rng.integers(0, 100, size=(batch, seq), dtype=np.int64), "attention_mask": mask}
+
+
+def close(got: np.ndarray, ref: np.ndarray) -> bool:
+    """rtol 1e-3 and atol 1e-4 x max|reference| (the suite's end-to-end tolerance)."""
+    if got.shape != ref.shape or got.dtype != ref.dtype:
+        return False
+    atol = 1e-4 * max(float(np.abs(ref).max()) if ref.size else 0.0, 1e-30)
+    return bool(np.allclose(got, ref, rtol=1e-3, atol=atol))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _models(folder: str) -> list[Served]:
+    specs = [
+        ("resnet_fixed", resnet(18, batch=1, image_size=32, num_classes=10, seed=1), resnet_feeds, 32),
+        ("resnet_dyn", resnet(18, batch="N", image_size=32, num_classes=10, seed=1), resnet_feeds, 32),
+        ("bert_fixed", transformer_encoder(batch=1, seq="seq", vocab=100, layers=1, seed=2), bert_feeds, 32),
+        ("bert_dyn", transformer_encoder(batch="batch", seq="seq", vocab=100, layers=1, seed=2), bert_feeds, 32),
+    ]
+    out = []
+    for name, proto, make, mbs in specs:
+        path = os.path.join(folder, f"{name}.onnx")
+        onnx.save(proto, path)
+        out.append(Served(name, proto, path, make, mbs))
+    dyn = next(m for m in out if m.name == "resnet_dyn")
+    out.append(Served("resnet_dyn_nobatch", dyn.proto, dyn.path, resnet_feeds, 0))
+    return out
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """A local Ray instance on 127.0.0.1, 2 CPUs, small object store, no dashboard."""
+    pytest.importorskip("ray.serve", reason='needs the serve extra: pip install "clglow[serve]"')
+    import ray
+
+    ray.init(num_cpus=2, object_store_memory=256 << 20, include_dashboard=False, node_ip_address="127.0.0.1",
+             configure_logging=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def server(ray_session, tmp_path_factory):
+    """The clglow server: (base URL, {name: Served})."""
+    from clglow.serve.app import ModelSpec, ServeConfig, start
+
+    models = _models(str(tmp_path_factory.mktemp("serve-models")))
+    config = ServeConfig(models=tuple(ModelSpec(m.name, m.path, max_batch_size=m.max_batch_size, batch_wait_ms=5.0)
+                                      for m in models),
+                         replicas=REPLICAS, num_cpus=0.5, max_body_bytes=MAX_BODY)
+    port = free_port()
+    url = start(config, host="127.0.0.1", port=port)
+    wait_ready(url, 120)
+    yield url, {m.name: m for m in models}
+    from ray import serve
+
+    serve.shutdown()
+
+
+def wait_ready(url: str, timeout_s: float) -> float:
+    """Poll /v2/health/ready until it answers 200; the seconds it took."""
+    import requests
+
+    t0 = time.monotonic()
+    last: Optional[str] = None
+    while time.monotonic() - t0 < timeout_s:
+        try:
+            r = requests.get(url + "/v2/health/ready", timeout=5)
+            if r.status_code == 200:
+                return time.monotonic() - t0
+            last = f"{r.status_code} {r.text[:200]}"
+        except requests.RequestException as e:
+            last = str(e)
+        time.sleep(0.5)
+    raise AssertionError(f"server at {url} not ready after {timeout_s} s: {last}")
