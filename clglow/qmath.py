@@ -154,7 +154,7 @@ def softmax_rows(x2: np.ndarray, table: np.ndarray, y_scale: float, y_zp: int, d
         total = (total + e[:, j]).astype(F32)
     ysf = F32(math.floor(1.0 / float(F32(y_scale))))
     v = (e * ysf).astype(F32) / total[:, None]
-    return saturate(v + F32(y_zp), dtype)
+    return saturate(np.rint(v) + F32(y_zp), dtype)
 
 
 def qlinear_softmax(x, x_s, y_s, y_z, axis: int, opset: int) -> np.ndarray:

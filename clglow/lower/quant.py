@@ -41,6 +41,7 @@ def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
     return None
 
 
+@device_op("QuantizeLinear", "DequantizeLinear", supports=_supports, domain="com.microsoft")  # same semantics
 @device_op("QuantizeLinear", "DequantizeLinear", supports=_supports)
 def lower_quant(ctx: LowerCtx) -> list:
     x, s, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]

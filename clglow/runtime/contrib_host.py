@@ -96,7 +96,9 @@ def reference_ops() -> list:
         op_domain = DOMAIN
 
         def _run(self, x, x_s, x_z, y_s, y_z, axis=None, opset=None):
-            return (qmath.qlinear_softmax(x, S(x_s), S(y_s), S(y_z), -1 if axis is None else int(axis), int(opset)),)
+            default = -1 if int(opset) >= 13 else 1  # onnxruntime's default when the attribute is absent
+            return (qmath.qlinear_softmax(x, S(x_s), S(y_s), S(y_z), default if axis is None else int(axis),
+                                          int(opset)),)
 
     class QuantizeLinear(OpRun):
         op_domain = DOMAIN

@@ -1,0 +1,245 @@
+"""OpenCL lowerings of onnxruntime's non-GEMM quantized contrib ops (domain com.microsoft), in
+kernels_cl/qlinear.cl, with onnxruntime's semantics (clglow.qmath):
+
+  QLinearAdd, QLinearMul      qbinary: dequantize, add/multiply, requantise; any broadcast
+  QLinearSigmoid, LeakyRelu   qlut: a 256-entry table made here from the constant scales (as
+                              onnxruntime's QLinearLookupBase does), one lookup per element
+  QLinearGlobalAveragePool    qgap: exact int sums per (image, channel), NCHW or channels_last
+  QLinearAveragePool          qavgpool: 1-D and 2-D windows (3-D stays on the host)
+  QLinearConcat               qconcat_part per input: a requantising table or a plain copy
+  QLinearSoftmax              qsoftmax: onnxruntime's exp table (from the constant x_scale), a row per
+                              work-item (opset < 13: the rows are the flattened [axis:] dims)
+
+The int8 GEMM/conv contrib ops (QGemm, QLinearConv, DynamicQuantizeMatMul, MatMulIntegerToFloat)
+lower elsewhere; com.microsoft QuantizeLinear/DequantizeLinear share lower/quant.py's kernels.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import numpy as np
+
+from .. import qmath
+from ..frontend.contrib_ops import DOMAIN, spatial_out
+from ..ir import Graph, Node
+from ..target import Target
+from .base import Arg, Launch, LowerCtx, device_op, i32
+from .common import check_int32_sizes, dtype_of, norm_axis, shape_of, work_size
+from .index_space import collapse, meta_table
+
+Q8 = {np.dtype(np.uint8), np.dtype(np.int8)}
+F32 = np.dtype(np.float32)
+_CL = {np.dtype(np.uint8): "uchar", np.dtype(np.int8): "char"}
+
+
+def _qdefines(dtype: np.dtype, **extra: object) -> dict:
+    info = np.iinfo(dtype)
+    return {"T": _CL[np.dtype(dtype)], "QMIN": int(info.min), "QMAX": int(info.max), **extra}
+
+
+def _check(node: Node, graph: Graph, data: list, scales: list, zps: list, const: list) -> Optional[str]:
+    """supports() of the QLinear ops: 8-bit data inputs of one type, float32 scales, zero points of
+    the data's type, per-tensor (one element) scales and zero points, `const` inputs constant."""
+    dts = {dtype_of(graph, node.input(i)) for i in data} - {None}
+    if not dts <= Q8:
+        return f"{node.op_type} on {', '.join(sorted(d.name for d in dts))} (the kernels take int8/uint8)"
+    if len(dts) > 1:
+        return f"{node.op_type} with inputs of different types"
+    for i in scales:
+        dt = dtype_of(graph, node.input(i))
+        if dt is not None and dt != F32:
+            return f"{node.op_type} scale {node.input(i)!r} of type {dt.name}"
+    for i in scales + zps:
+        shape = shape_of(graph, node.input(i))
+        if node.input(i) and shape is not None and any(isinstance(d, int) and d != 1 for d in shape):
+            return f"{node.op_type} with a per-axis scale or zero point {node.input(i)!r}"
+    for i in const:
+        if node.input(i) and graph.const(node.input(i)) is None:
+            return f"{node.op_type} with a non-constant {node.input(i)!r} (its lookup table is built at lowering)"
+    return None
+
+
+def _zp(ctx: LowerCtx, i: int, dtype: np.dtype) -> Arg:
+    """Zero point input i's buffer, or a constant zero of `dtype` when absent."""
+    if ctx.has_input(i):
+        return ctx.buf(i)
+    return ctx.const_buffer(np.zeros(1, dtype), key=f"qzero:{np.dtype(dtype).str}")
+
+
+def _const_scalar(ctx: LowerCtx, i: int, default: float = 0.0) -> float:
+    return qmath.scalar(ctx.const(i), default) if ctx.has_input(i) else default
+
+
+# --- QLinearAdd / QLinearMul -------------------------------------------------------------------------
+def _supports_binary(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    return _check(node, graph, [0, 3], [1, 4, 6], [2, 5, 7], [])
+
+
+@device_op("QLinearAdd", "QLinearMul", supports=_supports_binary, domain=DOMAIN)
+def lower_qbinary(ctx: LowerCtx) -> list:
+    a, b, out = ctx.inputs[0], ctx.inputs[3], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    check_int32_sizes(ctx)
+    dt = np.dtype(out.dtype)
+    defines = _qdefines(dt)
+    if ctx.node.op_type == "QLinearMul":
+        defines["OP_MUL"] = None
+    if tuple(a.shape) == tuple(out.shape) and tuple(b.shape) == tuple(out.shape):
+        defines["FLAT"] = None
+        meta: Arg = ctx.const_buffer(np.zeros(1, np.int32), key="qbinary:nometa")
+    else:
+        dims, strides = collapse(out.shape, [a.shape, b.shape])
+        defines["RANK"] = len(dims)
+        meta = meta_table(ctx, dims, strides)
+    args = [ctx.buf(0), ctx.buf(1), _zp(ctx, 2, dt), ctx.buf(3), ctx.buf(4), _zp(ctx, 5, dt), ctx.buf(6),
+            _zp(ctx, 7, dt), ctx.out(0), i32(out.size), meta]
+    g, l = work_size(ctx, out.size)
+    return [Launch("qlinear", "qbinary", g, args, l, defines, ctx.label())]
+
+
+# --- lookup-table ops ------------------------------------------------------------------------------
+def _supports_lut(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    return _check(node, graph, [0], [1, 3], [2, 4], [1, 2, 3, 4])
+
+
+def _lut_fn(ctx: LowerCtx) -> Callable[[np.ndarray], np.ndarray]:
+    if ctx.node.op_type == "QLinearSigmoid":
+        return qmath.sigmoid
+    return qmath.leaky_relu(float(ctx.attr("alpha", 0.01)))
+
+
+@device_op("QLinearSigmoid", "QLinearLeakyRelu", supports=_supports_lut, domain=DOMAIN)
+def lower_qlut(ctx: LowerCtx) -> list:
+    out = ctx.outputs[0]
+    if out.size == 0:
+        return []
+    check_int32_sizes(ctx)
+    dt = np.dtype(out.dtype)
+    table = qmath.lookup_table(_lut_fn(ctx), _const_scalar(ctx, 1), _const_scalar(ctx, 2), _const_scalar(ctx, 3),
+                               _const_scalar(ctx, 4), dt, dt)
+    g, l = work_size(ctx, out.size)
+    return [Launch("qlinear", "qlut", g, [ctx.buf(0), ctx.const_buffer(table), ctx.out(0), i32(out.size)], l,
+                   _qdefines(dt), ctx.label())]
+
+
+# --- pools ---------------------------------------------------------------------------------------
+def _supports_gap(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    return _check(node, graph, [0], [1, 3], [2, 4], [])
+
+
+@device_op("QLinearGlobalAveragePool", supports=_supports_gap, domain=DOMAIN)
+def lower_qgap(ctx: LowerCtx) -> list:
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    check_int32_sizes(ctx)
+    dt = np.dtype(out.dtype)
+    cl = int(ctx.attr("channels_last", 0) or 0)
+    channels = int(x.shape[-1] if cl else x.shape[1])
+    hw = int(np.prod(x.shape[1:-1] if cl else x.shape[2:], dtype=np.int64))
+    args = [ctx.buf(0), ctx.buf(1), ctx.buf(2), ctx.buf(3), ctx.buf(4), ctx.out(0), i32(out.size), i32(hw),
+            i32(channels), i32(cl)]
+    g, l = work_size(ctx, out.size, cap=64)
+    return [Launch("qlinear", "qgap", g, args, l, _qdefines(dt), ctx.label())]
+
+
+def _supports_avgpool(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    shape = shape_of(graph, node.input(0))
+    if shape is not None and len(shape) not in (3, 4):
+        return f"QLinearAveragePool over {len(shape) - 2} spatial dims (the kernel takes 1 or 2)"
+    return _check(node, graph, [0], [1, 3], [2, 4], [])
+
+
+@device_op("QLinearAveragePool", supports=_supports_avgpool, domain=DOMAIN)
+def lower_qavgpool(ctx: LowerCtx) -> list:
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    check_int32_sizes(ctx)
+    dt = np.dtype(out.dtype)
+    cl = bool(int(ctx.attr("channels_last", 0) or 0))
+    kernel = [int(k) for k in ctx.attr("kernel_shape")]
+    n_sp = len(x.shape) - 2
+    out_sp = spatial_out(ctx.node, tuple(x.shape), kernel, cl, bool(int(ctx.attr("ceil_mode", 0) or 0)))
+    in_sp = list(x.shape[1:-1] if cl else x.shape[2:])
+    strides = [int(s) for s in (ctx.attr("strides") or [1] * n_sp)]
+    auto_pad = ctx.attr("auto_pad", "NOTSET") or "NOTSET"
+    begins = qmath.pool_pads(in_sp, out_sp, kernel, strides, ctx.attr("pads"), str(auto_pad))[:n_sp]
+    if n_sp == 1:  # as 2-D with H = 1
+        in_sp, out_sp, kernel, strides, begins = [1] + in_sp, (1,) + tuple(out_sp), [1] + kernel, [1] + strides, \
+            [0] + begins
+    channels = int(x.shape[-1] if cl else x.shape[1])
+    args = [ctx.buf(0), ctx.buf(1), _zp(ctx, 2, dt), ctx.buf(3), _zp(ctx, 4, dt), ctx.out(0), i32(out.size),
+            i32(channels), i32(in_sp[0]), i32(in_sp[1]), i32(out_sp[0]), i32(out_sp[1]), i32(kernel[0]),
+            i32(kernel[1]), i32(strides[0]), i32(strides[1]), i32(begins[0]), i32(begins[1]),
+            i32(int(ctx.attr("count_include_pad", 0) or 0)), i32(int(cl))]
+    g, l = work_size(ctx, out.size)
+    return [Launch("qlinear", "qavgpool", g, args, l, _qdefines(dt), ctx.label())]
+
+
+# --- QLinearConcat ---------------------------------------------------------------------------------
+def _supports_concat(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    n = len(node.inputs)
+    data = list(range(2, n, 3))
+    return _check(node, graph, data, [0] + list(range(3, n, 3)), [1] + list(range(4, n, 3)),
+                  [0, 1] + list(range(3, n, 3)) + list(range(4, n, 3)))
+
+
+@device_op("QLinearConcat", supports=_supports_concat, domain=DOMAIN)
+def lower_qconcat(ctx: LowerCtx) -> list:
+    out = ctx.outputs[0]
+    if out.size == 0:
+        return []
+    check_int32_sizes(ctx)
+    dt = np.dtype(out.dtype)
+    r = len(out.shape)
+    axis = norm_axis(ctx.attr("axis"), r)
+    inner = int(np.prod(out.shape[axis + 1:], dtype=np.int64))
+    len_out = int(out.shape[axis])
+    ys, yz = _const_scalar(ctx, 0), _const_scalar(ctx, 1)
+    launches, offset = [], 0
+    for i in range(2, len(ctx.inputs), 3):
+        x = ctx.inputs[i]
+        xs, xz = _const_scalar(ctx, i + 1), _const_scalar(ctx, i + 2)
+        len_in = int(x.shape[axis])
+        if x.size:
+            defines = _qdefines(dt)
+            if (np.float32(xs), xz) != (np.float32(ys), yz) or np.dtype(x.dtype) != dt:
+                table = qmath.lookup_table(qmath.identity, xs, xz, ys, yz, np.dtype(x.dtype), dt)
+                defines["HAS_TABLE"] = None
+            else:
+                table = np.zeros(1, dt)
+            g, l = work_size(ctx, x.size)
+            launches.append(Launch("qlinear", "qconcat_part", g,
+                                   [ctx.buf(i), ctx.const_buffer(table), ctx.out(0), i32(x.size), i32(len_in),
+                                    i32(len_out), i32(offset), i32(inner)], l, defines, ctx.label()))
+        offset += len_in
+    return launches
+
+
+# --- QLinearSoftmax --------------------------------------------------------------------------------
+def _supports_softmax(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    return _check(node, graph, [0], [1, 3], [2, 4], [1, 3])
+
+
+@device_op("QLinearSoftmax", supports=_supports_softmax, domain=DOMAIN)
+def lower_qsoftmax(ctx: LowerCtx) -> list:
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    check_int32_sizes(ctx)
+    dt = np.dtype(out.dtype)
+    r = len(x.shape)
+    opset = int(ctx.attr("opset"))
+    axis = norm_axis(ctx.attr("axis", -1 if opset >= 13 else 1), r)
+    if opset < 13:
+        d, inner = int(np.prod(x.shape[axis:], dtype=np.int64)), 1
+    else:
+        d, inner = int(x.shape[axis]), int(np.prod(x.shape[axis + 1:], dtype=np.int64))
+    rows = out.size // max(d, 1)
+    table = qmath.softmax_table(_const_scalar(ctx, 1), d)
+    ysf = np.float32(np.floor(1.0 / float(np.float32(_const_scalar(ctx, 3)))))
+    g, l = work_size(ctx, rows, cap=64)
+    args = [ctx.buf(0), ctx.const_buffer(table), ctx.out(0), i32(rows), i32(d), i32(inner), ysf, _zp(ctx, 4, dt)]
+    return [Launch("qlinear", "qsoftmax", g, args, l, _qdefines(dt), ctx.label())]

@@ -1,0 +1,166 @@
+/* onnxruntime's quantized contrib ops (com.microsoft QLinear*) on 8-bit tensors, as its CPU kernels
+ * compute them: dequantize in float, the float op, requantise with rint (round half to even) and
+ * saturation to [QMIN, QMAX].  T is the 8-bit type (uchar or char).  Scales are float buffers of one
+ * element, zero points T buffers of one element (lower/qlinear.py passes a zero when absent).
+ *
+ * FP_CONTRACT is off: a*b+c must round twice as onnxruntime's (and numpy's) float code does, or a
+ * value near a half step could round the other way.
+ */
+#pragma OPENCL FP_CONTRACT OFF
+#include "bcast_index.h"
+
+#ifndef T
+#define T uchar
+#endif
+#ifndef QMIN
+#define QMIN 0
+#endif
+#ifndef QMAX
+#define QMAX 255
+#endif
+#ifndef RANK
+#define RANK 1
+#endif
+
+inline T qsat(const float v) {
+    return (T)clamp(rint(v), (float)QMIN, (float)QMAX);
+}
+
+/* QLinearAdd (OP_MUL undefined) / QLinearMul (OP_MUL) with multidirectional broadcast: meta as in
+ * bcast_index.h (RANK dims, then a's and b's strides); FLAT: both operands have c's shape. */
+__kernel void qbinary(__global const T* restrict a, __global const float* restrict as, __global const T* restrict az,
+                      __global const T* restrict b, __global const float* restrict bs, __global const T* restrict bz,
+                      __global const float* restrict cs, __global const T* restrict cz, __global T* restrict c,
+                      const int n, __global const int* restrict meta) {
+    const int i = get_global_id(0);
+    if (i >= n) return;
+#ifdef FLAT
+    const int oa = i, ob = i;
+#else
+    int o[2];
+    bcast_offsets(i, meta, RANK, 2, o);
+    const int oa = o[0], ob = o[1];
+#endif
+    const int va = (int)a[oa] - (int)az[0];
+    const int vb = (int)b[ob] - (int)bz[0];
+#ifdef OP_MUL
+    const float r = as[0] * bs[0] / cs[0];
+    const float v = (float)(va * vb) * r;
+#else
+    const float ra = as[0] / cs[0];
+    const float rb = bs[0] / cs[0];
+    const float v = (float)va * ra + (float)vb * rb;
+#endif
+    c[i] = qsat(v + (float)cz[0]);
+}
+
+/* y = table[byte of x]: QLinearSigmoid, QLinearLeakyRelu (the table holds the whole op). */
+__kernel void qlut(__global const T* restrict x, __constant T* table, __global T* restrict y, const int n) {
+    const int i = get_global_id(0);
+    if (i >= n) return;
+    y[i] = table[(uchar)x[i]];
+}
+
+/* One QLinearConcat input [outer, len_in, inner] into its slice of y [outer, len_out, inner] at
+ * `offset` along the axis, requantised by a table (HAS_TABLE) or copied (same scale and zero point). */
+__kernel void qconcat_part(__global const T* restrict x, __constant T* table, __global T* restrict y, const int n,
+                           const int len_in, const int len_out, const int offset, const int inner) {
+    const int i = get_global_id(0);
+    if (i >= n) return;
+    const int run = len_in * inner;
+    const int o = i / run;
+    const int r = i - o * run;
+#ifdef HAS_TABLE
+    y[(o * len_out + offset) * inner + r] = table[(uchar)x[i]];
+#else
+    y[(o * len_out + offset) * inner + r] = x[i];
+#endif
+}
+
+/* QLinearGlobalAveragePool: one work-item per (image, channel); `hw` pixels `step` apart (1 for
+ * NCHW, C for channels_last); an exact int sum, then (sum - zx * hw) * xs / (ys * hw) + zy. */
+__kernel void qgap(__global const T* restrict x, __global const float* restrict xs, __global const T* restrict xz,
+                   __global const float* restrict ys, __global const T* restrict yz, __global T* restrict y,
+                   const int nc, const int hw, const int channels, const int channels_last) {
+    const int i = get_global_id(0);
+    if (i >= nc) return;
+    int base, step;
+    if (channels_last) {
+        const int img = i / channels;
+        base = img * hw * channels + (i - img * channels);
+        step = channels;
+    } else {
+        base = i * hw;
+        step = 1;
+    }
+    int sum = 0;
+    for (int p = 0; p < hw; ++p)
+        sum += (int)x[base + p * step];
+    const float scale = xs[0] / (ys[0] * (float)hw);
+    y[i] = qsat((float)(sum - (int)xz[0] * hw) * scale + (float)yz[0]);
+}
+
+/* QLinearAveragePool over 1-D (H = 1) or 2-D windows, one work-item per output element: the
+ * dequantized values summed in float in window order, divided by the count (the whole kernel
+ * with count_include_pad, else the window clipped to the input), y = rint(avg / ys + zy). */
+__kernel void qavgpool(__global const T* restrict x, __global const float* restrict xs, __global const T* restrict xz,
+                       __global const float* restrict ys, __global const T* restrict yz, __global T* restrict y,
+                       const int n, const int C, const int H, const int W, const int OH, const int OW,
+                       const int kh, const int kw, const int sh, const int sw, const int ph, const int pw,
+                       const int count_include_pad, const int channels_last) {
+    const int i = get_global_id(0);
+    if (i >= n) return;
+    int img, c, oh, ow;
+    if (channels_last) {
+        c = i % C;
+        int t = i / C;
+        ow = t % OW;
+        t /= OW;
+        oh = t % OH;
+        img = t / OH;
+    } else {
+        ow = i % OW;
+        int t = i / OW;
+        oh = t % OH;
+        t /= OH;
+        c = t % C;
+        img = t / C;
+    }
+    int h0 = oh * sh - ph, w0 = ow * sw - pw;
+    const int h1 = min(h0 + kh, H), w1 = min(w0 + kw, W);
+    h0 = max(h0, 0);
+    w0 = max(w0, 0);
+    const float scale = xs[0];
+    const int zx = (int)xz[0];
+    float sum = 0.0f;
+    for (int h = h0; h < h1; ++h) {
+        for (int w = w0; w < w1; ++w) {
+            const int idx = channels_last ? ((img * H + h) * W + w) * C + c : ((img * C + c) * H + h) * W + w;
+            sum += (float)((int)x[idx] - zx) * scale;
+        }
+    }
+    const int count = count_include_pad ? kh * kw : max((h1 - h0) * (w1 - w0), 1);
+    y[i] = qsat(sum / (float)count / ys[0] + (float)yz[0]);
+}
+
+/* QLinearSoftmax, one work-item per row of D elements `inner` apart: e = table[x - max + 255]
+ * (onnxruntime's exp table), the sum in float in row order, y = rint(e * ysf / sum) + zy with
+ * ysf = floor(1 / y_scale) (rounded before the zero point is added, as onnxruntime does). */
+__kernel void qsoftmax(__global const T* restrict x, __global const float* restrict table, __global T* restrict y,
+                       const int rows, const int D, const int inner, const float ysf, __global const T* restrict yz) {
+    const int r = get_global_id(0);
+    if (r >= rows) return;
+    const int outer = r / inner;
+    const int base = outer * D * inner + (r - outer * inner);
+    int mx = (int)x[base];
+    for (int j = 1; j < D; ++j)
+        mx = max(mx, (int)x[base + j * inner]);
+    float sum = 0.0f;
+    for (int j = 0; j < D; ++j)
+        sum += table[(int)x[base + j * inner] - mx + 255];
+    const float zy = (float)yz[0];
+    for (int j = 0; j < D; ++j) {
+        const float e = table[(int)x[base + j * inner] - mx + 255];
+        y[base + j * inner] = (T)clamp(rint((e * ysf) / sum) + zy, (float)QMIN, (float)QMAX);
+    }
+}
