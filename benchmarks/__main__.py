@@ -6,4 +6,8 @@ if sys.argv[1:2] == ["zoo"]:  # python -m benchmarks zoo ...: the model zoo (ben
     from .zoo.run import main as zoo_main
 
     sys.exit(zoo_main(sys.argv[2:]))
+if sys.argv[1:2] == ["quant"]:  # python -m benchmarks quant ...: quantized models (benchmarks/quant.py)
+    from .quant import main as quant_main
+
+    sys.exit(quant_main(sys.argv[2:]))
 sys.exit(main())
