@@ -242,9 +242,10 @@ def _search_shapes(args: argparse.Namespace, dev, family: str, keys: Optional[di
     families = [args.family] if args.family else None
     t0 = time.perf_counter()
     results = search(dev, target, keys, budget_s=args.budget, force=args.force, families=families)
+    wanted = [k for k in keys if families is None or k[0] in families]
     print(f"searched {sum(r.source == 'measured' for r in results)} shape(s) in {time.perf_counter() - t0:.1f} s "
           f"(budget {args.budget:.0f} s); {sum(r.source == 'db' for r in results)} already in the database, "
-          f"{max(0, len(keys) - len(results))} left for a later run")
+          f"{max(0, len(wanted) - len(results))} left for a later run")
     for r in results:
         if r.source == "measured":
             print(f"  {r.family:6s} {str(r.key):32s} {format_params(r.params):34s} {r.ms:8.3f} ms "

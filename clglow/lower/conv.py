@@ -46,6 +46,7 @@ bottlenecks). A FusedConv's output may take its residual's buffer (may_update).
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from functools import cached_property
@@ -66,7 +67,8 @@ from .conv_nd import (ND_RANKS, NdGeometry, lower_conv_nd, lower_conv_nd_implici
 from .gemm_kernel import (ACTIVATIONS, Bias, GemmConfig, Implicit, Operand, act_params, b_unpacked_ok,
                           gemm_config, gemm_key, gemm_launch, pack_a, pack_b, transposed_config, tuned_tiles)
 from .gpu_gemm import tuned_xgemm, xgemm_applicable, xgemm_launch
-from .winograd import lower_winograd, winograd_variant
+from .tunable import Family, choose, register
+from .winograd import lower_winograd, variant_name, winograd_variant
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +148,7 @@ class ConvCase:
     epi: Epilogue
     const_weights: bool
     label: str = ""  # the node's, for the profiler's record of its tuned tiles
+    variants: Optional[tuple] = None  # the Winograd variants allowed ("F4", "F2"; None: both)
 
     @cached_property
     def cfg(self) -> GemmConfig:
@@ -157,7 +160,7 @@ class ConvCase:
         """(variant, GEMM tiles) when the conv runs as Winograd, else None."""
         if not self.const_weights:
             return None
-        return winograd_variant(self.target, self.options, self.cfg, self.geom)
+        return winograd_variant(self.target, self.options, self.cfg, self.geom, self.variants)
 
     @cached_property
     def transposed(self) -> Optional[GemmConfig]:
@@ -471,11 +474,95 @@ def choose_path(case: ConvCase) -> ConvPath:
     raise AssertionError("CONV_PATHS ends with an implementation that is always applicable")  # pragma: no cover
 
 
+# --- the tunable family (lower/tunable.py): which path a conv takes, per conv shape ----------------------
+# Shape key: the ConvGeometry's fields, then the epilogue's activation, bias and residual flags
+# (conv_key). Parameters: {"path": a CONV_PATHS name, "variant": "F4" | "F2" for Winograd, else ""}.
+# Measured as a whole node (its launches together: runtime/node_bench.py), not as one Launch.
+_PATHS = {p.name: p for p in CONV_PATHS}
+
+
+def conv_key(case: ConvCase) -> Optional[tuple]:
+    """The conv family's shape key of a 2-D conv with constant weights, else None (not tuned)."""
+    g = case.geom
+    if isinstance(g, NdGeometry) or not case.const_weights:
+        return None
+    return dataclasses.astuple(g) + (case.epi.act, case.epi.has_bias, case.epi.has_res)
+
+
+def key_case(target: Target, key: tuple, variants: Optional[tuple] = None) -> ConvCase:
+    """The ConvCase a conv family key describes, on `target` without database entries (defaults)."""
+    geom = ConvGeometry(*key[:-3])
+    act, has_bias, has_res = key[-3:]
+    return ConvCase(dataclasses.replace(target, tuned=()), PlanOptions(), geom,
+                    Epilogue(act, has_bias=bool(has_bias), has_res=bool(has_res)), True, variants=variants)
+
+
+def _path_params(case: ConvCase, path: ConvPath) -> dict:
+    w = case.winograd if path.name == "winograd" else None
+    return {"path": path.name, "variant": variant_name(w[0]) if w is not None else ""}
+
+
+def runs(case: ConvCase, p: dict) -> bool:
+    """Whether the conv family's point `p` applies to `case` (its path and Winograd variant)."""
+    path = _PATHS.get(str(p.get("path")))
+    if path is None or path.name in ("implicit nd", "im2col nd"):
+        return False
+    variant = str(p.get("variant") or "")
+    c = dataclasses.replace(case, variants=(variant,)) if variant else case
+    return path.applicable(c) is None and (path.name != "winograd" or variant in ("F4", "F2"))
+
+
+def conv_space(target: Target, key: tuple) -> list:
+    """Every path (and Winograd variant) that runs this conv on `target`, the default first."""
+    out = [conv_default(target, key)]
+    case = key_case(target, key)
+    for path in CONV_PATHS:
+        for variant in (("F4", "F2") if path.name == "winograd" else ("",)):
+            p = {"path": path.name, "variant": variant}
+            if p not in out and runs(case, p):
+                out.append(p)
+    return out
+
+
+def conv_default(target: Target, key: tuple) -> dict:
+    """The ranked table's choice (the first applicable path)."""
+    case = key_case(target, key)
+    return _path_params(case, choose_path(case))
+
+
+def conv_flops(key: tuple) -> float:
+    """2 x images x Cout x Cin/groups x kh x kw x output pixels of a conv family key."""
+    h, w, oh, ow, kh, kw, *_rest = key
+    n_img, cin, cout, groups = key[12:16]
+    return 2.0 * n_img * cout * (cin // max(1, groups)) * kh * kw * oh * ow
+
+
+# The kernel hash is winograd.cl's (the path most sensitive to it); a changed gemm.cl invalidates
+# the gemm family's entries, which these choices sit on too.
+CONV_FAMILY = register(Family("conv", "winograd", conv_space, conv_default, lambda target, key, p: None,
+                              flops=conv_flops, priority=5, tolerance=1e-3))
+
+
+def tuned_path(case: ConvCase) -> Optional[ConvPath]:
+    """The tuning database's path for this conv (its Winograd variant set on `case`), None on a
+    miss or when the stored path no longer applies: the ranked table decides then."""
+    key = conv_key(case)
+    if key is None:
+        return None
+    p, source = choose(case.target, "conv", key, case.label, valid=lambda p: runs(case, p))
+    if source != "db":
+        return None
+    if p.get("variant"):
+        case.variants = (str(p["variant"]),)
+        case.__dict__.pop("winograd", None)  # computed again for the stored variant
+    return _PATHS[str(p["path"])]
+
+
 def _lower(ctx: LowerCtx) -> list:
     case = conv_case(ctx)
     if case is None:
         return []
-    path = choose_path(case)
+    path = tuned_path(case) or choose_path(case)
     if path.gemm and case.epi.has_res:  # every GEMM path reads Z[i] before writing Y[i], in one work-item
         ctx.may_update(0, 3)
     log.debug("%s: conv path %s", ctx.label(), path.name)

@@ -66,7 +66,8 @@ class Family:
 FAMILIES: Dict[str, Family] = {}
 _lock = threading.Lock()
 _requests: List[Tuple[Tuple[str, str, str], str, ShapeKey]] = []  # (target id, family, key), in order
-_decisions: Dict[str, Tuple[str, ShapeKey, Params, str]] = {}  # node label -> (family, key, params, source)
+# (node label, family) -> (shape key, params, source) of the latest lowering
+_decisions: Dict[Tuple[str, str], Tuple[ShapeKey, Params, str]] = {}
 _MAX_REQUESTS = 100_000
 
 
@@ -134,7 +135,7 @@ def choose(target: Target, family: str, key: ShapeKey, label: str = "",
 def record_decision(label: str, family: str, key: ShapeKey, params: Params, source: str) -> None:
     """Note which parameters node `label` lowered with and where they came from (profiler)."""
     with _lock:
-        _decisions[label] = (family, tuple(key), dict(params), source)
+        _decisions[(label, family)] = (tuple(key), dict(params), source)
 
 
 def request_mark() -> int:
@@ -156,8 +157,8 @@ def requests_since(mark: int, target: Optional[Target] = None) -> Dict[Tuple[str
     return out
 
 
-def decisions() -> Dict[str, Tuple[str, ShapeKey, Params, str]]:
-    """node label -> (family, shape key, parameters, "db" | "default") of the latest lowering."""
+def decisions() -> Dict[Tuple[str, str], Tuple[ShapeKey, Params, str]]:
+    """(node label, family) -> (shape key, parameters, "db" | "default") of the latest lowering."""
     with _lock:
         return dict(_decisions)
 

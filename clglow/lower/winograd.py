@@ -85,15 +85,18 @@ def gemm_tiles(cfg: GemmConfig, m: int, n: int) -> Optional[GemmConfig]:
 
 
 def winograd_variant(target: Target, options: PlanOptions, cfg: GemmConfig,
-                     geom: ConvGeometry) -> Optional[tuple]:
+                     geom: ConvGeometry, variants: Optional[tuple] = None) -> Optional[tuple]:
     """(the Winograd variant a conv runs as, its GEMM's tiles), or None (see the module
-    docstring): F(4x4) where its tiles give the GEMM enough columns, else F(2x2) where those do."""
+    docstring): F(4x4) where its tiles give the GEMM enough columns, else F(2x2) where those do.
+    `variants` ("F4", "F2" or both, from the conv family's tuning entry) restricts the choice."""
     g = geom
     if not target.is_cpu_family or not options.winograd:
         return None
     if (g.kh, g.kw, g.sh, g.sw, g.dh, g.dw) != (3, 3, 1, 1, 1, 1) or g.groups != 1 or g.cin_g < 16 or g.m < 16:
         return None
     for v in (F4, F2):
+        if variants is not None and variant_name(v) not in variants:
+            continue
         th, tw = v.tiles(g.oh, g.ow)
         nt = th * tw
         fits = max(g.pw + g.w, v.span(tw)) <= _WINO_ROW and nt >= 4 * cfg.nr
@@ -101,6 +104,11 @@ def winograd_variant(target: Target, options: PlanOptions, cfg: GemmConfig,
         if tiles is not None:
             return v, tiles
     return None
+
+
+def variant_name(v: Variant) -> str:
+    """"F4" or "F2": how the conv family's tuning entries name a variant."""
+    return f"F{v.m}"
 
 
 def winograd_filter(w: np.ndarray, v: Variant = F2) -> np.ndarray:

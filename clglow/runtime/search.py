@@ -39,38 +39,20 @@ import pyopencl as cl
 from ..lower.base import Buf
 from ..lower.tunable import FAMILIES, Params, ShapeKey, format_params, key_from_str, key_str, params_items
 from ..target import Target
-from .sources import kernel_source
-from .tuning_db import TuningDB, entry_key, source_hash, split_key
+from .node_bench import MODELS, measure_node
+from .tuning_db import TuningDB, entry_key, family_hash, split_key, table_from
 
 log = logging.getLogger(__name__)
 
+# The shapes `clglow tune` searches without a model: ResNet-50's conv GEMMs at batch 1 (M output
+# channels, N pixels, K = Cin*kh*kw, B the pixels read in place or packed by im2col), both
+# GEMM families (each searched where it applies).
+STANDARD_SHAPES = {(fam, key): 1 for fam in ("gemm", "xgemm") for key in (
+    (64, 3136, 576, "inplace"), (256, 3136, 64, "inplace"), (128, 784, 1152, "inplace"),
+    (512, 784, 128, "inplace"), (256, 196, 2304, "inplace"), (1024, 196, 256, "inplace"),
+    (512, 49, 4608, "packed"), (2048, 49, 512, "packed"))}
 MARGIN = 0.03  # a point must beat the default by 3% to replace it
 ROUNDS = 5
-_hashes: Dict[str, str] = {}
-
-
-def family_hash(family: str) -> str:
-    """The source hash of a family's kernel (cached per process)."""
-    h = _hashes.get(family)
-    if h is None:
-        h = _hashes[family] = source_hash(kernel_source(FAMILIES[family].kernel))
-    return h
-
-
-def table_from(db: TuningDB, target_family: str) -> tuple:
-    """The database's entries for `target_family` whose kernels are unchanged, as Target.tuned
-    (sorted: equal databases give equal Targets and plan keys)."""
-    rows = []
-    for k, v in db.entries().items():
-        parts = split_key(k)
-        if parts is None or parts[0] != target_family or parts[1] not in FAMILIES:
-            continue
-        if parts[2] != family_hash(parts[1]):
-            continue  # measured on another version of the kernel
-        rows.append((parts[1], parts[3], params_items(v["params"])))
-    return tuple(sorted(rows))
-
-
 @dataclass
 class SearchResult:
     """One shape's outcome: chosen parameters, best times (ms) of the choice and of the default,
@@ -204,9 +186,9 @@ def measure(device, target: Target, family: str, key: ShapeKey, points: List[Par
 def _choose(points: List[Params], default: Params, times: Dict[int, float]) -> Tuple[Params, float, float]:
     """(chosen point, its ms, the default's ms): the fastest unless the default is within MARGIN."""
     di = points.index(default)
-    bi = min(times, key=lambda i: times[i])
+    bi = min(times, key=lambda i: times[i] if times[i] == times[i] else float("inf"))
     dms = times.get(di, float("nan"))
-    if di in times and times[bi] > dms / (1 + MARGIN):
+    if di in times and not times[bi] < dms / (1 + MARGIN):
         return default, dms, dms
     return points[bi], times[bi], dms
 
@@ -234,14 +216,23 @@ def search(device, target: Target, keys: Dict[Tuple[str, ShapeKey], int], budget
             continue
         if time.monotonic() >= t_end or (gate is not None and gate.stop.is_set()):
             break
-        if fam_name not in by_family:
-            fam_keys = [k for f, k, _n in rows if f == fam_name]
-            by_family[fam_name] = candidates(target, fam_name, fam_keys, max_points)
         default = fam.default(target, key)
-        points = list(by_family[fam_name])
-        if default not in points:
-            points.insert(0, default)
-        times = measure(device, target, fam_name, key, points, gate)
+        if fam_name in MODELS:  # whole-node points, their own per shape (node_bench.py)
+            points = fam.space(target, key)[:max_points]
+        else:  # one program per point, whatever the shape: the same points for every shape
+            if fam_name not in by_family:
+                fam_keys = [k for f, k, _n in rows if f == fam_name]
+                by_family[fam_name] = candidates(target, fam_name, fam_keys, max_points)
+            points = list(by_family[fam_name])
+        if default in points:
+            points.remove(default)
+        points.insert(0, default)
+        if len(points) < 2:  # nothing to choose between: the default, stored so that it is not asked again
+            times = {0: float("nan")}
+        elif fam_name in MODELS:
+            times = measure_node(device, target, fam_name, key, points, gate)
+        else:
+            times = measure(device, target, fam_name, key, points, gate)
         if not times:
             results.append(SearchResult(fam_name, key, default, float("nan"), default, float("nan"), "failed", count))
             continue
@@ -273,5 +264,5 @@ def stored_results(db: TuningDB, target_family: str) -> List[SearchResult]:
     return sorted(out, key=lambda r: (FAMILIES[r.family].priority, -FAMILIES[r.family].flops(r.key)))
 
 
-__all__ = ["search", "measure", "candidates", "ordered", "table_from", "family_hash", "stored_results", "Gate",
+__all__ = ["STANDARD_SHAPES", "search", "measure", "candidates", "ordered", "stored_results", "Gate",
            "SearchResult", "MARGIN"]

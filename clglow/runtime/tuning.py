@@ -379,7 +379,7 @@ class TuningState:
         if t is not None:
             return t
         try:
-            from .search import table_from
+            from .tuning_db import table_from
 
             t = table_from(self.database(device), family)
         except Exception as e:  # noqa: BLE001 - tuning is an optimisation; defaults always work

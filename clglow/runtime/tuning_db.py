@@ -40,7 +40,9 @@ from typing import Any, Dict, Iterator, Optional
 
 from .. import config
 from .._version import __version__
+from ..lower.tunable import FAMILIES, params_items
 from .cache import atomic_write, default_cache_dir
+from .sources import kernel_source
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,31 @@ def _valid_entry(value: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return True
+
+
+_hashes: Dict[str, str] = {}
+
+
+def family_hash(family: str) -> str:
+    """The source hash of a family's kernel (cached per process)."""
+    h = _hashes.get(family)
+    if h is None:
+        h = _hashes[family] = source_hash(kernel_source(FAMILIES[family].kernel))
+    return h
+
+
+def table_from(db: "TuningDB", target_family: str) -> tuple:
+    """The database's entries for `target_family` whose kernels are unchanged, as Target.tuned
+    (sorted: equal databases give equal Targets and plan keys)."""
+    rows = []
+    for k, v in db.entries().items():
+        parts = split_key(k)
+        if parts is None or parts[0] != target_family or parts[1] not in FAMILIES:
+            continue
+        if parts[2] != family_hash(parts[1]):
+            continue  # measured on another version of the kernel
+        rows.append((parts[1], parts[3], params_items(v["params"])))
+    return tuple(sorted(rows))
 
 
 class TuningDB:
@@ -178,4 +205,4 @@ class TuningDB:
         self.put_many({key: entry})
 
 
-__all__ = ["TuningDB", "Entry", "FORMAT", "entry_key", "split_key", "source_hash", "device_fields"]
+__all__ = ["TuningDB", "table_from", "family_hash", "Entry", "FORMAT", "entry_key", "split_key", "source_hash", "device_fields"]
