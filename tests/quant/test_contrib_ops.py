@@ -13,7 +13,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import assert_within_steps, clglow_session_run, ort_literal_run
+from quant_oracle import assert_within_steps, clglow_session_run, ort_literal_run
 
 MS = "com.microsoft"
 NP_TO_ONNX = {np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int8): TensorProto.INT8,

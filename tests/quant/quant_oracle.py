@@ -1,0 +1,56 @@
+"""Helpers of the quantized-model tests: onnxruntime's literal run (the oracle), a clglow run with
+host fallback off, and the quantization-step comparison. The fixtures of conftest.py hand them out."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Union
+
+import numpy as np
+import onnx
+
+
+ModelArg = Union[onnx.ModelProto, str, Path]
+
+
+def _bytes(model: ModelArg) -> bytes:
+    return model.SerializeToString() if isinstance(model, onnx.ModelProto) else Path(model).read_bytes()
+
+
+def ort_literal_run(model: ModelArg, feeds: dict) -> list:
+    """onnxruntime (CPU) with ORT_DISABLE_ALL: every node run as written."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(_bytes(model), opts, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def clglow_session_run(model: ModelArg, feeds: dict, device_only: bool = True) -> tuple:
+    """(outputs, session) of clglow; with device_only, host fallback is off for this session."""
+    import clglow
+
+    old = os.environ.get("CLGLOW_HOST_FALLBACK")
+    if device_only:
+        os.environ["CLGLOW_HOST_FALLBACK"] = "0"
+    try:
+        sess = clglow.InferenceSession(_bytes(model))
+        return sess.run(None, feeds), sess
+    finally:
+        if old is None:
+            os.environ.pop("CLGLOW_HOST_FALLBACK", None)
+        else:
+            os.environ["CLGLOW_HOST_FALLBACK"] = old
+
+
+def assert_within_steps(got: np.ndarray, ref: np.ndarray, steps: int = 1) -> None:
+    """Same shape and dtype, integer values at most `steps` apart."""
+    got, ref = np.asarray(got), np.asarray(ref)
+    assert got.shape == ref.shape, (got.shape, ref.shape)
+    assert got.dtype == ref.dtype, (got.dtype, ref.dtype)
+    diff = np.abs(got.astype(np.int64) - ref.astype(np.int64))
+    worst = int(diff.max()) if diff.size else 0
+    assert worst <= steps, f"{int((diff > steps).sum())} of {diff.size} values off by more than {steps} " \
+                           f"(worst {worst})"
