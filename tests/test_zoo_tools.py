@@ -51,6 +51,9 @@ def test_compare_against_numpy() -> None:
     assert not measure.compare([ints + (ints == 3)], [ints])[1]
     rel, ok, note = measure.compare([ref[:2]], [ref])
     assert not ok and rel == float("inf") and "shape" in note
+    flat = np.full((3, 3), 2.0, dtype=np.float32)
+    rel, ok, note = measure.compare([flat], [flat])
+    assert ok and "constant" in note
 
 
 def test_geomean_and_table() -> None:
@@ -75,12 +78,14 @@ def test_export_cache_bookkeeping(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     d.mkdir(parents=True)
     (d / "meta.json").write_text('{"ok": true, "na')  # torn write
     assert export.read_meta("bert") is None and export.needs_export("bert")
-    (d / "meta.json").write_text(json.dumps({"ok": True}))
+    (d / "meta.json").write_text(json.dumps({"ok": True, "weights": export.WEIGHTS}))
     assert export.needs_export("bert")  # the model file is missing
     (d / "model.onnx").write_bytes(b"x")
     (d / "inputs.npz").write_bytes(b"x")
     assert not export.needs_export("bert") and export.needs_export("bert", force=True)
-    (d / "meta.json").write_text(json.dumps({"ok": False, "versions": export.versions()}))
+    (d / "meta.json").write_text(json.dumps({"ok": False, "versions": export.versions(), "weights": export.WEIGHTS}))
     assert not export.needs_export("bert")  # failed under these versions: not retried
-    (d / "meta.json").write_text(json.dumps({"ok": False, "versions": {"torch": "0.0"}}))
+    (d / "meta.json").write_text(json.dumps({"ok": False, "versions": {"torch": "0.0"}, "weights": export.WEIGHTS}))
     assert export.needs_export("bert")  # failed under other versions: retried
+    (d / "meta.json").write_text(json.dumps({"ok": True, "weights": export.WEIGHTS - 1}))
+    assert export.needs_export("bert")  # exported with older weights: redone

@@ -42,6 +42,8 @@ def compare(ours: Sequence[np.ndarray], ref: Sequence[np.ndarray]) -> Tuple[floa
                 ok, note = False, note or f"output {i}: {bad} of {a.size} integers differ"
                 worst = max(worst, 1.0)
             continue
+        if float(np.ptp(b)) <= 1e-6 * max(float(np.max(np.abs(b))), 1e-30):
+            note = note or f"output {i} is constant: the comparison proves little"
         d = np.abs(a.astype(np.float64) - b.astype(np.float64))
         scale = max(float(np.max(np.abs(b))), 1e-30)
         rel = float(np.max(d)) / scale if np.all(np.isfinite(d)) else float("inf")
