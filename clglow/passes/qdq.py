@@ -11,9 +11,10 @@ that clglow's int8 kernels run:
   quantizer writes it) and the activation becomes the node attribute `qclamp` = [lo, hi], the
   quantized clamp bounds (exact: quantization is monotonic, so Q(clip(v, a, b)) ==
   clip(Q(v), Q(a), Q(b))).
-- DQ -> {Add, Mul} -> Q: com.microsoft QLinearAdd / QLinearMul; DQ -> AveragePool /
-  GlobalAveragePool -> Q: com.microsoft QLinearAveragePool / QLinearGlobalAveragePool;
-  DQ -> Concat -> Q: com.microsoft QLinearConcat.
+- DQ -> {Add, Mul} -> Q: com.microsoft QLinearAdd / QLinearMul; DQ -> {AveragePool,
+  GlobalAveragePool, Sigmoid, LeakyRelu, Softmax} -> Q: com.microsoft QLinearAveragePool /
+  QLinearGlobalAveragePool / QLinearSigmoid / QLinearLeakyRelu / QLinearSoftmax; DQ -> Concat -> Q:
+  com.microsoft QLinearConcat.
 - DQ -> {MaxPool, Reshape, Transpose, Flatten, Squeeze, Unsqueeze, Resize(nearest)} -> Q with
   the same scale and zero point on both sides: the op runs on the integer tensor itself (exact:
   these ops only select or move elements, and Q(DQ(v)) == v).
@@ -48,7 +49,9 @@ Q8 = {np.dtype(np.int8), np.dtype(np.uint8)}
 # ops that only move or select elements: exact on the integer tensor with unchanged parameters
 EXACT_OPS = {"MaxPool", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Resize"}
 BINARY_OPS = {"Add": "QLinearAdd", "Mul": "QLinearMul"}
-POOL_OPS = {"AveragePool": "QLinearAveragePool", "GlobalAveragePool": "QLinearGlobalAveragePool"}
+# one-input ops with an integer contrib form (onnxruntime's QDQ unary selector)
+UNARY_OPS = {"AveragePool": "QLinearAveragePool", "GlobalAveragePool": "QLinearGlobalAveragePool",
+             "Sigmoid": "QLinearSigmoid", "LeakyRelu": "QLinearLeakyRelu", "Softmax": "QLinearSoftmax"}
 INT32 = np.iinfo(np.int32)
 
 
@@ -378,6 +381,21 @@ def exact_rewrite(core: Node, rw: Rewrite, yq: QParams, producers: dict, consume
                 core.domain, None)
 
 
+def unary_attrs(core: Node, g: Graph) -> Optional[dict]:
+    """The attributes of the contrib form of a one-input op (None: it has no such form)."""
+    op = core.op_type
+    if op in ("AveragePool", "GlobalAveragePool"):
+        dil = core.attr("dilations")
+        if dil is not None and any(int(d) != 1 for d in dil):
+            return None
+        return dict({k: v for k, v in core.attrs.items() if k != "dilations"}, channels_last=0)
+    if op == "LeakyRelu":
+        return {"alpha": float(core.attr("alpha", 0.01))}
+    if op == "Softmax":  # the contrib op keeps the original opset's meaning of axis
+        return {"axis": int(core.attr("axis", 1 if g.opset() < 13 else -1)), "opset": g.opset()}
+    return {}
+
+
 def contrib_rewrite(core: Node, rw: Rewrite, yq: QParams, producers: dict) -> Optional[Node]:
     """DQ -> {Add, Mul, AveragePool, GlobalAveragePool, Concat} -> Q as the com.microsoft ops
     onnxruntime's quantizer writes (per-tensor parameters, one 8-bit type throughout)."""
@@ -391,13 +409,11 @@ def contrib_rewrite(core: Node, rw: Rewrite, yq: QParams, producers: dict) -> Op
             return None
         inputs = rw.triple(xs[0].node.input(0), xs[0]) + rw.triple(xs[1].node.input(0), xs[1]) + y
         return Node(BINARY_OPS[core.op_type], core.name, inputs, [rw.q.outputs[0]], {}, MS)
-    if core.op_type in POOL_OPS:
-        dil = core.attr("dilations")
-        if len(xs) != 1 or dil is not None and any(int(d) != 1 for d in dil):
+    if core.op_type in UNARY_OPS:
+        attrs = unary_attrs(core, g)
+        if len(xs) != 1 or attrs is None:
             return None
-        attrs = {k: v for k, v in core.attrs.items() if k != "dilations"}
-        attrs["channels_last"] = 0
-        return Node(POOL_OPS[core.op_type], core.name, rw.triple(xs[0].node.input(0), xs[0]) + y,
+        return Node(UNARY_OPS[core.op_type], core.name, rw.triple(xs[0].node.input(0), xs[0]) + y,
                     [rw.q.outputs[0]], attrs, MS)
     inputs = list(y)
     for x in xs:
@@ -427,7 +443,7 @@ def match(q: Node, g: Graph, producers: dict, consumers: dict, outputs: set) -> 
         return None
     elif op in EXACT_OPS:
         node = exact_rewrite(core, rw, yq, producers, consumers)
-    elif op in BINARY_OPS or op in POOL_OPS or op == "Concat":
+    elif op in BINARY_OPS or op in UNARY_OPS or op == "Concat":
         node = contrib_rewrite(core, rw, yq, producers)
     else:
         return None

@@ -257,11 +257,14 @@ def test_linear_resize_not_rewritten():
 CONTRIB_CASES = [
     ("AveragePool", {"kernel_shape": [2, 2], "strides": [2, 2]}, "QLinearAveragePool"),
     ("GlobalAveragePool", {}, "QLinearGlobalAveragePool"),
+    ("Sigmoid", {}, "QLinearSigmoid"),
+    ("LeakyRelu", {"alpha": 0.2}, "QLinearLeakyRelu"),
+    ("Softmax", {"axis": 1}, "QLinearSoftmax"),
 ]
 
 
 @pytest.mark.parametrize("op,attrs,qop", CONTRIB_CASES, ids=[c[0] for c in CONTRIB_CASES])
-def test_pools(op, attrs, qop):
+def test_unary_contrib(op, attrs, qop):
     feeds = feeds_for(X_SHAPE)
     model = unary_model(op, X_SHAPE, attrs, same=False)
     check(model, feeds, {qop}, {op, "DequantizeLinear"})

@@ -32,8 +32,8 @@ from clglow.passes.qdq import fuse_qdq  # noqa: E402
 # float op -> the integer node the pass writes for it in these models
 REWRITES = {"Conv": "QLinearConv", "Gemm": "QGemm", "MatMul": "QLinearMatMul"}
 CONTRIB = {"resnet": {"QLinearAdd": 8, "QLinearGlobalAveragePool": 1},
-           "mobilenet": {"QLinearAdd": 4, "QLinearMul": 17, "QLinearGlobalAveragePool": 5},
-           "bert": {"QLinearAdd": 11, "QLinearMul": 4}}
+           "mobilenet": {"QLinearAdd": 4, "QLinearMul": 17, "QLinearSigmoid": 17, "QLinearGlobalAveragePool": 5},
+           "bert": {"QLinearAdd": 11, "QLinearMul": 4, "QLinearSoftmax": 1}}
 
 
 def output_step(model: onnx.ModelProto) -> float:
