@@ -423,3 +423,44 @@ def test_on_opencl(op, monkeypatch):
     got = sess.run(None, feeds)[0]
     literal = qg.ort_outputs(model, feeds)[0]
     assert qg.steps(got, literal) <= max(qg.ort_gap(model, feeds), 1)
+
+
+def test_blocked_weights_not_rewritten():
+    """Blocked quantization (opset 21 block_size) has no integer-node form: left as written."""
+    b = qg.QDQBuilder(21)
+    s, z = qg.qparams_for(-1.0, 1.0, qg.U8, False)
+    x = b.qdq("x", s, z)
+    wq = np.random.default_rng(2).integers(-100, 100, size=(6, 4, 3, 3)).astype(np.int8)
+    ws = np.full((6, 2, 3, 3), 0.01, np.float32)
+    wd = b.node("DequantizeLinear", [b.init("wq", wq), b.init("ws", ws)], axis=1, block_size=2)[0]
+    y = b.node("Conv", [x, wd])[0]
+    b.q(y, *qg.qparams_for(-4.0, 4.0, qg.U8, False))
+    b.nodes[-1].output[0] = "y"
+    model = b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, X_SHAPE)],
+                    [helper.make_tensor_value_info("y", TensorProto.UINT8, None)])
+    ops = op_types(rewritten(model))
+    assert "Conv" in ops and "QLinearConv" not in ops
+
+
+def test_conv_transpose_stays_float():
+    """No integer ConvTranspose exists (neither ai.onnx nor onnxruntime's contrib ops): the QDQ
+    ConvTranspose runs as written, matching onnxruntime's literal run."""
+    feeds = feeds_for(X_SHAPE)
+    w = (np.random.default_rng(4).standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32)
+
+    def build(ys):
+        b = qg.QDQBuilder(13)
+        s, z = qg.qparams_for(-1.0, 1.0, qg.U8, False)
+        y = b.node("ConvTranspose", [b.qdq("x", s, z), b.weight(w, qg.I8, True, 1)], strides=[2, 2])[0]
+        out = TensorProto.FLOAT
+        if ys is not None:
+            b.q(y, *ys)
+            out = TensorProto.UINT8
+        b.nodes[-1].output[0] = "y"
+        return b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, X_SHAPE)],
+                       [helper.make_tensor_value_info("y", out, None)])
+
+    model = calibrated(build, feeds, qg.U8)
+    assert "ConvTranspose" in op_types(rewritten(model))
+    got = InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    assert qg.steps(got, qg.ort_outputs(model, feeds)[0]) <= 1
