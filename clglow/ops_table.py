@@ -1,8 +1,10 @@
-"""The supported-operator table, generated from the op registry: `python -m clglow.ops_table`.
+"""The supported-operator tables, generated from the op registry: `python -m clglow.ops_table`
+(ai.onnx) and `python -m clglow.ops_table com.microsoft` (onnxruntime's contrib ops).
 
-Prints markdown: every ai.onnx operator of the installed onnx with where clglow runs it
-(OpenCL kernel, host fallback through onnx.reference, or neither). An OpenCL op may still
-decline some attribute/dtype combinations (supports()); those nodes fall back to the host.
+Prints markdown: every ai.onnx operator of the installed onnx, or every com.microsoft operator
+clglow knows (frontend/contrib_ops.py), with where clglow runs it (OpenCL kernel, host fallback
+through onnx.reference or runtime/contrib_host.py, or neither). An OpenCL op may still decline
+some attribute/dtype combinations (supports()); those nodes fall back to the host.
 """
 from __future__ import annotations
 
@@ -51,9 +53,32 @@ def markdown(domain: str = "") -> str:
     return "\n".join(lines)
 
 
-def main(out: Optional[TextIO] = None) -> None:
-    (out or sys.stdout).write(markdown() + "\n")
+def contrib_rows() -> list:
+    """[(op, on OpenCL, on host)] for every com.microsoft op in clglow's schema registry."""
+    from .frontend.contrib_ops import DOMAIN, SCHEMAS
+    from .lower import REGISTRY
+    from .runtime.contrib_host import has_reference
+
+    return [(op, (DOMAIN, op) in REGISTRY, has_reference(op)) for op in sorted(SCHEMAS)]
+
+
+def contrib_markdown() -> str:
+    """The com.microsoft table; any other contrib op is refused at load."""
+    lines = ["| Operator (com.microsoft) | OpenCL | Host fallback |", "|---|:---:|:---:|"]
+    table = contrib_rows()
+    for op, dev, host in table:
+        lines.append(f"| {op} | {'yes' if dev else ''} | {'yes' if host else ''} |")
+    n_dev = sum(1 for _, d, _ in table if d)
+    lines.append("")
+    lines.append(f"{n_dev} of {len(table)} com.microsoft operators have an OpenCL kernel; any other com.microsoft "
+                 f"operator is refused at load (UnsupportedOperator naming the node).")
+    return "\n".join(lines)
+
+
+def main(out: Optional[TextIO] = None, domain: str = "") -> None:
+    text = contrib_markdown() if domain == "com.microsoft" else markdown()
+    (out or sys.stdout).write(text + "\n")
 
 
 if __name__ == "__main__":
-    main()
+    main(domain=sys.argv[1] if len(sys.argv) > 1 else "")

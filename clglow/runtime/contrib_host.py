@@ -154,7 +154,36 @@ def _gemm_ops(OpRun: type) -> list:
             y = acc.astype(np.float32) * (np.float32(s) * np.asarray(b_s, np.float32))
             return ((y + bias if bias is not None else y).astype(np.float32),)
 
-    return [QGemm, MatMulIntegerToFloat, DynamicQuantizeMatMul]
+    class QLinearConv(OpRun):
+        """com.microsoft QLinearConv: ai.onnx's (onnx.reference) on NCHW, transposed around it for
+        channels_last."""
+
+        op_domain = DOMAIN
+
+        def _run(self, x, x_s, x_z, w, w_s, w_z, y_s, y_z, b=None, auto_pad=None, channels_last=None,
+                 dilations=None, group=None, kernel_shape=None, pads=None, strides=None):
+            if channels_last:
+                x = np.moveaxis(x, -1, 1)
+            attrs = {k: v for k, v in dict(auto_pad=auto_pad, dilations=dilations, group=group,
+                                           kernel_shape=kernel_shape, pads=pads, strides=strides).items()
+                     if v is not None}
+            y = _onnx_qlinear_conv([x, x_s, x_z, w, w_s, w_z, y_s, y_z] + ([b] if b is not None else []), attrs)
+            return (np.moveaxis(y, 1, -1) if channels_last else y,)
+
+    return [QGemm, MatMulIntegerToFloat, DynamicQuantizeMatMul, QLinearConv]
+
+
+def _onnx_qlinear_conv(arrays: list, attrs: dict) -> np.ndarray:
+    """ai.onnx QLinearConv by onnx.reference on one-node model of these inputs."""
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    names = [f"i{k}" for k in range(len(arrays))]
+    node = helper.make_node("QLinearConv", names, ["y"], **attrs)
+    inits = [numpy_helper.from_array(np.asarray(a), n) for a, n in zip(arrays, names)]
+    g = helper.make_graph([node], "qconv", [], [helper.make_tensor_value_info("y", 0, None)], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 10)])
+    return np.asarray(ReferenceEvaluator(model).run(None, {})[0])
 
 
 def has_reference(op_type: str) -> bool:
@@ -164,4 +193,4 @@ def has_reference(op_type: str) -> bool:
 
 _NAMES = frozenset({"QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearGlobalAveragePool",
                     "QLinearAveragePool", "QLinearConcat", "QLinearSoftmax", "QuantizeLinear", "DequantizeLinear",
-                    "QGemm", "MatMulIntegerToFloat", "DynamicQuantizeMatMul"})
+                    "QGemm", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QLinearConv"})

@@ -160,3 +160,21 @@ def test_shape_rules_match_onnxruntime(op, ins, attrs, inputs, consts):
     (dtype, shape), = contrib_ops.infer(graph.nodes[0], graph).values()
     assert tuple(shape) == ref.shape
     assert np.dtype(dtype) == ref.dtype
+
+
+def test_ops_table_lists_the_contrib_ops():
+    """`python -m clglow.ops_table com.microsoft`: every registry op, with its OpenCL/host columns."""
+    import io
+
+    from clglow import ops_table
+    from clglow.lower import REGISTRY
+
+    buf = io.StringIO()
+    ops_table.main(buf, domain="com.microsoft")
+    text = buf.getvalue()
+    for op in contrib_ops.SCHEMAS:
+        dev = "yes" if (MS, op) in REGISTRY else ""
+        assert f"| {op} | {dev} | yes |" in text
+    for op in ("QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearGlobalAveragePool",
+               "QLinearAveragePool", "QLinearConcat", "QLinearSoftmax", "QuantizeLinear", "DequantizeLinear"):
+        assert (MS, op) in REGISTRY, op

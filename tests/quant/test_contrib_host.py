@@ -121,3 +121,28 @@ def test_host_matmul_integer_to_float_and_dynamic_exact():
     q = np.clip(np.rint(x / s) + z, 0, 255)
     want = _exact(q, z, b, 0) * (np.float64(s) * bs) + bias
     np.testing.assert_allclose(_host(m, {"x": x}), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("channels_last", [0, 1])
+def test_host_com_microsoft_qlinear_conv(channels_last):
+    """Against an exact numpy convolution (int64 sums) requantised here."""
+    rng = np.random.default_rng(3)
+    x = _rand(rng, (1, 3, 6, 6), U8)
+    w = _rand(rng, (4, 3, 3, 3), I8)
+    bias = rng.integers(-500, 500, size=(4,)).astype(np.int32)
+    consts = {"xs": S(0.02), "xz": np.array(120, U8), "w": w, "ws": S(0.01), "wz": np.array(0, I8),
+              "ys": S(0.3), "yz": np.array(100, U8), "b": bias}
+    feed = np.moveaxis(x, 1, -1).copy() if channels_last else x
+    m = _model("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], {"x": feed}, consts, U8, 4,
+               pads=[1, 1, 1, 1], channels_last=channels_last)
+    got = _host(m, {"x": feed})
+    xp = np.pad(x.astype(np.int64) - 120, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    acc = np.zeros((1, 4, 6, 6), np.int64)
+    for i in range(3):
+        for j in range(3):
+            acc += np.einsum("nchw,oc->nohw", xp[:, :, i:i + 6, j:j + 6], w[:, :, i, j].astype(np.int64))
+    acc += bias.reshape(1, 4, 1, 1)
+    want = np.clip(np.rint(acc * (np.float64(np.float32(0.02)) * np.float32(0.01) / np.float32(0.3))) + 100, 0, 255)
+    if channels_last:
+        want = np.moveaxis(want, 1, -1)
+    assert np.abs(got.astype(np.int64) - want).max() <= 1
