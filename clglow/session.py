@@ -11,6 +11,7 @@ input shape.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
 import threading
 import time
@@ -29,7 +30,9 @@ from .ir import Graph
 from .partition import Placement, format_placement, place
 from .passes.pipeline import optimize
 from .runtime.binding import HostStep
+from .lower.tunable import request_mark, requests_since
 from .runtime.engine import Engine
+from .runtime.search import start_background
 from .target import FAMILIES
 
 log = logging.getLogger(__name__)
@@ -158,6 +161,7 @@ class InferenceSession:
         self._output_args = [self._node_arg(n, imported, named=True) for n in imported.outputs]
         self.graph: Graph = optimize(imported, enabled=self.options.graph_optimization_level > 0)
         self.host_fallback = plan_options.host_fallback
+        mark = request_mark()  # the tunable shapes lowering asks for from here on (lower/tunable.py)
         self._engine = Engine(self.graph, self.device, plan_options, self.options.enable_profiling)
         self.graph = self._engine.graph  # fused nodes the Target refuses run as their original nodes
         static = all(isinstance(d, int) for a in self._input_args for d in a.shape) \
@@ -172,6 +176,10 @@ class InferenceSession:
         self._profile_start = time.time()
         if static:
             self._last_plan = self._engine.plan(self._input_types_static())
+        # database misses among this model's shapes: measured in the background between runs
+        # (runtime/search.py: after the first run, only while idle, bounded), for later sessions
+        self._tune_gate = start_background(self.device, self._engine.target,
+                                           requests_since(mark, self._engine.target)) if tune and static else None
         log.info("loaded %s in %.2fs on %s", self._proto_meta["graph"], time.perf_counter() - t0,
                  getattr(self.device, "name", self.device))
 
@@ -298,9 +306,15 @@ class InferenceSession:
         """Run the model; returns the requested outputs (all when None) in order."""
         names = self._select_outputs(output_names)
         feeds, _, types = self._check_feeds(input_feed)
-        outs = self._engine.run(feeds, types=types)
+        with self._running():
+            outs = self._engine.run(feeds, types=types)
         self._last_plan = self._engine.last_plan
         return [outs[n] for n in names]
+
+    def _running(self) -> Any:
+        """Around a run: a background tuning search pauses until the session is idle again."""
+        gate = getattr(self, "_tune_gate", None)
+        return gate.running() if gate is not None else contextlib.nullcontext()
 
     def run_async(self, output_names: Optional[Sequence[str]], input_feed: Mapping[str, Any],
                   callback: Optional[Callable] = None, user_data: Any = None,
@@ -314,7 +328,8 @@ class InferenceSession:
 
         def job() -> list:
             try:
-                outs = self._engine.run(feeds, types=types)
+                with self._running():
+                    outs = self._engine.run(feeds, types=types)
                 result = [outs[n] for n in names]
             except Exception as e:
                 if callback is not None:
@@ -436,6 +451,8 @@ class InferenceSession:
 
     def release(self) -> None:
         """Free device buffers now (also done when the session is garbage collected)."""
+        if getattr(self, "_tune_gate", None) is not None:
+            self._tune_gate.stop.set()  # the background search ends before its next launch
         if getattr(self, "_pool", None) is not None:
             self._pool.shutdown(wait=True)
             self._pool = None

@@ -26,12 +26,15 @@ Example::
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import random
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import pyopencl as cl
@@ -69,35 +72,110 @@ class SearchResult:
     timings_ms: Dict[str, float] = field(default_factory=dict)
 
 
-class Gate:
-    """When a background search may launch: `idle` set while the session runs nothing; `stop`
-    ends the search (session closed, budget spent)."""
+_activity = threading.Lock()  # runs in flight across every session of the process
+_runs_in_flight = 0
+_last_run_end = 0.0
 
-    def __init__(self) -> None:
+
+class Gate:
+    """When a background search may launch: while no session of the process runs anything, and
+    none has for `settle_s` (so a burst of runs is never interleaved with measurements); `stop` ends the
+    search (session released, budget spent, interpreter exit)."""
+
+    def __init__(self, settle_s: float = 0.5) -> None:
         self.idle = threading.Event()
         self.idle.set()
         self.stop = threading.Event()
+        self.ran = threading.Event()  # at least one run finished: the search starts after it
+        self.settle_s = settle_s
         self._busy = 0
+        self._last = 0.0
         self._lock = threading.Lock()
 
     def enter(self) -> None:
         """A run starts: the search pauses before its next launch."""
+        global _runs_in_flight
         with self._lock:
             self._busy += 1
             self.idle.clear()
+        with _activity:
+            _runs_in_flight += 1
 
     def leave(self) -> None:
+        global _runs_in_flight, _last_run_end
         with self._lock:
             self._busy = max(0, self._busy - 1)
+            self._last = time.monotonic()
             if self._busy == 0:
                 self.idle.set()
+        with _activity:
+            _runs_in_flight = max(0, _runs_in_flight - 1)
+            _last_run_end = time.monotonic()
+        self.ran.set()
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Around a run: `with gate.running(): ...`."""
+        self.enter()
+        try:
+            yield
+        finally:
+            self.leave()
 
     def wait(self) -> bool:
-        """Block until idle; False when the search must stop."""
+        """Block until idle and settled; False when the search must stop."""
         while not self.stop.is_set():
             if self.idle.wait(0.05):
-                return not self.stop.is_set()
+                now = time.monotonic()
+                with self._lock, _activity:  # no run of any session in this process, lately
+                    quiet = (self._busy == 0 and _runs_in_flight == 0
+                             and now - max(self._last, _last_run_end) >= self.settle_s)
+                if quiet:
+                    return not self.stop.is_set()
+                time.sleep(0.02)
         return False
+
+
+_background_lock = threading.Lock()  # one background search per process at a time
+_gates: "weakref.WeakSet[Gate]" = weakref.WeakSet()
+BACKGROUND_BUDGET_S = 30.0
+
+
+def _stop_all() -> None:
+    for g in list(_gates):
+        g.stop.set()
+
+
+atexit.register(_stop_all)
+
+
+def start_background(device, target: Target, keys: Dict[Tuple[str, ShapeKey], int],
+                     budget_s: float = BACKGROUND_BUDGET_S) -> Optional[Gate]:
+    """Measure `keys` missing from the database in a daemon thread, only while the returned gate
+    says the session is idle (after its first run), within `budget_s` seconds of search; None
+    when every shape is stored already. Writes the database; the running session keeps its
+    plans (a later session uses the results). Another search already running in this process:
+    this one waits for it, then skips what it stored."""
+    have = {(fam, key) for fam, key, _items in target.tuned}
+    missing = {k: n for k, n in keys.items() if (k[0], key_str(k[1])) not in have}
+    if not ordered(missing, target):
+        return None
+    gate = Gate()
+    _gates.add(gate)
+
+    def work() -> None:
+        while not gate.stop.is_set() and not gate.ran.wait(0.2):
+            pass
+        if gate.stop.is_set() or not gate.wait():
+            return
+        with _background_lock:
+            try:
+                search(device, target, missing, budget_s=budget_s, gate=gate, by="background")
+            except Exception as e:  # noqa: BLE001 - tuning is an optimisation; the session never sees it
+                log.warning("background tuning on %s stopped: %s", target.name, e)
+
+    threading.Thread(target=work, name="clglow-tune-background", daemon=True).start()
+    return gate
 
 
 def ordered(keys: Dict[Tuple[str, ShapeKey], int], target: Target) -> List[Tuple[str, ShapeKey, int]]:
@@ -264,5 +342,5 @@ def stored_results(db: TuningDB, target_family: str) -> List[SearchResult]:
     return sorted(out, key=lambda r: (FAMILIES[r.family].priority, -FAMILIES[r.family].flops(r.key)))
 
 
-__all__ = ["STANDARD_SHAPES", "search", "measure", "candidates", "ordered", "stored_results", "Gate",
+__all__ = ["STANDARD_SHAPES", "BACKGROUND_BUDGET_S", "start_background", "search", "measure", "candidates", "ordered", "stored_results", "Gate",
            "SearchResult", "MARGIN"]
