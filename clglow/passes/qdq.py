@@ -76,6 +76,7 @@ class QParams:
         return self.scale.size == 1
 
     def same(self, other: "QParams") -> bool:
+        """Equal per-tensor parameters and type: Q(DQ(v)) == v across them."""
         return self.per_tensor and other.per_tensor and self.dtype == other.dtype and \
             float(self.scale.reshape(-1)[0]) == float(other.scale.reshape(-1)[0]) and \
             int(self.zp.reshape(-1)[0]) == int(other.zp.reshape(-1)[0])
@@ -89,6 +90,7 @@ class QParams:
 
 
 def std(node: Node) -> bool:
+    """`node` is an ai.onnx op (the patterns are written over the standard ops only)."""
     return node.domain in ("", "ai.onnx")
 
 
@@ -152,6 +154,7 @@ class Rewrite:
         self.dqs: list = []
 
     def const(self, base: str, arr: np.ndarray) -> str:
+        """The name of a new constant input (added to the graph only if the rewrite is applied)."""
         name = self.g.unique_name(base)
         while name in self.consts:
             name = self.g.unique_name(name + "_")
@@ -162,6 +165,7 @@ class Rewrite:
         return qp.scale_name
 
     def zp_input(self, qp: QParams) -> str:
+        """The zero point's input name: the node's own, or a new constant of zeros."""
         return qp.zp_name or self.const(qp.node.name + "_zero_point", qp.zp)
 
     def triple(self, data: str, qp: QParams) -> list:
@@ -239,11 +243,13 @@ def channel_scale(w: QParams, n: int, axis: int, rank: int) -> bool:
 
 
 def rank_of(name: str, g: Graph) -> Optional[int]:
+    """The rank of value `name`, None when unknown."""
     v = g.values.get(name)
     return None if v is None or v.shape is None else len(v.shape)
 
 
 def dims_of(name: str, g: Graph) -> Optional[tuple]:
+    """The (maybe symbolic) shape of value `name`, None when unknown."""
     v = g.values.get(name)
     return None if v is None or v.shape is None else tuple(v.shape)
 
@@ -418,6 +424,8 @@ def contrib_rewrite(core: Node, rw: Rewrite, yq: QParams, producers: dict) -> Op
     inputs = list(y)
     for x in xs:
         inputs += rw.triple(x.node.input(0), x)
+    if core.attr("axis") is None:
+        return None
     return Node("QLinearConcat", core.name, inputs, [rw.q.outputs[0]], {"axis": int(core.attr("axis"))}, MS)
 
 
