@@ -36,7 +36,7 @@ from .. import __version__
 from ..errors import InvalidArgument
 from ..session import InferenceSession, SessionOptions
 from . import protocol
-from .batching import batch_symbol, concat, group, rows, split
+from .batching import batch_symbol, bucket, buckets, concat, group, pad, rows, split
 
 log = logging.getLogger(__name__)
 
@@ -94,13 +94,15 @@ def replica_device(config: ServeConfig, local_rank: int) -> Optional[str]:
     return devices[local_rank % len(devices)] if devices else None
 
 
-def _warm_feeds(model_inputs: Sequence[Any]) -> Optional[dict[str, np.ndarray]]:
-    """Zeros for every input with symbolic dims at 1, to build the kernels before the first request."""
+def _warm_feeds(model_inputs: Sequence[Any], batch: int = 1) -> Optional[dict[str, np.ndarray]]:
+    """Zeros for every input, the first dim at `batch` where symbolic and other symbolic dims at 1:
+    a warm-up run builds the kernels and plan before the first request needs them."""
     feeds = {}
     for a in model_inputs:
         if a.dtype is None:
             return None
-        feeds[a.name] = np.zeros([d if isinstance(d, int) else 1 for d in a.shape], dtype=a.dtype)
+        dims = [d if isinstance(d, int) else (batch if i == 0 else 1) for i, d in enumerate(a.shape)]
+        feeds[a.name] = np.zeros(dims, dtype=a.dtype)
     return feeds
 
 
@@ -114,17 +116,25 @@ class ServedModel:
         self.output_names = [a.name for a in self.outputs]
         self.symbol = batch_symbol(self.inputs, self.outputs) if spec.max_batch_size > 1 else None
         self.metadata = protocol.model_metadata(spec.name, [spec.version], self.inputs, self.outputs)
-        warm = _warm_feeds(self.inputs)
-        if warm is not None:
-            try:
-                self.session.run(None, warm)
-            except Exception as e:  # noqa: BLE001 - a model that needs real data warms on its first request
-                log.warning("warm-up run of %s failed (%s); its first request builds its kernels", spec.name, e)
+        self._warm()
         self._batched = None
         if self.symbol is not None:
             self._batched = serve.batch(max_batch_size=spec.max_batch_size,
                                         batch_wait_timeout_s=spec.batch_wait_ms / 1000.0,
                                         batch_size_fn=lambda items: sum(rows(f) for f in items))(self._run_batch)
+
+    def _warm(self) -> None:
+        """Run once per batch size the model will see (each batching bucket), so the replica is
+        ready only when its kernels are built."""
+        for n in buckets(self.spec.max_batch_size) if self.symbol is not None else [1]:
+            warm = _warm_feeds(self.inputs, n)
+            if warm is None:
+                return
+            try:
+                self.session.run(None, warm)
+            except Exception as e:  # noqa: BLE001 - a model that needs real data warms on its first request
+                log.warning("warm-up run of %s failed (%s); its first request builds its kernels", self.spec.name, e)
+                return
 
     def _run(self, feeds: dict) -> dict[str, np.ndarray]:
         return dict(zip(self.output_names, self.session.run(None, feeds)))
@@ -133,13 +143,15 @@ class ServedModel:
         return await asyncio.get_running_loop().run_in_executor(self.pool, self._run, feeds)
 
     async def _run_batch(self, items: list) -> list:
-        """serve.batch's function: compatible requests concatenated, run, split back; a failed
-        group's requests get its exception (the others their outputs)."""
+        """serve.batch's function: compatible requests concatenated (padded to a bucket size), run,
+        split back; a failed group's requests get its exception (the others their outputs)."""
         results: list = [None] * len(items)
         for idx in group(items, self.spec.max_batch_size):
             try:
                 feeds, sizes = concat([items[i] for i in idx])
-                parts = split(await self._run_in_pool(feeds), sizes)
+                total = sum(sizes)
+                outs = await self._run_in_pool(pad(feeds, bucket(total, self.spec.max_batch_size)))
+                parts = split({k: v[:total] for k, v in outs.items()}, sizes)
             except Exception as e:  # noqa: BLE001 - handed to each caller, who raises it
                 parts = [e] * len(idx)
             for i, part in zip(idx, parts):

@@ -75,3 +75,25 @@ def split(outputs: Mapping[str, np.ndarray], sizes: Sequence[int]) -> list[dict[
                              "does not keep its batch dimension, so it cannot be batched")
     bounds = np.cumsum([0] + list(sizes))
     return [{name: y[bounds[i]:bounds[i + 1]] for name, y in outputs.items()} for i in range(len(sizes))]
+
+
+def bucket(n: int, max_rows: int) -> int:
+    """The batch size a batch of `n` rows runs at: the next power of two, at most `max_rows`
+    (and never below n). Few distinct sizes mean few plans to build and keep per replica."""
+    b = 1
+    while b < n:
+        b *= 2
+    return max(n, min(b, max_rows))
+
+
+def buckets(max_rows: int) -> list[int]:
+    """Every size `bucket` can give for batches of 1..max_rows rows (the warm-up sizes)."""
+    return sorted({bucket(n, max_rows) for n in range(1, max_rows + 1)})
+
+
+def pad(feeds: Feeds, total: int) -> dict[str, np.ndarray]:
+    """`feeds` grown to `total` rows by repeating the last row (the extra outputs are dropped)."""
+    n = rows(feeds)
+    if n >= total:
+        return dict(feeds)
+    return {name: np.concatenate([x, np.repeat(x[-1:], total - n, axis=0)], axis=0) for name, x in feeds.items()}

@@ -348,3 +348,49 @@ def encode_response(model_name: str, model_version: Optional[str], request_id: O
     if not chunks:
         return head, {"Content-Type": "application/json"}
     return head + b"".join(chunks), {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(head))}
+
+
+# --- the client's side (the load generator, benchmarks) -----------------------------------------
+def encode_request(inputs: Mapping[str, np.ndarray], binary: bool = True,
+                   outputs: Optional[Sequence[str]] = None, request_id: Optional[str] = None) -> tuple[bytes, dict]:
+    """An infer request body and headers, as tritonclient.http sends it (binary: JSON header + raw tensors)."""
+    doc: dict = {"inputs": []}
+    if request_id is not None:
+        doc["id"] = request_id
+    chunks = []
+    for name, arr in inputs.items():
+        arr = np.asarray(arr)
+        entry: dict = {"name": name, "shape": list(arr.shape), "datatype": datatype_of(arr.dtype)}
+        if binary:
+            raw = _raw_bytes(arr)
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            chunks.append(raw)
+        else:
+            entry["data"] = _json_data(arr)
+        doc["inputs"].append(entry)
+    if outputs is not None:
+        doc["outputs"] = [{"name": n, "parameters": {"binary_data": binary}} for n in outputs]
+    else:
+        doc["parameters"] = {"binary_data_output": binary}
+    head = json.dumps(doc).encode()
+    headers = {"Content-Type": "application/octet-stream" if binary else "application/json"}
+    if binary:
+        headers[HEADER_LENGTH] = str(len(head))
+    return head + b"".join(chunks), headers
+
+
+def decode_response(body: bytes, header_length: Optional[str] = None) -> dict[str, np.ndarray]:
+    """The outputs of an infer response (JSON or binary), by name."""
+    doc, binary = _split_body(body, header_length)
+    if "error" in doc:
+        raise ProtocolError(f"the server answered an error: {doc['error']}")
+    out, pos = {}, 0
+    for entry in doc.get("outputs") or []:
+        name, dtype, shape = entry["name"], numpy_dtype(entry["datatype"], entry["name"]), tuple(entry["shape"])
+        size = _binary_size(entry, name)
+        if size is None:
+            out[name] = _from_json(entry, name, dtype, shape)
+        else:
+            out[name] = _from_binary(binary[pos:pos + size], name, dtype, shape)
+            pos += size
+    return out

@@ -43,8 +43,12 @@ class Served:
         return dict(zip(names, ort_run(self.proto, feeds)))
 
 
-def resnet_feeds(seed: int, batch: int) -> dict:
-    return {"data": np.random.default_rng(seed).standard_normal((batch, 3, 32, 32), dtype=np.float32)}
+def resnet_feeds(seed: int, batch: int, size: int = 32) -> dict:
+    return {"data": np.random.default_rng(seed).standard_normal((batch, 3, size, size), dtype=np.float32)}
+
+
+def resnet64_feeds(seed: int, batch: int) -> dict:
+    return resnet_feeds(seed, batch, 64)
 
 
 def bert_feeds(seed: int, batch: int, seq: int = 8) -> dict:
@@ -71,7 +75,8 @@ def free_port() -> int:
 def _models(folder: str) -> list[Served]:
     specs = [
         ("resnet_fixed", resnet(18, batch=1, image_size=32, num_classes=10, seed=1), resnet_feeds, 32),
-        ("resnet_dyn", resnet(18, batch="N", image_size=32, num_classes=10, seed=1), resnet_feeds, 32),
+        # 64x64: enough work per row that batching's gain shows through the HTTP overhead
+        ("resnet_dyn", resnet(18, batch="N", image_size=64, num_classes=10, seed=1), resnet64_feeds, 32),
         ("bert_fixed", transformer_encoder(batch=1, seq="seq", vocab=100, layers=1, seed=2), bert_feeds, 32),
         ("bert_dyn", transformer_encoder(batch="batch", seq="seq", vocab=100, layers=1, seed=2), bert_feeds, 32),
     ]
@@ -81,7 +86,7 @@ def _models(folder: str) -> list[Served]:
         onnx.save(proto, path)
         out.append(Served(name, proto, path, make, mbs))
     dyn = next(m for m in out if m.name == "resnet_dyn")
-    out.append(Served("resnet_dyn_nobatch", dyn.proto, dyn.path, resnet_feeds, 0))
+    out.append(Served("resnet_dyn_nobatch", dyn.proto, dyn.path, resnet64_feeds, 0))
     return out
 
 

@@ -49,3 +49,14 @@ def test_concat_then_split_gives_each_request_its_rows(sizes):
 def test_split_refuses_outputs_without_the_batch_rows():
     with pytest.raises(ValueError, match="does not keep its batch dimension"):
         split({"y": np.zeros((1, 3))}, [2, 1])
+
+
+def test_buckets_are_powers_of_two_up_to_the_cap():
+    from clglow.serve.batching import bucket, buckets, pad
+
+    assert [bucket(n, 32) for n in (1, 2, 3, 5, 17, 32)] == [1, 2, 4, 8, 32, 32]
+    assert bucket(40, 32) == 40 and buckets(12) == [1, 2, 4, 8, 12]
+    item = _req(3, 5, 0)
+    grown = pad(item, 8)
+    np.testing.assert_array_equal(grown["x"][:3], item["x"])
+    np.testing.assert_array_equal(grown["x"][3:], np.repeat(item["x"][-1:], 5, axis=0))

@@ -61,9 +61,8 @@ def test_clients_get_the_direct_sessions_outputs(server, direct, name):
 def test_requested_outputs_and_request_id(server):
     url, models = server
     feeds = models["resnet_dyn"].make(5, 2)
-    doc = {"id": "abc", **json.loads(json.dumps({"inputs": [
-        {"name": "data", "shape": [2, 3, 32, 32], "datatype": "FP32", "data": feeds["data"].ravel().tolist()}]})),
-        "outputs": [{"name": "logits"}]}
+    doc = {"id": "abc", "inputs": [{"name": "data", "shape": list(feeds["data"].shape), "datatype": "FP32",
+                                    "data": feeds["data"].ravel().tolist()}], "outputs": [{"name": "logits"}]}
     r = requests.post(f"{url}/v2/models/resnet_dyn/infer", json=doc, timeout=60)
     assert r.status_code == 200, r.text
     body = r.json()
