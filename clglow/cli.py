@@ -183,8 +183,22 @@ def _profile(args: argparse.Namespace) -> int:
         total += ms
         print(f"{op:24s} {ms / n:10.3f} {count // n:13d}")
     print(f"{'total kernel time':24s} {total / n:10.3f}")
+    _print_tuned_nodes(records, n)
     print(f"trace written to {path} (open it in https://ui.perfetto.dev)")
     return 0
+
+
+def _print_tuned_nodes(records: list, n: int, top: int = 25) -> None:
+    """The most expensive nodes with the tunable kernel family member each ran and its source."""
+    from .runtime.profiler import tuned_nodes
+
+    rows = tuned_nodes(records)
+    db = sum("(db)" in r[4] for r in rows)
+    print(f"\ntunable kernels: {db} of {sum(bool(r[4]) for r in rows)} node(s) from the tuning database "
+          f"(the rest the profile's default); top {min(top, len(rows))} nodes by time:")
+    print(f"{'node':28s} {'op type':14s} {'ms/run':>8s}  family member (source)")
+    for label, op, ms, _count, choice in rows[:top]:
+        print(f"{label[:28]:28s} {op[:14]:14s} {ms / n:8.3f}  {choice or '-'}")
 
 
 def _cache(args: argparse.Namespace) -> int:

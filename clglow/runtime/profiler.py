@@ -1,4 +1,6 @@
-"""OpenCL profiling events -> Chrome trace JSON (opens in Perfetto / chrome://tracing)."""
+"""OpenCL profiling events -> Chrome trace JSON (opens in Perfetto / chrome://tracing), per-op
+summaries, and which member of each tunable kernel family a node ran (its parameters, and
+whether they came from the tuning database or the profile's default: lower/tunable.py)."""
 from __future__ import annotations
 
 import json
@@ -7,6 +9,8 @@ from collections import defaultdict
 from typing import Iterable
 
 import pyopencl as cl
+
+from ..lower.tunable import decisions, format_params
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +31,10 @@ def kernel_times(records: Iterable) -> list:
 def write_chrome_trace(records: Iterable, path: str) -> str:
     times = kernel_times(records)
     t0 = min((t[3] for t in times), default=0)
+    tuned = _choices_by_label()
     events = [{"name": kname, "cat": op_type, "ph": "X", "pid": 0, "tid": 0, "ts": (s - t0) / 1000.0,
-               "dur": (e - s) / 1000.0, "args": {"node": label, "op_type": op_type}}
+               "dur": (e - s) / 1000.0, "args": {"node": label, "op_type": op_type,
+                                                 **({"tuned": tuned[label]} if label in tuned else {})}}
               for label, kname, op_type, s, e in times]
     with open(path, "w") as f:
         json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
@@ -42,3 +48,23 @@ def summary_by_op(records: Iterable) -> list:
         agg[op_type][0] += (e - s) / 1e6
         agg[op_type][1] += 1
     return sorted(((k, v[0], v[1]) for k, v in agg.items()), key=lambda t: -t[1])
+
+
+def _choices_by_label() -> dict:
+    """node label -> "family params (db|default); ..." of its latest lowering."""
+    out: dict = defaultdict(list)
+    for (label, family), (_key, params, source) in sorted(decisions().items()):
+        out[label].append(f"{family} {format_params(params)} ({source})")
+    return {k: "; ".join(v) for k, v in out.items()}
+
+
+def tuned_nodes(records: Iterable) -> list:
+    """[(node label, op_type, total_ms, launches, choices)] by time: for each profiled node, the
+    tunable families' members it ran ("family params (db|default)"; "" where none applies)."""
+    agg: dict = {}
+    for label, kname, op_type, s, e in kernel_times(records):
+        row = agg.setdefault(label, [op_type, 0.0, 0])
+        row[1] += (e - s) / 1e6
+        row[2] += 1
+    tuned = _choices_by_label()
+    return sorted(((k, v[0], v[1], v[2], tuned.get(k, "")) for k, v in agg.items()), key=lambda t: -t[2])
