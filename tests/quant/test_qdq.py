@@ -464,3 +464,24 @@ def test_conv_transpose_stays_float():
     assert "ConvTranspose" in op_types(rewritten(model))
     got = InferenceSession(model.SerializeToString()).run(None, feeds)[0]
     assert qg.steps(got, qg.ort_outputs(model, feeds)[0]) <= 1
+
+
+def test_refused_integer_node_runs_its_float_nodes(monkeypatch):
+    """A rewritten node that the session's Target refuses runs as the nodes it replaced
+    (Node.unfused), with the same results as the literal graph."""
+    from clglow.lower.base import GENERIC_TARGET, REGISTRY
+
+    if not registered("QLinearConv"):
+        pytest.skip("no device lowering of QLinearConv registered yet")
+    feeds = feeds_for(X_SHAPE)
+    model = calibrated(lambda ys: conv_model(qg.U8, qg.I8, True, "int32", "Relu", 13, False, ys), feeds, qg.U8)
+    op = REGISTRY[("", "QLinearConv")]
+    real = op.supports
+    monkeypatch.setattr(op, "supports", lambda node, graph, target: real(node, graph, target)
+                        if target is GENERIC_TARGET else "refused by the test")
+    monkeypatch.setenv("CLGLOW_HOST_FALLBACK", "0")
+    sess = InferenceSession(model.SerializeToString())
+    ops = [n.op_type for n in sess.graph.nodes]
+    assert "QLinearConv" not in ops and "Conv" in ops, ops
+    got = sess.run(None, feeds)[0]
+    assert qg.steps(got, qg.ort_outputs(model, feeds)[0]) <= 1
