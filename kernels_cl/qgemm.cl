@@ -21,17 +21,21 @@
  *      M are clamped and never stored.
  *   B  packed in panels of NR columns, zero padded (qpack_b / qim2col at run time, the host at
  *      plan time for weights):
- *        DOT4=0  B[(panel*K + k)*NR + c]                          one k per step
- *        DOT4=1  B[((panel*K4 + k/4)*NR + c)*4 + k%4], K4 = ceil(K/4)   four k per step
+ *        KC=1     B[(panel*K + k)*NR + c]                               one k per step
+ *        KC=4,16  B[((panel*KQ + k/KC)*NR + c)*KC + k%KC], KQ = ceil(K/KC)  KC k per step
  *   C  row-major, ldc apart; only m < M, n < N stored.
  *
- * The tile: DOT4=0 (CPU family): MR rows x NV vectors of VW columns of int accumulators, each k
- * one broadcast row value times a sign/zero-extended VW-column vector of B: int multiplies of
- * 8-bit operands, which LLVM's x86 back end turns into vpmaddwd where both fit in 16 bits.
- * DOT4=1 (GPU family): MR x NR scalar accumulators, each step a 4-wide dot product: the
- * cl_khr_integer_dot_product builtin dot(char4/uchar4, char4/uchar4) where HAS_IDP is defined
- * (the Target's integer_dot_product), else the same sum written out. Accumulation is exact
- * int32 either way (no saturating forms).
+ * The tile (MR rows x NR = VW * NV columns), by KC:
+ *   KC=1   NV vectors of VW columns of int accumulators per row; each k one broadcast row value
+ *          times a sign/zero-extended VW-column vector of B.
+ *   KC=16  MR x NR int8 accumulators over 16 k at a time: 16 k of a row of A and of a column of
+ *          B widened to short16, multiplied in int32 as even and odd lanes and added in pairs:
+ *          the pattern LLVM's x86 back end turns into vpmaddwd (two 16-bit products summed
+ *          into each int32 lane; vpdpwssd with VNNI), reduced across lanes at the end.
+ *   KC=4   (GPU family) MR x NR scalar accumulators, each step a 4-wide dot product: the
+ *          cl_khr_integer_dot_product builtin dot(char4/uchar4, char4/uchar4) where the device
+ *          compiler defines that extension, else the same sum written out.
+ * Accumulation is exact int32 in every form (products of 8-bit values, no saturating forms).
  */
 #ifndef TA
 #define TA char
@@ -54,8 +58,8 @@
 #ifndef NV
 #define NV 1
 #endif
-#ifndef DOT4
-#define DOT4 0
+#ifndef KC
+#define KC 1
 #endif
 #ifndef KU
 #define KU 1
@@ -111,8 +115,13 @@ inline void q_store(__global TC* C, int ci, int acc, int gm, int gn, int K, EPI_
     const float mul = (s_row[gm * sr_s] * s_col[gn * sc_s]) / s_y[0];
     const int z = (flags & FLAG_YZP) ? (int)y_zp[0] : 0;
     float f = (float)adj * mul;
-    f = fmin(fmax(f, (float)(qlo - z)), (float)(qhi - z));
-    C[ci] = (TC)((int)rint(f) + z);
+    const float lo = (float)(qlo - z), hi = (float)(qhi - z);
+    f = f < lo ? lo : (f > hi ? hi : f);  /* NaN-free: adj and mul are finite */
+    /* round half to even without a builtin call: |f| <= 510 after the clamp, and adding then
+     * subtracting 1.5 * 2^23 rounds to an integer in the default rounding mode (as rint) */
+    const float magic = 12582912.0f;
+    f = (f + magic) - magic;
+    C[ci] = (TC)((int)f + z);
 #else
     float f = (float)adj * (s_row[gm * sr_s] * s_col[gn * sc_s]);
 #if BIAS_FLOAT
@@ -122,28 +131,46 @@ inline void q_store(__global TC* C, int ci, int acc, int gm, int gn, int K, EPI_
 #endif
 }
 
-#if DOT4
+#if KC == 4
 typedef CAT(TA, 4) ta4;
 typedef CAT(TB, 4) tb4;
-#ifdef HAS_IDP
+#ifdef cl_khr_integer_dot_product
 #pragma OPENCL EXTENSION cl_khr_integer_dot_product : enable
 #define QDOT(a, b) ((int)dot((a), (b)))
 #else
 #define QDOT(a, b) ((int)(a).x * (int)(b).x + (int)(a).y * (int)(b).y + (int)(a).z * (int)(b).z \
                     + (int)(a).w * (int)(b).w)
 #endif
+#elif KC == 16
+typedef CAT(TA, 16) ta16;
+typedef CAT(TB, 16) tb16;
+typedef ta16 ta16_u __attribute__((aligned(1)));
+#if defined(__clang__)
+#define TO_S16(x) __builtin_convertvector((x), short16)
+#define TO_I8(x) __builtin_convertvector((x), int8)
+#else
+#define TO_S16(x) convert_short16(x)
+#define TO_I8(x) convert_int8(x)
+#endif
+#define PAIR_DOT(a, b) (TO_I8((a).even) * TO_I8((b).even) + TO_I8((a).odd) * TO_I8((b).odd))
 #else
 typedef CAT(TB, VW) tbv;
 typedef CAT(int, VW) intv;
+/* pocl does not inline builtins (convert_intN is a call per use): clang's own conversion where
+ * the compiler is clang, the builtin elsewhere. */
+#if defined(__clang__)
+#define CONVERT_INTV(x) __builtin_convertvector((x), intv)
+#else
 #define CONVERT_INTV CAT(convert_int, VW)
+#endif
 #endif
 
 /* Packed offset of B element (k, n) within one matrix's panels. */
 inline int qb_off(int k, int n, int K)
 {
-#if DOT4
-    const int K4 = (K + 3) >> 2;
-    return (((n / NR) * K4 + (k >> 2)) * NR + n % NR) * 4 + (k & 3);
+#if KC > 1
+    const int KQ = (K + KC - 1) / KC;
+    return (((n / NR) * KQ + k / KC) * NR + n % NR) * KC + k % KC;
 #else
     return ((n / NR) * K + k) * NR + n % NR;
 #endif
@@ -160,53 +187,122 @@ __kernel void qgemm(__global const TA* restrict A, int offA, int sA1, int sA2, i
     if (m0 >= M || n0 >= N) return;
     const int z1 = z / D2, z2 = z - z1 * D2;
     const __global TA* a_rows[MR];
+    _Pragma("unroll")
     for (int r = 0; r < MR; ++r) a_rows[r] = A + offA + z1 * sA1 + z2 * sA2 + min(m0 + r, M - 1) * lda;
-#if DOT4
+#if KC == 4
     const int K4 = (K + 3) >> 2;
     const __global tb4* bp = (const __global tb4*)(B + offB + z1 * sB1 + z2 * sB2) + tn * K4 * NR;
     int acc[MR][NR];
+    _Pragma("unroll")
     for (int r = 0; r < MR; ++r)
+        _Pragma("unroll")
         for (int c = 0; c < NR; ++c) acc[r][c] = 0;
     const int kfull = K >> 2;
     PRAGMA(unroll KU)
     for (int kq = 0; kq < K4; ++kq) {
         ta4 a[MR];
         if (kq < kfull) {
+            _Pragma("unroll")
             for (int r = 0; r < MR; ++r) a[r] = vload4(0, a_rows[r] + 4 * kq);
         } else {  /* the ragged last group: missing k are zeros (B is zero padded too) */
+            _Pragma("unroll")
             for (int r = 0; r < MR; ++r) {
                 const int k = 4 * kq;
                 a[r] = (ta4)(a_rows[r][k], k + 1 < K ? a_rows[r][k + 1] : 0, k + 2 < K ? a_rows[r][k + 2] : 0, 0);
             }
         }
         tb4 b[NR];
+        _Pragma("unroll")
         for (int c = 0; c < NR; ++c) b[c] = bp[kq * NR + c];
+        _Pragma("unroll")
         for (int r = 0; r < MR; ++r)
+            _Pragma("unroll")
             for (int c = 0; c < NR; ++c) acc[r][c] += QDOT(a[r], b[c]);
     }
-#define ACC(r, c) acc[r][c]
+    /* copied out with constant indices: the accumulators stay in registers in the loop */
+    int res[MR][NR];
+    _Pragma("unroll")
+    for (int r = 0; r < MR; ++r)
+        _Pragma("unroll")
+        for (int c = 0; c < NR; ++c) res[r][c] = acc[r][c];
+#elif KC == 16
+    const int KQ = (K + 15) >> 4, kfull = K >> 4;
+    const __global tb16* bp = (const __global tb16*)(B + offB + z1 * sB1 + z2 * sB2) + tn * KQ * NR;
+    int8 acc[MR][NR];
+    _Pragma("unroll")
+    for (int r = 0; r < MR; ++r)
+        _Pragma("unroll")
+        for (int c = 0; c < NR; ++c) acc[r][c] = (int8)0;
+    PRAGMA(unroll KU)
+    for (int kq = 0; kq < kfull; ++kq) {
+        short16 a[MR];
+        _Pragma("unroll")
+        for (int r = 0; r < MR; ++r) a[r] = TO_S16(*(const __global ta16_u*)(a_rows[r] + 16 * kq));
+        _Pragma("unroll")
+        for (int c = 0; c < NR; ++c) {
+            const short16 b = TO_S16(bp[kq * NR + c]);
+            _Pragma("unroll")
+            for (int r = 0; r < MR; ++r) acc[r][c] += PAIR_DOT(a[r], b);
+        }
+    }
+    if (kfull < KQ) {  /* the ragged last 16: missing k are zeros (B is zero padded too) */
+        short16 a[MR];
+        _Pragma("unroll")
+        for (int r = 0; r < MR; ++r) {
+            TA t[16];
+            for (int i = 0; i < 16; ++i) t[i] = 16 * kfull + i < K ? a_rows[r][16 * kfull + i] : (TA)0;
+            a[r] = TO_S16(*(ta16*)t);
+        }
+        _Pragma("unroll")
+        for (int c = 0; c < NR; ++c) {
+            const short16 b = TO_S16(bp[kfull * NR + c]);
+            _Pragma("unroll")
+            for (int r = 0; r < MR; ++r) acc[r][c] += PAIR_DOT(a[r], b);
+        }
+    }
+    int res[MR][NR];
+    _Pragma("unroll")
+    for (int r = 0; r < MR; ++r)
+        _Pragma("unroll")
+        for (int c = 0; c < NR; ++c) {
+            const int8 v = acc[r][c];
+            const int4 h = v.lo + v.hi;
+            const int2 q = h.lo + h.hi;
+            res[r][c] = q.x + q.y;
+        }
 #else
     const __global TB* bp = B + offB + z1 * sB1 + z2 * sB2 + tn * K * NR;
     intv accv[MR][NV];
+    _Pragma("unroll")
     for (int r = 0; r < MR; ++r)
+        _Pragma("unroll")
         for (int v = 0; v < NV; ++v) accv[r][v] = (intv)0;
     PRAGMA(unroll KU)
     for (int k = 0; k < K; ++k) {
         intv b[NV];
+        _Pragma("unroll")
         for (int v = 0; v < NV; ++v) b[v] = CONVERT_INTV(*(const __global tbv*)(bp + k * NR + v * VW));
+        _Pragma("unroll")
         for (int r = 0; r < MR; ++r) {
             const int a = (int)a_rows[r][k];
+            _Pragma("unroll")
             for (int v = 0; v < NV; ++v) accv[r][v] += a * b[v];
         }
     }
-#define ACC(r, c) (((int*)&accv[r][(c) / VW])[(c) % VW])
+    /* copied out with constant indices: the accumulators stay in registers in the loop (a
+     * run-time index into them would put them in memory) */
+    int res[MR][NR];
+    _Pragma("unroll")
+    for (int r = 0; r < MR; ++r)
+        _Pragma("unroll")
+        for (int v = 0; v < NV; ++v) *(intv*)&res[r][v * VW] = accv[r][v];
 #endif
     const int rb = z1 * rs1 + z2 * rs2, cb = z1 * cs1 + z2 * cs2;
     __global TC* cz = C + offC + z1 * sC1 + z2 * sC2;
     const int mend = min(MR, M - m0), nend = min(NR, N - n0);
     for (int r = 0; r < mend; ++r)
         for (int c = 0; c < nend; ++c)
-            q_store(cz, (m0 + r) * ldc + n0 + c, ACC(r, c), rb + m0 + r, cb + n0 + c, K, EPI_ARGS);
+            q_store(cz, (m0 + r) * ldc + n0 + c, res[r][c], rb + m0 + r, cb + n0 + c, K, EPI_ARGS);
 }
 
 /* Strided 8-bit matrices [K, N] (element (k, n) at off + z1*s1 + z2*s2 + k*s_k + n*s_n) into
@@ -216,11 +312,7 @@ __kernel void qpack_b(__global const TB* restrict src, int off, int s1, int s2, 
 {
     const int n = get_global_id(0), k = get_global_id(1), z = get_global_id(2);
     const int np = (N + NR - 1) / NR * NR;
-#if DOT4
-    const int kp = (K + 3) & ~3;
-#else
-    const int kp = K;
-#endif
+    const int kp = (K + KC - 1) / KC * KC;
     if (n >= np || k >= kp) return;
     const int z1 = z / D2, z2 = z - z1 * D2;
     const TB v = (n < N && k < K) ? src[off + z1 * s1 + z2 * s2 + k * s_k + n * s_n] : (TB)0;
@@ -236,11 +328,7 @@ __kernel void qim2col(__global const TB* restrict X, int offX, int sX1, int G, i
 {
     const int n = get_global_id(0), k = get_global_id(1), z = get_global_id(2);
     const int np = (N + NR - 1) / NR * NR;
-#if DOT4
-    const int kp = (K + 3) & ~3;
-#else
-    const int kp = K;
-#endif
+    const int kp = (K + KC - 1) / KC * KC;
     if (n >= np || k >= kp) return;
     const TB pad = has_zp ? xzp[0] : (TB)0;
     TB v = (TB)0;

@@ -26,7 +26,7 @@ from .base import Launch, LowerCtx, device_op, i32
 from .common import F32, check_dtypes, grid, resolve_conv, shape_of
 from .qgemm import requant_epilogue
 from .qgemm_kernel import (EPI_INT, QTYPES, QEpilogue, QOperand, int_bytes, panel_elems, qcolsum_launch,
-                           qdefines, qgemm_config, qgemm_launch, kpad)
+                           qdefines, qgemm_config, qgemm_launch, kpad, side_defines)
 
 INT32 = np.dtype(np.int32)
 
@@ -118,8 +118,7 @@ def _im2col_gemm(ctx: LowerCtx, geo: _Geo, iw: int, epi: QEpilogue) -> list:
                         i32(geo.h), i32(geo.w), i32(geo.kh), i32(geo.kw), i32(geo.sh), i32(geo.sw), i32(geo.ph),
                         i32(geo.pw), i32(geo.dh), i32(geo.dw), i32(geo.ow), xz[0] if xz else cols,
                         i32(1 if xz else 0), cols, i32(panels), i32(geo.kk), i32(geo.npix)], ls,
-                       {"TA": qdefines(cfg, wdt, xdt, odt, epi)["TA"], "TB": qdefines(cfg, wdt, xdt, odt, epi)["TB"],
-                        "VW": cfg.vw, "NV": cfg.nv, "DOT4": int(cfg.dot4)}, ctx.label())]
+                       side_defines(cfg, wdt, xdt), ctx.label())]
     if epi.zpa is not None:  # the weights' zero point times the columns' sums
         epi.colsum = ctx.scratch(int_bytes(geo.npix * nb))
         launches.append(qcolsum_launch(ctx.device, cfg, xdt, panels_arg=cols, k=geo.kk, n=geo.npix, batch=nb,

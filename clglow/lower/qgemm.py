@@ -191,7 +191,7 @@ def _b_operand(ctx: LowerCtx, ib: int, mat: _Mat, tb: bool, cfg, launches: list)
         b3 = np.asarray(c).reshape(-1, *(np.asarray(c).shape[-2:] if np.asarray(c).ndim >= 2 else (mat.k, 1)))
         if tb:
             b3 = b3.swapaxes(-1, -2)
-        arg = ctx.derived(ib, f"qpackB{cfg.nr}d{int(cfg.dot4)}t{int(tb)}",
+        arg = ctx.derived(ib, f"qpackB{cfg.nr}k{cfg.kc}t{int(tb)}",
                           lambda w: pack_b_host(b3, cfg))
         return QOperand(arg, s1=panels if mat.sb else 0), b3
     dst = ctx.scratch(panels * nb)

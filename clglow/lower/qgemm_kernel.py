@@ -6,10 +6,11 @@ convolutions (lower/qconv.py) and the tuner share it; like gemm_kernel.py it reg
 and imports no other lowering module but base.py and common.py.
 
 The tile parameters are `-D` defines (kernels_cl/qgemm.cl): MR rows x NR = VW * NV columns per
-work-item, KU the k-loop unroll, DOT4 the B layout and inner step (0: one k per step, int vectors
-of VW columns: the CPU family; 1: four k per step as 4-wide dot products: the GPU family, the
-cl_khr_integer_dot_product builtin where the device compiler defines that extension, else the
-same sum written out), and the work-group. `qgemm_space(target)` declares every valid point
+work-item, KU the k-loop unroll, KC the B layout and inner step (1: one k per step, int vectors
+of VW columns; 16: 16 k per step as pairs of 16-bit products summed into int32 lanes, the form
+x86 back ends turn into vpmaddwd / vpdpwssd: the CPU family's default; 4: four k per step as
+4-wide dot products: the GPU family, the cl_khr_integer_dot_product builtin where the device
+compiler defines that extension, else the same sum written out), and the work-group. `qgemm_space(target)` declares every valid point
 (the default first) as parameter dicts for the tuner; the defaults are the Target family's.
 The zero points are applied in the epilogue through row sums of A and column sums of B
 (constants summed at plan time, live operands by qrowsum / qcolsum), so the inner loop is a
@@ -39,13 +40,14 @@ FLAG_ZA, FLAG_ZB, FLAG_BIAS, FLAG_YZP = 1, 2, 4, 8
 
 @dataclass(frozen=True)
 class QGemmConfig:
-    """One point of the family: MR x (VW * NV) tiles, k unroll KU, DOT4 layout, work-group."""
+    """One point of the family: MR x (VW * NV) tiles, k unroll KU, k chunk KC (B layout and inner
+    step: 1, 4 or 16), work-group."""
 
     mr: int
     vw: int
     nv: int
     ku: int = 1
-    dot4: bool = False
+    kc: int = 1
     lsize: tuple = (1, 1, 1)
 
     @property
@@ -54,22 +56,25 @@ class QGemmConfig:
 
     def params(self) -> dict:
         """The point as the tuner's parameter dict."""
-        return {"mr": self.mr, "vw": self.vw, "nv": self.nv, "ku": self.ku, "dot4": int(self.dot4),
+        return {"mr": self.mr, "vw": self.vw, "nv": self.nv, "ku": self.ku, "kc": self.kc,
                 "lsize": tuple(self.lsize)}
 
 
 def default_qgemm_config(target: Target) -> QGemmConfig:
-    """The Target family's default. CPU family: 8 rows x 2 vectors of the float vector width (16
-    int32 lanes on AVX-512: 16 zmm accumulators, a B row of 32 columns loaded as two char16),
-    one work-item per group. GPU family: 4 x 4 dot-product tiles in 8 x 8 work-groups."""
+    """The Target family's default. CPU family: KC=1 tiles of 4 rows x 4 vectors of the float
+    vector width (16 int32 lanes on AVX-512: 16 zmm accumulators, a B row of 64 columns loaded
+    as four char16), k unrolled 4 times, one work-item per group: the best of the space on both
+    pocl devices here (AVX-512; measured under heavy load from other processes, so within noise
+    of 3 x 16 x 6 and 5 x 16 x 4; KC=16 ran 2-4x slower there: pocl's LLVM does not form
+    vpmaddwd from it). GPU family: 4 x 4 dot-product tiles (KC=4) in 8 x 8 work-groups."""
     if target.is_cpu_family:
         vw = 16 if target.preferred_vector_width_float >= 16 else 8
-        return QGemmConfig(8 if vw == 16 else 6, vw, 2, 2, False, (1, 1, 1))
-    return QGemmConfig(4, 4, 1, 1, True, target.fit_group((8, 8, 1)))
+        return QGemmConfig(4, vw, 4, 4, 1, (1, 1, 1))
+    return QGemmConfig(4, 4, 1, 1, 4, target.fit_group((8, 8, 1)))
 
 
 def qgemm_space(target: Target) -> list:
-    """Every valid QGemmConfig on this Target, the default first: MR, VW, NV, KU and DOT4 of the
+    """Every valid QGemmConfig on this Target, the default first: MR, VW, NV, KU and KC of the
     Target's family (constraints from its vector width and work-group limit only)."""
     default = default_qgemm_config(target)
     out = [default]
@@ -81,19 +86,24 @@ def qgemm_space(target: Target) -> list:
 
 def _space_points(target: Target) -> Iterator[QGemmConfig]:
     if target.is_cpu_family:
+        for mr in (2, 3, 4, 6):  # KC=16: MR x NR int8 accumulators
+            for nr in (2, 3, 4, 6):
+                if mr * nr <= 24:
+                    for ku in (1, 2):
+                        yield QGemmConfig(mr, nr, 1, ku, 16, (1, 1, 1))
         widths = [w for w in (4, 8, 16) if w <= max(4, target.preferred_vector_width_float)]
-        for vw in widths:
-            for nv in (1, 2, 3):
+        for vw in widths:  # KC=1: MR x NV vectors of VW int lanes
+            for nv in (1, 2, 3, 4):
                 for mr in (4, 6, 8, 12):
                     if mr * nv <= 24:  # accumulators within the vector registers
-                        for ku in (1, 2, 4):
-                            yield QGemmConfig(mr, vw, nv, ku, False, (1, 1, 1))
+                        for ku in (1, 4):
+                            yield QGemmConfig(mr, vw, nv, ku, 1, (1, 1, 1))
         return
     for mr in (2, 4, 8):
         for vw in (2, 4, 8):
             for ls in ((8, 8, 1), (16, 4, 1), (4, 16, 1), (16, 16, 1)):
                 if ls[0] * ls[1] <= target.max_work_group_size:
-                    yield QGemmConfig(mr, vw, 1, 1, True, target.fit_group(ls))
+                    yield QGemmConfig(mr, vw, 1, 1, 4, target.fit_group(ls))
 
 
 def qgemm_config(target: Target) -> QGemmConfig:
@@ -103,8 +113,8 @@ def qgemm_config(target: Target) -> QGemmConfig:
 
 # --- host side ----------------------------------------------------------------------------------
 def kpad(cfg: QGemmConfig, k: int) -> int:
-    """K as the panels store it (a multiple of 4 for DOT4)."""
-    return round_up(k, 4) if cfg.dot4 else k
+    """K as the panels store it (a multiple of KC)."""
+    return round_up(k, cfg.kc)
 
 
 def panel_elems(cfg: QGemmConfig, k: int, n: int) -> int:
@@ -118,8 +128,8 @@ def pack_b_host(b: np.ndarray, cfg: QGemmConfig) -> np.ndarray:
     *lead, k, n = b.shape
     npad, kp = round_up(max(n, 1), cfg.nr), kpad(cfg, k)
     b = np.pad(b, [(0, 0)] * len(lead) + [(0, kp - k), (0, npad - n)])
-    if cfg.dot4:  # [..., K4, 4, P, NR] -> [..., P, K4, NR, 4]
-        t = b.reshape(*lead, kp // 4, 4, npad // cfg.nr, cfg.nr)
+    if cfg.kc > 1:  # [..., KQ, KC, P, NR] -> [..., P, KQ, NR, KC]
+        t = b.reshape(*lead, kp // cfg.kc, cfg.kc, npad // cfg.nr, cfg.nr)
         t = np.moveaxis(t, -2, -4).swapaxes(-1, -2)
     else:  # [..., K, P, NR] -> [..., P, K, NR]
         t = np.moveaxis(b.reshape(*lead, kp, npad // cfg.nr, cfg.nr), -2, -3)
@@ -182,7 +192,7 @@ class QEpilogue:
 def qdefines(cfg: QGemmConfig, ta: np.dtype, tb: np.dtype, tc: np.dtype, epi: QEpilogue) -> dict:
     """The -D defines of one qgemm.cl program."""
     d = {"TA": _CL[np.dtype(ta)], "TB": _CL[np.dtype(tb)], "TC": _CL[np.dtype(tc)], "EPI": epi.epi, "MR": cfg.mr,
-         "VW": cfg.vw, "NV": cfg.nv, "KU": cfg.ku, "DOT4": int(cfg.dot4)}
+         "VW": cfg.vw, "NV": cfg.nv, "KU": cfg.ku, "KC": cfg.kc}
     if epi.bias_float:
         d["BIAS_FLOAT"] = 1
     return d
@@ -200,9 +210,9 @@ def qgemm_launch(cfg: QGemmConfig, types: tuple, *, m: int, n: int, k: int, batc
                   qdefines(cfg, *types, epi), label, noop_args=head + [i32(0), i32(0), i32(0)] + tail)
 
 
-def _side_defines(cfg: QGemmConfig, ta: np.dtype, tb: np.dtype) -> dict:
-    """Defines of the helper kernels (they share qgemm.cl's program options where they can)."""
-    return {"TA": _CL[np.dtype(ta)], "TB": _CL[np.dtype(tb)], "VW": cfg.vw, "NV": cfg.nv, "DOT4": int(cfg.dot4)}
+def side_defines(cfg: QGemmConfig, ta: np.dtype, tb: np.dtype) -> dict:
+    """Defines of the helper kernels (packing, sums, im2col: the panel layout and the types)."""
+    return {"TA": _CL[np.dtype(ta)], "TB": _CL[np.dtype(tb)], "VW": cfg.vw, "NV": cfg.nv, "KC": cfg.kc}
 
 
 def qpack_launch(target: Target, cfg: QGemmConfig, tb: np.dtype, *, src: Arg, off: int, s1: int, s2: int,
@@ -212,7 +222,7 @@ def qpack_launch(target: Target, cfg: QGemmConfig, tb: np.dtype, *, src: Arg, of
     gsize, ls = grid(target, (round_up(max(n, 1), cfg.nr), kpad(cfg, k), max(batch, 1)), (cfg.nr, 4, 1))
     args = [unaligned(src), i32(off), i32(s1), i32(s2), i32(s_k), i32(s_n), dst, i32(panels), i32(k), i32(n),
             i32(max(d2, 1))]
-    return Launch("qgemm", "qpack_b", gsize, args, ls, _side_defines(cfg, tb, tb), label)
+    return Launch("qgemm", "qpack_b", gsize, args, ls, side_defines(cfg, tb, tb), label)
 
 
 def qcolsum_launch(target: Target, cfg: QGemmConfig, tb: np.dtype, *, panels_arg: Arg, k: int, n: int,
@@ -220,7 +230,7 @@ def qcolsum_launch(target: Target, cfg: QGemmConfig, tb: np.dtype, *, panels_arg
     """colsum[z*N + n] of `batch` packed B matrices."""
     gsize, ls = grid(target, (max(n, 1), max(batch, 1)), (64, 1))
     return Launch("qgemm", "qcolsum", gsize, [panels_arg, i32(panel_elems(cfg, k, n)), i32(k), i32(n), dst], ls,
-                  _side_defines(cfg, tb, tb), label)
+                  side_defines(cfg, tb, tb), label)
 
 
 def qrowsum_launch(target: Target, cfg: QGemmConfig, ta: np.dtype, *, a: QOperand, m: int, k: int, batch: int,
@@ -228,7 +238,7 @@ def qrowsum_launch(target: Target, cfg: QGemmConfig, ta: np.dtype, *, a: QOperan
     """rowsum[z*M + m] of `batch` row-major A matrices (as qgemm reads them)."""
     gsize, ls = grid(target, (max(m, 1), max(batch, 1)), (64, 1))
     return Launch("qgemm", "qrowsum", gsize, [unaligned(a.arg), i32(a.off), i32(a.s1), i32(a.s2), i32(a.ld), i32(m),
-                                             i32(k), i32(max(d2, 1)), dst], ls, _side_defines(cfg, ta, ta), label)
+                                             i32(k), i32(max(d2, 1)), dst], ls, side_defines(cfg, ta, ta), label)
 
 
 def int_bytes(n: int) -> int:
@@ -238,4 +248,4 @@ def int_bytes(n: int) -> int:
 
 __all__ = ["INT8", "UINT8", "QTYPES", "EPI_INT", "EPI_QUANT", "EPI_FLOAT", "QGemmConfig", "default_qgemm_config",
            "qgemm_space", "qgemm_config", "kpad", "panel_elems", "pack_b_host", "QOperand", "QEpilogue", "qdefines",
-           "qgemm_launch", "qpack_launch", "qcolsum_launch", "qrowsum_launch", "int_bytes"]
+           "qgemm_launch", "side_defines", "qpack_launch", "qcolsum_launch", "qrowsum_launch", "int_bytes"]

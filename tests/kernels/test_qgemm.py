@@ -197,16 +197,18 @@ def test_search_space_declared():
     assert all(int(np.prod(c.lsize)) <= t.max_work_group_size for c in space)
 
 
-@pytest.mark.parametrize("pick", range(4))
+@pytest.mark.parametrize("pick", ["cpu default", "cpu kc16", "cpu last", "gpu default", "gpu last"])
 def test_search_space_points_exact(pick, monkeypatch):
-    """Points of the declared space (spread over it) give the exact product too."""
+    """Points of both families' declared spaces (each inner-step form: KC 1, 16 and 4) give the
+    exact product on this device."""
     from clglow.lower import qgemm, qgemm_kernel
     try:
         from .run_launches import device_info
     except ImportError:
         from run_launches import device_info  # type: ignore
-    space = qgemm_kernel.qgemm_space(device_info())
-    cfg = space[(pick * 7919) % len(space)] if pick else space[-1]
+    family, which = pick.split()
+    space = qgemm_kernel.qgemm_space(device_info().with_family(family))
+    cfg = space[0] if which == "default" else space[-1] if which == "last" else next(c for c in space if c.kc == 16)
     monkeypatch.setattr(qgemm, "qgemm_config", lambda target: cfg)
     a, b = rand((29, 75), np.uint8), rand((75, 41), np.int8)
     za, zb = np.array(9, np.uint8), rand((41,), np.int8)
