@@ -19,7 +19,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/ for `models`
 
-from models import ort_run, transformer_encoder  # noqa: E402
+from models import transformer_encoder  # noqa: E402
 
 from clglow.models.resnet import resnet  # noqa: E402
 
@@ -38,9 +38,15 @@ class Served:
     max_batch_size: int = 32
 
     def reference(self, feeds: dict) -> dict:
-        """onnxruntime's outputs: the independent oracle."""
+        """onnxruntime's outputs: the independent oracle (one onnxruntime session per model)."""
+        import onnxruntime as ort
+
+        if getattr(self, "_ort", None) is None:
+            opts = ort.SessionOptions()
+            opts.log_severity_level = 3
+            self._ort = ort.InferenceSession(self.proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
         names = [o.name for o in self.proto.graph.output]
-        return dict(zip(names, ort_run(self.proto, feeds)))
+        return dict(zip(names, self._ort.run(names, dict(feeds))))
 
 
 def resnet_feeds(seed: int, batch: int, size: int = 32) -> dict:
@@ -103,11 +109,17 @@ def ray_session():
 
 
 @pytest.fixture(scope="session")
-def server(ray_session, tmp_path_factory):
+def served_models(tmp_path_factory) -> dict:
+    """The test models, saved as files: {name: Served}."""
+    return {m.name: m for m in _models(str(tmp_path_factory.mktemp("serve-models")))}
+
+
+@pytest.fixture(scope="session")
+def server(ray_session, served_models):
     """The clglow server: (base URL, {name: Served})."""
     from clglow.serve.app import ModelSpec, ServeConfig, start
 
-    models = _models(str(tmp_path_factory.mktemp("serve-models")))
+    models = list(served_models.values())
     config = ServeConfig(models=tuple(ModelSpec(m.name, m.path, max_batch_size=m.max_batch_size, batch_wait_ms=5.0)
                                       for m in models),
                          replicas=REPLICAS, num_cpus=0.5, max_body_bytes=MAX_BODY)
