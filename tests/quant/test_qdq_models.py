@@ -54,7 +54,11 @@ def case(request):
     model = onnx.load(str(path))
     feeds = qm.sample_feeds(kind, seed=11)
     literal = qg.ort_outputs(model, feeds)[0]
-    gap = float(np.max(np.abs(qg.ort_outputs(model, feeds, True)[0] - literal)))
+    if qg.ort_int8_exact():
+        gap = float(np.max(np.abs(qg.ort_outputs(model, feeds, True)[0] - literal)))
+    else:  # onnxruntime's fused output is no reference there: 4 output steps (3 measured here,
+        # BERT-style, where onnxruntime's own gap was as large), 5% of the range without a step
+        gap = 4 * output_step(model) or 0.05 * float(np.max(np.abs(literal)))
     return kind, path, model, feeds, literal, max(gap, output_step(model), 1e-5)
 
 
@@ -78,6 +82,8 @@ def test_rewritten_graph_on_onnxruntime(case):
     """onnxruntime's own integer kernels on the rewritten graph: the rewrite means what the QDQ
     graph means."""
     _, _, model, feeds, literal, tol = case
+    if not qg.ort_int8_exact():
+        pytest.skip("onnxruntime's 8-bit kernels saturate on this machine (qdq_graphs.ort_int8_exact)")
     g = fuse_qdq(import_model(model), require_kernel=False)
     ours = qg.ort_outputs(qg.graph_model(g, model.opset_import[0].version), feeds)[0]
     assert float(np.max(np.abs(ours - literal))) <= tol
