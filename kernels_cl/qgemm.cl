@@ -165,6 +165,9 @@ typedef CAT(int, VW) intv;
 #endif
 #endif
 
+/* 16 bytes of B at any address (a move without vload16 / vstore16). */
+typedef CAT(TB, 16) tb16_u __attribute__((aligned(1)));
+
 /* Packed offset of B element (k, n) within one matrix's panels. */
 inline int qb_off(int k, int n, int K)
 {
@@ -321,26 +324,48 @@ __kernel void qpack_b(__global const TB* restrict src, int off, int s1, int s2, 
 
 /* im2col of an 8-bit NCHW image straight into B's panels: column n = oy*OW + ox, row
  * k = (c*KH + ky)*KW + kx of group g; taps in the padding read the input's zero point (real
- * 0), so the zero-point algebra holds. Batch z = image * G + g. gsize (padded N, padded K, n*G). */
+ * 0), so the zero-point algebra holds. One work-item per (panel, k): the tap decoded once, the
+ * panel's NR columns walked pixel by pixel (contiguous bytes for KC=1). Batch z = image * G + g.
+ * gsize (panels, padded K, n*G). */
 __kernel void qim2col(__global const TB* restrict X, int offX, int sX1, int G, int cin_g, int H, int W,
                       int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW, int OW,
                       __global const TB* xzp, int has_zp, __global TB* restrict dst, int panels, int K, int N)
 {
-    const int n = get_global_id(0), k = get_global_id(1), z = get_global_id(2);
-    const int np = (N + NR - 1) / NR * NR;
+    const int p = get_global_id(0), k = get_global_id(1), z = get_global_id(2);
     const int kp = (K + KC - 1) / KC * KC;
-    if (n >= np || k >= kp) return;
-    const TB pad = has_zp ? xzp[0] : (TB)0;
-    TB v = (TB)0;
-    if (n < N && k < K) {
-        const int img = z / G, g = z - img * G;
-        const int kx = k % KW, t = k / KW, ky = t % KH, c = t / KH;
-        const int oy = n / OW, ox = n - oy * OW;
-        const int iy = oy * SH - PH + ky * DH, ix = ox * SW - PW + kx * DW;
-        v = (iy >= 0 && iy < H && ix >= 0 && ix < W)
-            ? X[offX + img * sX1 + ((g * cin_g + c) * H + iy) * W + ix] : pad;
+    if (p * NR >= N || k >= kp) return;
+    __global TB* out = dst + z * panels + qb_off(k, p * NR, K);
+    if (k >= K) {
+        for (int c = 0; c < NR; ++c) out[c * KC] = (TB)0;
+        return;
     }
-    dst[z * panels + qb_off(k, n, K)] = v;
+    const TB pad = has_zp ? xzp[0] : (TB)0;
+    const int img = z / G, g = z - img * G;
+    const int kx = k % KW, t = k / KW, ky = t % KH, ch = t / KH;
+    const __global TB* xc = X + offX + img * sX1 + (g * cin_g + ch) * H * W;
+    const int n0 = p * NR;
+    int oy = n0 / OW, ox = n0 - (n0 / OW) * OW;
+#define QIM_ONE(c) do {                                                              \
+        const int iy = oy * SH - PH + ky * DH, ix = ox * SW - PW + kx * DW;         \
+        const bool in = n0 + (c) < N && iy >= 0 && iy < H && ix >= 0 && ix < W;     \
+        out[(c) * KC] = in ? xc[iy * W + ix] : (n0 + (c) < N ? pad : (TB)0);       \
+        if (++ox == OW) { ox = 0; ++oy; }                                           \
+    } while (0)
+#if KC == 1 && NR % 16 == 0
+    /* 16 pixels of one output row, stride 1, all inside the image: one 16-byte move */
+    for (int c0 = 0; c0 < NR; c0 += 16) {
+        const int iy = oy * SH - PH + ky * DH, ix = ox - PW + kx * DW;
+        if (SW == 1 && ox + 16 <= OW && n0 + c0 + 16 <= N && iy >= 0 && iy < H && ix >= 0 && ix + 16 <= W) {
+            *(__global tb16_u*)(out + c0) = *(const __global tb16_u*)(xc + iy * W + ix);
+            ox += 16;
+            if (ox == OW) { ox = 0; ++oy; }
+        } else {
+            for (int c = c0; c < c0 + 16; ++c) QIM_ONE(c);
+        }
+    }
+#else
+    for (int c = 0; c < NR; ++c) QIM_ONE(c);
+#endif
 }
 
 /* rowsum[z*M + m] = sum_k A[z][m][k] (A as qgemm reads it). gsize (M, batch). */

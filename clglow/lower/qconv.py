@@ -112,7 +112,7 @@ def _im2col_gemm(ctx: LowerCtx, geo: _Geo, iw: int, epi: QEpilogue) -> list:
     panels = panel_elems(cfg, geo.kk, geo.npix)
     cols = ctx.scratch(panels * nb)
     xz = epi.zpb
-    gsize, ls = grid(ctx.device, (-(-geo.npix // cfg.nr) * cfg.nr, kpad(cfg, geo.kk), nb), (cfg.nr, 4, 1))
+    gsize, ls = grid(ctx.device, (-(-geo.npix // cfg.nr), kpad(cfg, geo.kk), nb), (1, 64, 1))
     launches = [Launch("qgemm", "qim2col", gsize,
                        [ctx.buf(0), i32(0), i32(geo.cin * geo.h * geo.w), i32(geo.g), i32(geo.cin // geo.g),
                         i32(geo.h), i32(geo.w), i32(geo.kh), i32(geo.kw), i32(geo.sh), i32(geo.sw), i32(geo.ph),
