@@ -25,7 +25,7 @@ from ..ir import Graph, Node
 from ..target import Target
 from .base import Arg, Launch, LowerCtx, device_op, i32
 from .common import check_int32_sizes, dtype_of, norm_axis, shape_of, work_size
-from .index_space import collapse, meta_table
+from .index_space import collapse, meta_table, row_layout
 
 Q8 = {np.dtype(np.uint8), np.dtype(np.int8)}
 F32 = np.dtype(np.float32)
@@ -37,9 +37,10 @@ def _qdefines(dtype: np.dtype, **extra: object) -> dict:
     return {"T": _CL[np.dtype(dtype)], "QMIN": int(info.min), "QMAX": int(info.max), **extra}
 
 
-def _check(node: Node, graph: Graph, data: list, scales: list, zps: list, const: list) -> Optional[str]:
+def _check(node: Node, graph: Graph, data: list, scales: list, zps: list) -> Optional[str]:
     """supports() of the QLinear ops: 8-bit data inputs of one type, float32 scales, zero points of
-    the data's type, per-tensor (one element) scales and zero points, `const` inputs constant."""
+    the data's type, per-tensor (one element) scales and zero points, all constant (kernel
+    arguments and tables made at lowering; onnxruntime's quantizer writes them as initializers)."""
     dts = {dtype_of(graph, node.input(i)) for i in data} - {None}
     if not dts <= Q8:
         return f"{node.op_type} on {', '.join(sorted(d.name for d in dts))} (the kernels take int8/uint8)"
@@ -53,26 +54,38 @@ def _check(node: Node, graph: Graph, data: list, scales: list, zps: list, const:
         shape = shape_of(graph, node.input(i))
         if node.input(i) and shape is not None and any(isinstance(d, int) and d != 1 for d in shape):
             return f"{node.op_type} with a per-axis scale or zero point {node.input(i)!r}"
-    for i in const:
+    for i in scales + zps:
         if node.input(i) and graph.const(node.input(i)) is None:
-            return f"{node.op_type} with a non-constant {node.input(i)!r} (its lookup table is built at lowering)"
+            return f"{node.op_type} with a non-constant {node.input(i)!r} (the kernels take them at lowering)"
     return None
 
 
-def _zp(ctx: LowerCtx, i: int, dtype: np.dtype) -> Arg:
-    """Zero point input i's buffer, or a constant zero of `dtype` when absent."""
-    if ctx.has_input(i):
-        return ctx.buf(i)
-    return ctx.const_buffer(np.zeros(1, dtype), key=f"qzero:{np.dtype(dtype).str}")
-
-
 def _const_scalar(ctx: LowerCtx, i: int, default: float = 0.0) -> float:
+    """The value of constant scale/zero-point input i (absent: `default`)."""
     return qmath.scalar(ctx.const(i), default) if ctx.has_input(i) else default
 
 
+def _f(ctx: LowerCtx, i: int) -> np.float32:
+    return np.float32(_const_scalar(ctx, i))
+
+
+def _i(ctx: LowerCtx, i: int) -> np.int32:
+    return np.int32(_const_scalar(ctx, i))
+
+
 # --- QLinearAdd / QLinearMul -------------------------------------------------------------------------
+def _row_group(ctx: LowerCtx, inner: int) -> int:
+    """The largest work-group (<= 256, within the device's limit) dividing the row length `inner`:
+    qbinary_rows' groups must each lie in one row."""
+    cap = min(256, int(ctx.device.max_work_group_size))
+    for g in (256, 128, 64, 32, 16):
+        if g <= cap and inner % g == 0:
+            return g
+    return 1
+
+
 def _supports_binary(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return _check(node, graph, [0, 3], [1, 4, 6], [2, 5, 7], [])
+    return _check(node, graph, [0, 3], [1, 4, 6], [2, 5, 7])
 
 
 @device_op("QLinearAdd", "QLinearMul", supports=_supports_binary, domain=DOMAIN)
@@ -85,22 +98,35 @@ def lower_qbinary(ctx: LowerCtx) -> list:
     defines = _qdefines(dt)
     if ctx.node.op_type == "QLinearMul":
         defines["OP_MUL"] = None
+    a_s, b_s, c_s = _f(ctx, 1), _f(ctx, 4), _f(ctx, 6)
+    if ctx.node.op_type == "QLinearMul":
+        ra, rb = np.float32(a_s * b_s / c_s), np.float32(0)
+    else:
+        ra, rb = np.float32(a_s / c_s), np.float32(b_s / c_s)
+    params = [ra, rb, _i(ctx, 2), _i(ctx, 5), _f(ctx, 7)]
     if tuple(a.shape) == tuple(out.shape) and tuple(b.shape) == tuple(out.shape):
         defines["FLAT"] = None
         meta: Arg = ctx.const_buffer(np.zeros(1, np.int32), key="qbinary:nometa")
     else:
         dims, strides = collapse(out.shape, [a.shape, b.shape])
+        rl = row_layout(ctx.device, dims, strides)
+        group = _row_group(ctx, int(dims[-1]))
+        if rl is not None and group >= 16:
+            _, _, inner, _, rowoff, last, row_defines = rl
+            args = [ctx.buf(0), ctx.buf(3), ctx.out(0), i32(inner), ctx.const_buffer(rowoff),
+                    ctx.const_buffer(last)] + params
+            return [Launch("qlinear", "qbinary_rows", (out.size,), args, (group,), {**defines, **row_defines},
+                           ctx.label())]
         defines["RANK"] = len(dims)
         meta = meta_table(ctx, dims, strides)
-    args = [ctx.buf(0), ctx.buf(1), _zp(ctx, 2, dt), ctx.buf(3), ctx.buf(4), _zp(ctx, 5, dt), ctx.buf(6),
-            _zp(ctx, 7, dt), ctx.out(0), i32(out.size), meta]
+    args = [ctx.buf(0), ctx.buf(3), ctx.out(0), i32(out.size), meta] + params
     g, l = work_size(ctx, out.size)
     return [Launch("qlinear", "qbinary", g, args, l, defines, ctx.label())]
 
 
 # --- lookup-table ops ------------------------------------------------------------------------------
 def _supports_lut(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return _check(node, graph, [0], [1, 3], [2, 4], [1, 2, 3, 4])
+    return _check(node, graph, [0], [1, 3], [2, 4])
 
 
 def _lut_fn(ctx: LowerCtx) -> Callable[[np.ndarray], np.ndarray]:
@@ -125,7 +151,7 @@ def lower_qlut(ctx: LowerCtx) -> list:
 
 # --- pools ---------------------------------------------------------------------------------------
 def _supports_gap(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return _check(node, graph, [0], [1, 3], [2, 4], [])
+    return _check(node, graph, [0], [1, 3], [2, 4])
 
 
 @device_op("QLinearGlobalAveragePool", supports=_supports_gap, domain=DOMAIN)
@@ -138,8 +164,8 @@ def lower_qgap(ctx: LowerCtx) -> list:
     cl = int(ctx.attr("channels_last", 0) or 0)
     channels = int(x.shape[-1] if cl else x.shape[1])
     hw = int(np.prod(x.shape[1:-1] if cl else x.shape[2:], dtype=np.int64))
-    args = [ctx.buf(0), ctx.buf(1), ctx.buf(2), ctx.buf(3), ctx.buf(4), ctx.out(0), i32(out.size), i32(hw),
-            i32(channels), i32(cl)]
+    scale = qmath.global_avg_scale(_const_scalar(ctx, 1), _const_scalar(ctx, 3), hw)
+    args = [ctx.buf(0), ctx.out(0), i32(out.size), i32(hw), i32(channels), i32(cl), scale, _i(ctx, 2), _f(ctx, 4)]
     g, l = work_size(ctx, out.size, cap=64)
     return [Launch("qlinear", "qgap", g, args, l, _qdefines(dt), ctx.label())]
 
@@ -148,7 +174,7 @@ def _supports_avgpool(node: Node, graph: Graph, target: Target) -> Optional[str]
     shape = shape_of(graph, node.input(0))
     if shape is not None and len(shape) not in (3, 4):
         return f"QLinearAveragePool over {len(shape) - 2} spatial dims (the kernel takes 1 or 2)"
-    return _check(node, graph, [0], [1, 3], [2, 4], [])
+    return _check(node, graph, [0], [1, 3], [2, 4])
 
 
 @device_op("QLinearAveragePool", supports=_supports_avgpool, domain=DOMAIN)
@@ -170,7 +196,7 @@ def lower_qavgpool(ctx: LowerCtx) -> list:
         in_sp, out_sp, kernel, strides, begins = [1] + in_sp, (1,) + tuple(out_sp), [1] + kernel, [1] + strides, \
             [0] + begins
     channels = int(x.shape[-1] if cl else x.shape[1])
-    args = [ctx.buf(0), ctx.buf(1), _zp(ctx, 2, dt), ctx.buf(3), _zp(ctx, 4, dt), ctx.out(0), i32(out.size),
+    args = [ctx.buf(0), ctx.out(0), _f(ctx, 1), _i(ctx, 2), _f(ctx, 3), _f(ctx, 4), i32(out.size),
             i32(channels), i32(in_sp[0]), i32(in_sp[1]), i32(out_sp[0]), i32(out_sp[1]), i32(kernel[0]),
             i32(kernel[1]), i32(strides[0]), i32(strides[1]), i32(begins[0]), i32(begins[1]),
             i32(int(ctx.attr("count_include_pad", 0) or 0)), i32(int(cl))]
@@ -182,8 +208,7 @@ def lower_qavgpool(ctx: LowerCtx) -> list:
 def _supports_concat(node: Node, graph: Graph, target: Target) -> Optional[str]:
     n = len(node.inputs)
     data = list(range(2, n, 3))
-    return _check(node, graph, data, [0] + list(range(3, n, 3)), [1] + list(range(4, n, 3)),
-                  [0, 1] + list(range(3, n, 3)) + list(range(4, n, 3)))
+    return _check(node, graph, data, [0] + list(range(3, n, 3)), [1] + list(range(4, n, 3)))
 
 
 @device_op("QLinearConcat", supports=_supports_concat, domain=DOMAIN)
@@ -220,7 +245,7 @@ def lower_qconcat(ctx: LowerCtx) -> list:
 
 # --- QLinearSoftmax --------------------------------------------------------------------------------
 def _supports_softmax(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return _check(node, graph, [0], [1, 3], [2, 4], [1, 3])
+    return _check(node, graph, [0], [1, 3], [2, 4])
 
 
 @device_op("QLinearSoftmax", supports=_supports_softmax, domain=DOMAIN)
@@ -241,5 +266,5 @@ def lower_qsoftmax(ctx: LowerCtx) -> list:
     table = qmath.softmax_table(_const_scalar(ctx, 1), d)
     ysf = np.float32(np.floor(1.0 / float(np.float32(_const_scalar(ctx, 3)))))
     g, l = work_size(ctx, rows, cap=64)
-    args = [ctx.buf(0), ctx.const_buffer(table), ctx.out(0), i32(rows), i32(d), i32(inner), ysf, _zp(ctx, 4, dt)]
+    args = [ctx.buf(0), ctx.const_buffer(table), ctx.out(0), i32(rows), i32(d), i32(inner), ysf, _f(ctx, 4)]
     return [Launch("qlinear", "qsoftmax", g, args, l, _qdefines(dt), ctx.label())]
