@@ -120,37 +120,37 @@ __kernel void qgap(__global const T* restrict x, __global T* restrict y, const i
  * dequantized values summed in float in window order, divided by the count (the whole kernel
  * with count_include_pad, else the window clipped to the input), y = rint(avg / ys + zy). */
 __kernel void qavgpool(__global const T* restrict x, __global T* restrict y, const float scale, const int zx,
-                       const float ys, const float zy, const int n, const int C, const int H, const int W, const int OH, const int OW,
-                       const int kh, const int kw, const int sh, const int sw, const int ph, const int pw,
-                       const int count_include_pad, const int channels_last) {
+                       const float ys, const float zy, const int n, const int C, const int H, const int W,
+                       const int OH, const int OW, const int kh, const int kw, const int sh, const int sw,
+                       const int ph, const int pw, const int count_include_pad) {
     const int i = get_global_id(0);
     if (i >= n) return;
-    int img, c, oh, ow;
-    if (channels_last) {
-        c = i % C;
-        int t = i / C;
-        ow = t % OW;
-        t /= OW;
-        oh = t % OH;
-        img = t / OH;
-    } else {
-        ow = i % OW;
-        int t = i / OW;
-        oh = t % OH;
-        t /= OH;
-        c = t % C;
-        img = t / C;
-    }
+#ifdef CHANNELS_LAST
+    const int c = i % C;
+    int t = i / C;
+    const int ow = t % OW;
+    t /= OW;
+    const int oh = t % OH;
+    const int img = t / OH;
+    const int wstep = C;
+    const __global T* xi = x + (long)img * H * W * C + c;
+#else
+    const int ow = i % OW;
+    const int t = i / OW;
+    const int oh = t % OH;
+    const int plane = t / OH;  /* image * C + channel */
+    const int wstep = 1;
+    const __global T* xi = x + (long)plane * H * W;
+#endif
     int h0 = oh * sh - ph, w0 = ow * sw - pw;
     const int h1 = min(h0 + kh, H), w1 = min(w0 + kw, W);
     h0 = max(h0, 0);
     w0 = max(w0, 0);
     float sum = 0.0f;
     for (int h = h0; h < h1; ++h) {
-        for (int w = w0; w < w1; ++w) {
-            const int idx = channels_last ? ((img * H + h) * W + w) * C + c : ((img * C + c) * H + h) * W + w;
-            sum += (float)((int)x[idx] - zx) * scale;
-        }
+        const __global T* row = xi + (h * W) * wstep;
+        for (int w = w0; w < w1; ++w)
+            sum += (float)((int)row[w * wstep] - zx) * scale;
     }
     const int count = count_include_pad ? kh * kw : max((h1 - h0) * (w1 - w0), 1);
     y[i] = qsat(sum / (float)count / ys + zy);

@@ -199,9 +199,10 @@ def lower_qavgpool(ctx: LowerCtx) -> list:
     args = [ctx.buf(0), ctx.out(0), _f(ctx, 1), _i(ctx, 2), _f(ctx, 3), _f(ctx, 4), i32(out.size),
             i32(channels), i32(in_sp[0]), i32(in_sp[1]), i32(out_sp[0]), i32(out_sp[1]), i32(kernel[0]),
             i32(kernel[1]), i32(strides[0]), i32(strides[1]), i32(begins[0]), i32(begins[1]),
-            i32(int(ctx.attr("count_include_pad", 0) or 0)), i32(int(cl))]
+            i32(int(ctx.attr("count_include_pad", 0) or 0))]
     g, l = work_size(ctx, out.size)
-    return [Launch("qlinear", "qavgpool", g, args, l, _qdefines(dt), ctx.label())]
+    defines = _qdefines(dt, **({"CHANNELS_LAST": None} if cl else {}))
+    return [Launch("qlinear", "qavgpool", g, args, l, defines, ctx.label())]
 
 
 # --- QLinearConcat ---------------------------------------------------------------------------------
