@@ -319,8 +319,8 @@ def start(config: ServeConfig, host: str = "127.0.0.1", port: int = 8000, addres
         kwargs: dict = {"include_dashboard": False, "configure_logging": False}
         if address:
             kwargs["address"] = address
-        else:
-            kwargs.update(num_cpus=num_cpus, object_store_memory=object_store_bytes)
+        else:  # "local": a new instance, even where RAY_ADDRESS or a `ray start` cluster is around
+            kwargs.update(address="local", num_cpus=num_cpus, object_store_memory=object_store_bytes)
         ray.init(**kwargs)
     serve.start(http_options={"host": host, "port": port})
     serve.run(build_app(config), name=APP_NAME, route_prefix="/", blocking=False)
