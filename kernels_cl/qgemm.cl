@@ -393,32 +393,82 @@ __kernel void qcolsum(__global const TB* restrict Bp, int panels, int K, int N, 
 }
 
 /* Depthwise 8-bit convolution (one input channel per group, cout = channels * mult), direct:
- * one output pixel per work-item, sum over the taps of (x - x_zp)(w - w_zp[co]) in int32 (taps
- * in the padding add nothing: their real value is 0); the epilogue's row is the output channel.
- * X is TB (the activation), W is TA [cout, KH*KW]. gsize (OW*OH, cout, n). */
+ * 16 consecutive output pixels of one row and channel per work-item as an int16 vector, each
+ * tap's 16 inputs one 16-byte move where they lie inside the image (stride 1; stride 2 as the
+ * even lanes of two moves), gathered with the zero point for padding elsewhere; the sums of
+ * (x - x_zp)(w - w_zp[co]) are exact int32 (padding taps add nothing: their real value is 0).
+ * The epilogue's row is the output channel. X is TB (the activation), W is TA [cout, KH*KW].
+ * gsize (ceil(OW/16), OH, cout * n). */
+typedef CAT(TB, 16) tb16v;
+#if defined(__clang__)
+#define TB16_TO_INT(x) __builtin_convertvector((x), int16)
+#else
+#define TB16_TO_INT(x) convert_int16(x)
+#endif
 __kernel void qdwconv(__global const TB* restrict X, __global const TA* restrict Wt, __global TC* C,
                       int Cin, int H, int W, int mult, int KH, int KW, int SH, int SW, int PH, int PW,
                       int DH, int DW, int OH, int OW, EPI_PARAMS)
 {
-    const int p = get_global_id(0), co = get_global_id(1), img = get_global_id(2);
-    if (p >= OH * OW) return;
+    const int tx = get_global_id(0), oy = get_global_id(1), zc = get_global_id(2);
     const int cout = Cin * mult;
-    const int oy = p / OW, ox = p - oy * OW;
-    const int xz = (flags & FLAG_ZB) ? (int)zpb[0] : 0;
+    const int co = zc % cout, img = zc / cout;
+    const int ox0 = tx * 16;
+    if (ox0 >= OW || oy >= OH) return;
+    const TB xz = (flags & FLAG_ZB) ? zpb[0] : (TB)0;
     const int wz = (flags & FLAG_ZA) ? (int)zpa[co * zpa_s] : 0;
     const __global TB* xc = X + (img * Cin + co / mult) * H * W;
     const __global TA* wc = Wt + co * KH * KW;
-    int acc = 0;
+    const int16 xz16 = (int16)((int)xz);
+    int16 acc = (int16)0;
     for (int ky = 0; ky < KH; ++ky) {
         const int iy = oy * SH - PH + ky * DH;
         if (iy < 0 || iy >= H) continue;
+        const __global TB* row = xc + iy * W;
         for (int kx = 0; kx < KW; ++kx) {
-            const int ix = ox * SW - PW + kx * DW;
-            if (ix < 0 || ix >= W) continue;
-            acc += ((int)xc[iy * W + ix] - xz) * ((int)wc[ky * KW + kx] - wz);
+            const int ix0 = ox0 * SW - PW + kx * DW;  /* input column of lane 0 */
+            const int span = 15 * SW + 1;
+            tb16v v;
+            if (ix0 >= 0 && ix0 + span <= W && SW == 1) {
+                v = *(const __global tb16_u*)(row + ix0);
+            } else if (ix0 >= 0 && ix0 + 32 <= W && SW == 2) {
+                const tb16v a = *(const __global tb16_u*)(row + ix0), b = *(const __global tb16_u*)(row + ix0 + 16);
+                v = (tb16v)(a.even, b.even);
+            } else {
+                TB t[16];
+                for (int j = 0; j < 16; ++j) {
+                    const int ix = ix0 + j * SW;
+                    t[j] = (ix >= 0 && ix < W) ? row[ix] : xz;
+                }
+                v = *(tb16v*)t;
+            }
+            acc += (TB16_TO_INT(v) - xz16) * ((int)wc[ky * KW + kx] - wz);
         }
     }
+    const int nend = min(16, OW - ox0);
+    __global TC* out = C + ((img * cout + co) * OH + oy) * OW + ox0;
+#if EPI == 1 && !BIAS_FLOAT
+    /* the requantising epilogue on the whole vector: one multiplier per work-item */
+    if (flags & FLAG_BIAS) acc += bias[co * bias_rs];
+    const float mul = (s_row[co * sr_s] * s_col[0]) / s_y[0];
+    const int z = (flags & FLAG_YZP) ? (int)y_zp[0] : 0;
+    const float16 lo = (float16)((float)(qlo - z)), hi = (float16)((float)(qhi - z)), magic = (float16)12582912.0f;
+#if defined(__clang__)
+    float16 f = __builtin_convertvector(acc, float16) * mul;
+#else
+    float16 f = convert_float16(acc) * mul;
+#endif
+    f = f < lo ? lo : f;  /* component-wise selects: no builtin calls */
+    f = f > hi ? hi : f;
+    f = (f + magic) - magic;  /* round half to even (see q_store) */
+    float fr[16];
+    *(float16*)fr = f;
+    for (int j = 0; j < nend; ++j) out[j] = (TC)((int)fr[j] + z);
+#else
+    int res[16];
+    *(int16*)res = acc;
     /* zero points already applied: the epilogue runs without the zero-point terms */
-    q_store(C, (img * cout + co) * OH * OW + p, acc, co, 0, 0, rowsum, colsum, zpa, zpa_s, zpb, zpb_s,
-            bias, bias_rs, bias_cs, s_row, sr_s, s_col, sc_s, s_y, y_zp, qlo, qhi, flags & ~(FLAG_ZA | FLAG_ZB));
+    for (int j = 0; j < nend; ++j)
+        q_store(out, j, res[j], co, 0, 0, rowsum, colsum, zpa, zpa_s, zpb, zpb_s, bias, bias_rs, bias_cs,
+                s_row, sr_s, s_col, sc_s, s_y, y_zp, qlo, qhi, flags & ~(FLAG_ZA | FLAG_ZB));
+#endif
 }

@@ -97,7 +97,7 @@ def _depthwise(ctx: LowerCtx, geo: _Geo, iw: int, epi: QEpilogue) -> list:
     """qdwconv: one launch, the output channel as the epilogue's row."""
     xdt, wdt, odt = (np.dtype(ctx.inputs[0].dtype), np.dtype(ctx.inputs[iw].dtype), np.dtype(ctx.outputs[0].dtype))
     cfg = qgemm_config(ctx.device)
-    gsize, ls = grid(ctx.device, (geo.npix, geo.cout, geo.n_img), (64, 1, 1))
+    gsize, ls = grid(ctx.device, (-(-geo.ow // 16), geo.oh, geo.cout * geo.n_img), (1, 8, 1))
     args = [ctx.buf(0), ctx.buf(iw), ctx.out(0), i32(geo.cin), i32(geo.h), i32(geo.w), i32(geo.cout // geo.cin),
             i32(geo.kh), i32(geo.kw), i32(geo.sh), i32(geo.sw), i32(geo.ph), i32(geo.pw), i32(geo.dh), i32(geo.dw),
             i32(geo.oh), i32(geo.ow)] + epi.args(ctx.out(0))
