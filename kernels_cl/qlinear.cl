@@ -59,15 +59,22 @@ __kernel void qbinary(__global const T* restrict a, __global const T* restrict b
 
 /* The same over the rows of bcast_index.h's row layout (lower/index_space.row_layout: row offsets
  * from the host, each operand's stride along the row as ROW_S<k> or last[k]), one element per
- * work-item in a 1-D range whose work-groups each lie in one row (the row length is a multiple of
- * the group size): no division per element, and pocl vectorises the group as in the flat case
+ * work-item in a 1-D range. Work-groups each lie in one row where the row length is a multiple of
+ * the group size: no division per element, and pocl vectorises the group as in the flat case
  * (measured on pocl, AVX-512, [1, 256, 56, 56] x [1, 256, 1, 1] uchar: 0.39 ms; a 2-D range of
- * (row, column) items or ROW_VEC runs per item: 2-3.5 ms). */
+ * (row, column) items or ROW_VEC runs per item: 2-3.5 ms); else (ROW_DIV) one division per
+ * element finds the row (1.2-1.8 ms; bcast_offsets' per-dim divisions: 13 ms). */
 __kernel void qbinary_rows(__global const T* restrict a, __global const T* restrict b, __global T* restrict c,
-                           const int inner, __global const int* restrict rowoff, __global const int* restrict last,
-                           const float ra, const float rb, const int za, const int zb, const float zc) {
+                           const int n, const int inner, __global const int* restrict rowoff,
+                           __global const int* restrict last, const float ra, const float rb, const int za,
+                           const int zb, const float zc) {
     const int i = get_global_id(0);
+#ifdef ROW_DIV
+    if (i >= n) return;
+    const int row = i / inner;
+#else
     const int row = (int)(get_group_id(0) * get_local_size(0)) / inner;
+#endif
     const int j = i - row * inner;
     c[i] = qbin(a[rowoff[2 * row] + ROW_STEP(0, j)], b[rowoff[2 * row + 1] + ROW_STEP(1, j)], ra, rb, za, zb, zc);
 }

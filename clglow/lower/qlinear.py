@@ -110,13 +110,17 @@ def lower_qbinary(ctx: LowerCtx) -> list:
     else:
         dims, strides = collapse(out.shape, [a.shape, b.shape])
         rl = row_layout(ctx.device, dims, strides)
-        group = _row_group(ctx, int(dims[-1]))
-        if rl is not None and group >= 16:
+        if rl is not None:
             _, _, inner, _, rowoff, last, row_defines = rl
-            args = [ctx.buf(0), ctx.buf(3), ctx.out(0), i32(inner), ctx.const_buffer(rowoff),
+            group = _row_group(ctx, inner)
+            if group < 16:  # groups would straddle rows: the row from a division per element
+                row_defines = {**row_defines, "ROW_DIV": None}
+                gsize, lsize = work_size(ctx, out.size)
+            else:
+                gsize, lsize = (out.size,), (group,)
+            args = [ctx.buf(0), ctx.buf(3), ctx.out(0), i32(out.size), i32(inner), ctx.const_buffer(rowoff),
                     ctx.const_buffer(last)] + params
-            return [Launch("qlinear", "qbinary_rows", (out.size,), args, (group,), {**defines, **row_defines},
-                           ctx.label())]
+            return [Launch("qlinear", "qbinary_rows", gsize, args, lsize, {**defines, **row_defines}, ctx.label())]
         defines["RANK"] = len(dims)
         meta = meta_table(ctx, dims, strides)
     args = [ctx.buf(0), ctx.buf(3), ctx.out(0), i32(out.size), meta] + params
