@@ -68,6 +68,7 @@ class ServeConfig:
     device: Optional[str] = None  # a CLGLOW_DEVICE selector for every replica (None: by rank)
     max_body_bytes: int = 64 << 20
     max_ongoing_requests: int = 128
+    access_log: bool = False  # Serve's per-request log lines (a few ms of CPU per request on a small host)
     extra_actor_options: dict = field(default_factory=dict)
 
 
@@ -309,6 +310,7 @@ def build_app(config: ServeConfig) -> Any:
     return ClglowServer.options(
         num_replicas=config.replicas or default_replicas(), ray_actor_options=options,
         max_ongoing_requests=max(config.max_ongoing_requests, 2 * biggest),
+        logging_config={"enable_access_log": config.access_log},
     ).bind(config)
 
 
@@ -322,7 +324,7 @@ def start(config: ServeConfig, host: str = "127.0.0.1", port: int = 8000, addres
         else:  # "local": a new instance, even where RAY_ADDRESS or a `ray start` cluster is around
             kwargs.update(address="local", num_cpus=num_cpus, object_store_memory=object_store_bytes)
         ray.init(**kwargs)
-    serve.start(http_options={"host": host, "port": port})
+    serve.start(http_options={"host": host, "port": port}, logging_config={"enable_access_log": config.access_log})
     serve.run(build_app(config), name=APP_NAME, route_prefix="/", blocking=False)
     return f"http://{host}:{port}"
 
