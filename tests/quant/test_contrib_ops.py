@@ -92,11 +92,10 @@ def test_qlinear_add_without_output_zero_point():
                                       ("QLinearLeakyRelu", {})])
 def test_qlinear_lookup_ops(op, attrs, dtype):
     rng = np.random.default_rng(3)
-    x = all_values = np.arange(256, dtype=np.uint8).view(dtype).reshape(4, 64)  # every input code
+    x = np.arange(256, dtype=np.uint8).view(dtype).reshape(4, 64)  # every input code once
     consts = {**_params(rng, dtype, "x", 0.05), **_params(rng, dtype, "y", 0.004 if op == "QLinearSigmoid" else 0.04)}
     node = helper.make_node(op, ["x", "x_s", "x_z", "y_s", "y_z"], ["y"], domain=MS, **attrs)
     _check(node, {"x": x}, consts)
-    assert all_values.size == 256
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
