@@ -93,10 +93,11 @@ def _engine(device, target: Target, family: str, key: ShapeKey, p: Params, model
 
 
 def measure_node(device, target: Target, family: str, key: ShapeKey, points: List[Params],
-                 gate: Optional[Any] = None, rounds: int = 5) -> Dict[int, float]:
+                 gate: Optional[Any] = None, rounds: int = 5, deadline: float = float("inf")) -> Dict[int, float]:
     """Best wall time (ms) of one run per point (by index; points[0] is the reference for the
     results), in turns; a point that fails, or whose output differs from the first's beyond the
-    family's tolerance, is left out (logged)."""
+    family's tolerance, is left out (logged). Past `deadline` (time.monotonic()) no further
+    point is built once two are."""
     model = MODELS[family](key)
     feeds = _feeds(model)
     tol = FAMILIES[family].tolerance
@@ -105,6 +106,8 @@ def measure_node(device, target: Target, family: str, key: ShapeKey, points: Lis
     for i, p in enumerate(points):
         if gate is not None and not gate.wait():
             return {}
+        if len(sessions) >= 2 and time.monotonic() >= deadline:
+            break
         try:
             sess = _engine(device, target, family, key, p, model)
             y = sess.run(feeds)["Y"]

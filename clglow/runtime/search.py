@@ -214,9 +214,10 @@ class _Kernel:
 
 
 def measure(device, target: Target, family: str, key: ShapeKey, points: List[Params],
-            gate: Optional[Gate] = None, rounds: int = ROUNDS) -> Dict[int, float]:
+            gate: Optional[Gate] = None, rounds: int = ROUNDS, deadline: float = float("inf")) -> Dict[int, float]:
     """Best kernel time (ms) of each point (by index) on shape `key`, points in turns; a point
-    that fails to build or run is left out (logged)."""
+    that fails to build or run is left out (logged). Past `deadline` (time.monotonic()) no
+    further point is built: those built (the default and at least one other) are timed."""
     fam = FAMILIES[family]
     specs: Dict[int, Any] = {}
     for i, p in enumerate(points):
@@ -243,6 +244,9 @@ def measure(device, target: Target, family: str, key: ShapeKey, points: List[Par
         for i, (launch, _sz) in specs.items():
             if gate is not None and not gate.wait():
                 return {}
+            if len(kernels) >= 2 and time.monotonic() >= deadline:
+                log.info("tuning %s %s: budget spent after %d of %d points", family, key, len(kernels), len(specs))
+                break
             try:
                 kernels[i] = _Kernel(device, launch, bufs)
                 kernels[i].run(queue)  # the first launch may generate code: not timed
@@ -308,9 +312,9 @@ def search(device, target: Target, keys: Dict[Tuple[str, ShapeKey], int], budget
         if len(points) < 2:  # nothing to choose between: the default, stored so that it is not asked again
             times = {0: float("nan")}
         elif fam_name in MODELS:
-            times = measure_node(device, target, fam_name, key, points, gate)
+            times = measure_node(device, target, fam_name, key, points, gate, deadline=t_end)
         else:
-            times = measure(device, target, fam_name, key, points, gate)
+            times = measure(device, target, fam_name, key, points, gate, deadline=t_end)
         if not times:
             results.append(SearchResult(fam_name, key, default, float("nan"), default, float("nan"), "failed", count))
             continue
