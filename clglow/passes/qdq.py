@@ -468,6 +468,26 @@ def accepted(node: Node, g: Graph) -> bool:
         return False
 
 
+def fallback_nodes(g: Graph, rw: Rewrite, node: Node, replaced: set) -> tuple:
+    """The nodes `node` runs as when it cannot lower (Node.unfused): those it replaces, in
+    graph order, with a private copy of each DequantizeLinear it reads but leaves in the graph.
+    Such a DequantizeLinear may be removed by a later rewrite of its other readers (the SE
+    block's GlobalAveragePool and Mul read one), and each fallback must run on its own."""
+    originals = list(in_graph_order(g, rw.replaced))
+    rename, copies = {}, []
+    for dq in {id(d): d for d in rw.dqs}.values():
+        if id(dq) in replaced or dq.outputs[0] in rename:
+            continue
+        out = g.unique_name(f"{dq.outputs[0]}/{node.name}")
+        rename[dq.outputs[0]] = out
+        copies.append(Node(dq.op_type, f"{dq.name}/{node.name}", list(dq.inputs), [out], dict(dq.attrs), dq.domain,
+                           dq.proto))
+    if not copies:
+        return tuple(originals)
+    return tuple(copies) + tuple(Node(n.op_type, n.name, [rename.get(i, i) for i in n.inputs], list(n.outputs),
+                                      dict(n.attrs), n.domain, n.proto, n.unfused) for n in originals)
+
+
 def apply(g: Graph, rw: Rewrite, node: Node, consumers: dict, require_kernel: bool) -> bool:
     """Put `node` where the QuantizeLinear was, dropping the nodes it replaces (the
     DequantizeLinear nodes only when nothing else reads them); False, `g` unchanged, when
@@ -487,7 +507,7 @@ def apply(g: Graph, rw: Rewrite, node: Node, consumers: dict, require_kernel: bo
         for name in rw.consts:
             g.values.pop(name, None)
         return False
-    node.unfused = in_graph_order(g, rw.replaced)
+    node.unfused = fallback_nodes(g, rw, node, replaced)
     at = g.nodes.index(rw.q)
     g.nodes[at] = node
     g.nodes = [n for n in g.nodes if id(n) not in replaced or n is node]

@@ -486,3 +486,40 @@ def test_refused_integer_node_runs_its_float_nodes(monkeypatch):
     assert "QLinearConv" not in ops and "Conv" in ops, ops
     got = sess.run(None, feeds)[0]
     assert qg.steps(got, qg.ort_outputs(model, feeds)[0]) <= 1
+
+
+def se_model() -> onnx.ModelProto:
+    """A squeeze-excite tail: one DequantizeLinear read by a GlobalAveragePool and by the Mul
+    that scales it (both rewritten), so neither rewrite may take the DQ from the other's fallback."""
+    b = qg.QDQBuilder(13)
+    s, z = qg.qparams_for(-1.0, 1.0, qg.U8, False)
+    x = b.qdq("x", s, z)
+    gs, gz = qg.qparams_for(-0.5, 0.5, qg.U8, False)
+    pooled = b.dq(b.q(b.node("GlobalAveragePool", [x])[0], gs, gz), gs, gz)
+    gate = b.qdq(b.node("Sigmoid", [pooled])[0], *qg.qparams_for(0.0, 1.0, qg.U8, False))
+    b.q(b.node("Mul", [x, gate])[0], *qg.qparams_for(-1.0, 1.0, qg.U8, False))
+    b.nodes[-1].output[0] = "y"
+    return b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, X_SHAPE)],
+                   [helper.make_tensor_value_info("y", TensorProto.UINT8, None)])
+
+
+@pytest.mark.parametrize("refuse", ["QLinearGlobalAveragePool", "QLinearMul"])
+def test_shared_dequantize_fallback_alone(refuse, monkeypatch):
+    """One of two rewrites that shared a DequantizeLinear falls back on its own (its originals
+    carry a private copy of the DQ): the model still runs, as the literal graph does."""
+    from clglow.lower.base import GENERIC_TARGET, REGISTRY
+
+    model = se_model()
+    g = rewritten(model)
+    assert {"QLinearGlobalAveragePool", "QLinearMul"} <= set(op_types(g))
+    if not registered(refuse, "com.microsoft"):
+        pytest.skip(f"no device lowering of {refuse} registered yet")
+    op = REGISTRY[("com.microsoft", refuse)]
+    real = op.supports
+    monkeypatch.setattr(op, "supports", lambda node, graph, target: real(node, graph, target)
+                        if target is GENERIC_TARGET else "refused by the test")
+    feeds = feeds_for(X_SHAPE)
+    sess = InferenceSession(model.SerializeToString())
+    assert refuse not in [n.op_type for n in sess.graph.nodes]
+    got = sess.run(None, feeds)[0]
+    assert qg.steps(got, qg.ort_outputs(model, feeds)[0]) <= max(qg.ort_gap(model, feeds), 1)
