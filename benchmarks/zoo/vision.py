@@ -84,7 +84,7 @@ def _r3d() -> Built:
 
     torch.manual_seed(SEED)
     m = torchvision.models.video.r3d_18(weights=None).eval()
-    clip = torch.randn(1, 3, 8, 112, 112, generator=torch.Generator().manual_seed(1))
+    clip = torch.randn(1, 3, 8, 64, 64, generator=torch.Generator().manual_seed(1))
     return Built(m, (clip,), ["clip"], ["logits"])
 
 
@@ -121,7 +121,7 @@ def _models() -> List[ZooModel]:
                  _tv_classifier("shufflenet_v2_x0_5")),
         ZooModel("mnasnet0_5", "torchvision", "MnasNet 0.5", _tv_classifier("mnasnet0_5")),
         ZooModel("regnet_y_400mf", "torchvision", "RegNetY-400MF: grouped convs, SE", _tv_classifier("regnet_y_400mf")),
-        ZooModel("r3d_18", "torchvision", "R3D-18 video, clip 8x112x112 (Conv3d)", _r3d),
+        ZooModel("r3d_18", "torchvision", "R3D-18 video, clip of 8 frames at 64x64 (Conv3d)", _r3d),
     ]
     return out
 
