@@ -395,7 +395,7 @@ __kernel void qcolsum(__global const TB* restrict Bp, int panels, int K, int N, 
 /* Depthwise 8-bit convolution (one input channel per group, cout = channels * mult), direct:
  * 16 consecutive output pixels of one row and channel per work-item as an int16 vector, each
  * tap's 16 inputs one 16-byte move where they lie inside the image (stride 1; stride 2 as the
- * even lanes of two moves), gathered with the zero point for padding elsewhere; the sums of
+ * even and odd lanes of two overlapping moves), gathered with the zero point for padding elsewhere; the sums of
  * (x - x_zp)(w - w_zp[co]) are exact int32 (padding taps add nothing: their real value is 0).
  * The epilogue's row is the output channel. X is TB (the activation), W is TA [cout, KH*KW].
  * gsize (ceil(OW/16), OH, cout * n). */
@@ -420,19 +420,28 @@ __kernel void qdwconv(__global const TB* restrict X, __global const TA* restrict
     const __global TA* wc = Wt + co * KH * KW;
     const int16 xz16 = (int16)((int)xz);
     int16 acc = (int16)0;
-    for (int ky = 0; ky < KH; ++ky) {
+#ifdef DW_K  /* the kernel size as a define (3x3, 5x5, 7x7): the tap loops unrolled */
+#define KH_ DW_K
+#define KW_ DW_K
+#else
+#define KH_ KH
+#define KW_ KW
+#endif
+    _Pragma("unroll")
+    for (int ky = 0; ky < KH_; ++ky) {
         const int iy = oy * SH - PH + ky * DH;
         if (iy < 0 || iy >= H) continue;
         const __global TB* row = xc + iy * W;
-        for (int kx = 0; kx < KW; ++kx) {
+        _Pragma("unroll")
+        for (int kx = 0; kx < KW_; ++kx) {
             const int ix0 = ox0 * SW - PW + kx * DW;  /* input column of lane 0 */
             const int span = 15 * SW + 1;
             tb16v v;
             if (ix0 >= 0 && ix0 + span <= W && SW == 1) {
                 v = *(const __global tb16_u*)(row + ix0);
-            } else if (ix0 >= 0 && ix0 + 32 <= W && SW == 2) {
-                const tb16v a = *(const __global tb16_u*)(row + ix0), b = *(const __global tb16_u*)(row + ix0 + 16);
-                v = (tb16v)(a.even, b.even);
+            } else if (ix0 >= 0 && ix0 + span <= W && SW == 2) {  /* columns ix0, ix0 + 2, ..., ix0 + 30 */
+                const tb16v a = *(const __global tb16_u*)(row + ix0), b = *(const __global tb16_u*)(row + ix0 + 15);
+                v = (tb16v)(a.even, b.odd);
             } else {
                 TB t[16];
                 for (int j = 0; j < 16; ++j) {
@@ -441,7 +450,7 @@ __kernel void qdwconv(__global const TB* restrict X, __global const TA* restrict
                 }
                 v = *(tb16v*)t;
             }
-            acc += (TB16_TO_INT(v) - xz16) * ((int)wc[ky * KW + kx] - wz);
+            acc += (TB16_TO_INT(v) - xz16) * ((int)wc[ky * KW_ + kx] - wz);
         }
     }
     const int nend = min(16, OW - ox0);
