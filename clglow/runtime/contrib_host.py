@@ -7,6 +7,8 @@ QOperator models loadable with CLGLOW_HOST_FALLBACK unset.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .. import qmath
@@ -34,8 +36,10 @@ def _window_attrs(x: np.ndarray, kernel_shape, strides, pads, auto_pad, ceil_mod
     return list(kernel_shape), st, begins, out_sp
 
 
-def reference_ops() -> list:
-    """The OpRun classes, one per com.microsoft op with a host reference."""
+@functools.lru_cache(maxsize=None)
+def reference_ops() -> tuple:
+    """The OpRun classes, one per com.microsoft op with a host reference (made once: every host
+    kernel and constant fold passes them to its ReferenceEvaluator)."""
     from onnx.reference.op_run import OpRun
 
     class QLinearAdd(OpRun):
@@ -113,8 +117,8 @@ def reference_ops() -> list:
         def _run(self, x, s, z=None, axis=None):
             return (qmath.dequantize(x, s, z, _axis_attr(axis)),)
 
-    return [QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool,
-            QLinearAveragePool, QLinearConcat, QLinearSoftmax, QuantizeLinear, DequantizeLinear] + _gemm_ops(OpRun)
+    return (QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool,
+            QLinearAveragePool, QLinearConcat, QLinearSoftmax, QuantizeLinear, DequantizeLinear) + tuple(_gemm_ops(OpRun))
 
 
 def _gemm_ops(OpRun: type) -> list:

@@ -84,7 +84,7 @@ def _host_ops() -> list:
 
     from .contrib_host import reference_ops
 
-    return [GatherElements] + reference_ops()  # + the com.microsoft references onnx.reference lacks
+    return [GatherElements, *reference_ops()]  # + the com.microsoft references onnx.reference lacks
 
 
 class HostKernel:
