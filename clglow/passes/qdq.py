@@ -94,9 +94,15 @@ def std(node: Node) -> bool:
     return node.domain in ("", "ai.onnx")
 
 
+def is_qdq(node: Node, op_type: str) -> bool:
+    """`node` is a QuantizeLinear / DequantizeLinear (`op_type`) of ai.onnx or com.microsoft (the
+    quantizer's UseQDQContribOps spelling: the same arithmetic for 8-bit types)."""
+    return node.op_type == op_type and (std(node) or node.domain == MS)
+
+
 def qparams(node: Node, g: Graph, data_dtype: Optional[np.dtype] = None) -> Optional[QParams]:
     """The parameters of a Q/DQ node when they are constant, 8-bit, float32-scaled and not blocked."""
-    if not std(node) or node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
+    if not (is_qdq(node, "QuantizeLinear") or is_qdq(node, "DequantizeLinear")):
         return None
     if node.attr("block_size", 0) or node.attr("precision"):
         return None
@@ -128,7 +134,7 @@ def qparams(node: Node, g: Graph, data_dtype: Optional[np.dtype] = None) -> Opti
 def dq_of(name: str, g: Graph, producers: dict) -> Optional[QParams]:
     """The parameters of the DequantizeLinear producing `name` (8-bit data), else None."""
     p = producers.get(name)
-    if p is None or p.op_type != "DequantizeLinear" or not std(p):
+    if p is None or not is_qdq(p, "DequantizeLinear"):
         return None
     v = g.values.get(p.input(0))
     if v is None or v.dtype is None or np.dtype(v.dtype) not in Q8:
@@ -210,7 +216,7 @@ def bias_values(name: str, g: Graph, producers: dict, rw: Rewrite) -> Optional[n
     if c is not None:
         return np.asarray(c, np.float64) if np.asarray(c).dtype.kind == "f" else None
     p = producers.get(name)
-    if p is None or p.op_type != "DequantizeLinear" or not std(p) or p.attr("block_size", 0):
+    if p is None or not is_qdq(p, "DequantizeLinear") or p.attr("block_size", 0):
         return None
     data, scale = g.const(p.input(0)), g.const(p.input(1))
     zp = g.const(p.input(2)) if p.input(2) else 0
@@ -526,7 +532,7 @@ def fold_except_dq(graph: Graph) -> Graph:
     outputs = set(g.outputs)
     keep = []
     for node in g.nodes:
-        skip = node.op_type == "DequantizeLinear" and std(node) or any(o in outputs for o in node.outputs)
+        skip = is_qdq(node, "DequantizeLinear") or any(o in outputs for o in node.outputs)
         outs = None if skip else fold_node(node, g)
         if outs is None:
             keep.append(node)
@@ -542,7 +548,7 @@ def fuse_qdq(graph: Graph, require_kernel: bool = True) -> Graph:
     """`graph` with its QDQ patterns rewritten to integer ops (module docstring); unchanged (the
     same object) when it has no QuantizeLinear. `require_kernel`: only where a device lowering
     accepts the new node (False: every pattern, for tests of the rewrite itself)."""
-    if not any(n.op_type == "QuantizeLinear" and std(n) for n in graph.nodes):
+    if not any(is_qdq(n, "QuantizeLinear") for n in graph.nodes):
         return graph
     g = fold_except_dq(graph)
     tried: set = set()
@@ -551,7 +557,7 @@ def fuse_qdq(graph: Graph, require_kernel: bool = True) -> Graph:
         progress = False
         producers, consumers, outputs = g.producers(), g.consumers(), set(g.outputs)
         for q in list(g.nodes):
-            if q.op_type != "QuantizeLinear" or not std(q) or id(q) in tried:
+            if not is_qdq(q, "QuantizeLinear") or id(q) in tried:
                 continue
             tried.add(id(q))
             found = match(q, g, producers, consumers, outputs)

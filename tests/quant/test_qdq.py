@@ -523,3 +523,13 @@ def test_shared_dequantize_fallback_alone(refuse, monkeypatch):
     assert refuse not in [n.op_type for n in sess.graph.nodes]
     got = sess.run(None, feeds)[0]
     assert qg.steps(got, qg.ort_outputs(model, feeds)[0]) <= max(qg.ort_gap(model, feeds), 1)
+
+
+def test_contrib_domain_quantize_nodes():
+    """com.microsoft QuantizeLinear/DequantizeLinear (onnxruntime's UseQDQContribOps) fuse too."""
+    feeds = feeds_for(X_SHAPE)
+    model = calibrated(lambda ys: conv_model(qg.U8, qg.I8, True, "int32", "Relu", 13, False, ys), feeds, qg.U8)
+    for n in model.graph.node:
+        if n.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            n.domain = "com.microsoft"
+    check(model, feeds, {"QLinearConv"}, {"Conv", "Relu"})
