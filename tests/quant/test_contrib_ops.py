@@ -195,3 +195,25 @@ def test_nonconstant_scale_runs_on_the_host():
     assert [p.where for p in sess.placement] == ["host"]
     assert "non-constant" in sess.placement[0].reason
     assert_within_steps(got[0], ref[0], 1)
+
+
+@pytest.mark.parametrize("shape", [(2, 6, 9), (1, 4, 2, 3, 5)])
+def test_qlinear_global_average_pool_other_ranks(shape):
+    rng = np.random.default_rng(10)
+    consts = {**_params(rng, np.uint8, "x", 0.02), **_params(rng, np.uint8, "y", 0.01)}
+    node = helper.make_node("QLinearGlobalAveragePool", ["x", "x_s", "x_z", "y_s", "y_z"], ["y"], domain=MS)
+    _check(node, {"x": _q(rng, shape, np.uint8)}, consts)
+
+
+def test_qlinear_concat_with_an_empty_input_and_softmax_of_one():
+    rng = np.random.default_rng(11)
+    inputs = {"x0": _q(rng, (2, 3), np.uint8), "x1": _q(rng, (2, 0), np.uint8)}
+    consts = {**_params(rng, np.uint8, "y"), **_params(rng, np.uint8, "x0"), **_params(rng, np.uint8, "x1")}
+    node = helper.make_node("QLinearConcat", ["y_s", "y_z", "x0", "x0_s", "x0_z", "x1", "x1_s", "x1_z"], ["y"],
+                            domain=MS, axis=1)
+    _check(node, inputs, consts)
+    consts = {"x_s": np.array(0.05, np.float32), "x_z": np.array(128, np.uint8),
+              "y_s": np.array(1 / 256, np.float32), "y_z": np.array(0, np.uint8)}
+    node = helper.make_node("QLinearSoftmax", ["x", "x_s", "x_z", "y_s", "y_z"], ["y"], domain=MS, axis=-1, opset=13)
+    got, _ = _check(node, {"x": _q(rng, (3, 1), np.uint8)}, consts)
+    assert (got[0] == 255).all()  # one element per row: p = 1, saturated (256 steps of 1/256)
