@@ -30,6 +30,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import models  # noqa: E402  (tests/models.py)
 
 KINDS = ("resnet", "mobilenet", "bert")
+# a small CNN made so that onnxruntime's quantizer writes the contrib ops the three above lack
+# (QLinearLeakyRelu, QLinearAveragePool, QLinearConcat, QLinearSoftmax); not in KINDS
+EXTRA_KINDS = ("contrib_mix",)
 FORMATS = ("qdq", "qoperator", "dynamic")
 CALIBRATION_SEED = 1234
 CALIBRATION_BATCHES = 4
@@ -47,7 +50,37 @@ def float_model(kind: str) -> onnx.ModelProto:
     if kind == "bert":
         return models.transformer_encoder(seq=BERT_SEQ, vocab=100, d_model=32, heads=2, ffn=64, layers=1,
                                           max_pos=64, seed=0)
-    raise ValueError(f"unknown model kind {kind!r}; choose one of {KINDS}")
+    if kind == "contrib_mix":
+        return contrib_mix_model()
+    raise ValueError(f"unknown model kind {kind!r}; choose one of {KINDS + EXTRA_KINDS}")
+
+
+def contrib_mix_model(seed: int = 0) -> onnx.ModelProto:
+    """Conv -> LeakyRelu -> two branches (AveragePool 3x3 / Conv 1x1) -> Concat -> Conv ->
+    Sigmoid * x -> GlobalAveragePool -> Flatten -> Gemm -> Softmax, opset 13, input ``x``
+    [1, 3, 16, 16] -> ``probs`` [1, 10]."""
+    from clglow.models._graph import GraphBuilder, TensorProto
+
+    g = GraphBuilder("contrib_mix", opset=13, seed=seed)
+    x = g.input("x", TensorProto.FLOAT, [1, 3, 16, 16])
+
+    def conv(inp: str, c_in: int, c_out: int, k: int, name: str) -> str:
+        w = g.const(f"{name}.w", g.he_normal((c_out, c_in, k, k), c_in * k * k))
+        b = g.const(f"{name}.b", (0.1 * g.rng.standard_normal(c_out)).astype(np.float32))
+        return g.node("Conv", [inp, w, b], name, pads=[k // 2] * 4)
+
+    h = g.node("LeakyRelu", [conv(x, 3, 8, 3, "c1")], "lrelu", alpha=0.1)
+    a = g.node("AveragePool", [h], "avg", kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[1, 1])
+    b = conv(h, 8, 8, 1, "c2")
+    h = g.node("Concat", [a, b], "cat", axis=1)
+    h = conv(h, 16, 16, 3, "c3")
+    h = g.node("Mul", [h, g.node("Sigmoid", [h], "sig")], "swish")
+    h = g.node("Flatten", [g.node("GlobalAveragePool", [h], "gap")], "flat", axis=1)
+    w = g.const("fc.w", (0.3 * g.rng.standard_normal((16, 10))).astype(np.float32))
+    fc = g.node("Gemm", [h, w, g.const("fc.b", np.zeros(10, np.float32))], "fc")
+    g.node("Softmax", [fc], "probs", axis=-1)
+    g.output("probs", TensorProto.FLOAT, [1, 10])
+    return g.model(doc="CNN for the quantized contrib ops")
 
 
 def sample_feeds(kind: str, seed: int = 0) -> dict:

@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 import pytest
 
-from quant_models import KINDS, op_counts, quantized_model, sample_feeds
+from quant_models import EXTRA_KINDS, KINDS, op_counts, quantized_model, sample_feeds
 from quant_oracle import clglow_session_run, ort_literal_run
 
 
@@ -61,7 +61,7 @@ def _compare(path, kind: str, device_only: bool, allow_ort_gap: bool = False) ->
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", KINDS + EXTRA_KINDS)
 def test_qoperator_model_on_opencl(kind, per_channel):
     path = quantized_model(kind, "qoperator", per_channel)
     ops = op_counts(path)
@@ -78,9 +78,17 @@ def test_dynamic_model_on_opencl(kind):
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", KINDS + EXTRA_KINDS)
 def test_qdq_model_loads_and_runs(kind, per_channel):
     _compare(quantized_model(kind, "qdq", per_channel), kind, device_only=False, allow_ort_gap=True)
+
+
+def test_contrib_mix_has_every_contrib_op():
+    """The extra model makes the quantizer write the contrib ops the ResNet/MobileNet/BERT models
+    lack, so that each runs inside a real quantized model (test_qoperator_model_on_opencl)."""
+    ops = {op for d, op in op_counts(quantized_model("contrib_mix", "qoperator")) if d == "com.microsoft"}
+    assert {"QLinearLeakyRelu", "QLinearAveragePool", "QLinearConcat", "QLinearSoftmax", "QLinearSigmoid",
+            "QLinearMul", "QLinearGlobalAveragePool", "QGemm"} <= ops
 
 
 def test_quantized_model_cache_is_stable(tmp_path, monkeypatch):
