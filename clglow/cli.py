@@ -238,6 +238,8 @@ def _tune(args: argparse.Namespace) -> int:
             break
         keys.update(new)
         _search_shapes(args, dev, family, new, t_end - time.monotonic())
+    if keys:
+        _check_model(args, dev, family, keys)
     if args.show:
         _show_tuned(dev, family, keys)
     return 0
@@ -273,6 +275,36 @@ def _search_shapes(args: argparse.Namespace, dev, family: str, keys: Optional[di
         if r.source == "measured":
             print(f"  {r.family:6s} {str(r.key):32s} {format_params(r.params):34s} {r.ms:8.3f} ms "
                   f"(default {r.default_ms:.3f} ms)")
+    dev.reload_tuning(family)
+
+
+def _check_model(args: argparse.Namespace, dev, family: str, keys: dict) -> None:
+    """The whole model with and without its stored choices (summed kernel time, in turns): a
+    path that wins alone can lose inside the model (the layouts two convs share), so where the
+    conv choices, or all of them, make the model slower, the defaults are stored for its shapes."""
+    from .frontend.onnx_model import load_model
+    from .lower.tunable import key_str
+    from .runtime.node_bench import compare_tables
+    from .runtime.search import revert
+
+    target = dev.target(family)
+    mine = {(f, key_str(k)) for f, k in keys}
+    others = tuple(r for r in target.tuned if (r[0], r[1]) not in mine)
+    gemm_only = others + tuple(r for r in target.tuned if (r[0], r[1]) in mine and r[0] != "conv")
+    proto, _ = load_model(args.model)
+    times = compare_tables(dev, target, {"defaults": others, "gemm choices": gemm_only, "all choices": target.tuned},
+                           proto)
+    if not times:
+        print("whole-model check skipped (inputs not all static float tensors)")
+        return
+    print("whole model, summed kernel time per run (median of 7, in turns): "
+          + ", ".join(f"{k} {v:.2f} ms" for k, v in times.items()))
+    best = min(times, key=lambda k: times[k])
+    if times["all choices"] <= times[best] * 1.01:
+        return
+    drop = [k for k in keys if k[0] == "conv"] if best == "gemm choices" else list(keys)
+    n = revert(dev.tuning.database(dev), family, drop, "model-check")
+    print(f"kept the defaults for {n} shape(s): the {best} ran the model fastest")
     dev.reload_tuning(family)
 
 

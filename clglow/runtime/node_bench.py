@@ -4,8 +4,9 @@ Why: a conv's path (Winograd F(4)/F(2), implicit GEMM, im2col, transposed, ...) 
 launches with scratch buffers and weights packed at plan time, so it is measured as what it is:
 a one-node model run by an engine (a session's runner) whose Target carries the point as its only database entry.
 Each candidate gets its own `Device` object on the same OpenCL context and program cache (so no
-other session's Target, plan or queue changes), the candidates run in turns (best wall time of
-each), and a candidate whose output differs from the default's beyond the family's tolerance is
+other session's Target, plan or queue changes), the candidates run in turns (best time of
+each: the node's summed kernel time from OpenCL profiling, less disturbed by a busy host than
+wall time), and a candidate whose output differs from the default's beyond the family's tolerance is
 dropped (logged): the search never stores a point that changes a result.
 
 Example::
@@ -89,12 +90,27 @@ def _engine(device, target: Target, family: str, key: ShapeKey, p: Params, model
     ks = key_str(key)
     others = tuple(r for r in device.tuning.table(device, target.family) if (r[0], r[1]) != (family, ks))
     dev.tuning.set_table(target.family, others + ((family, ks, params_items(p)),))
-    return Engine(optimize(import_model(model)), dev, PlanOptions.from_env(target=target.family))
+    # inputs copied into device buffers (not the caller's arrays in place): as inside a model,
+    # where a conv reads an aligned buffer another kernel wrote; profiled: kernel time is timed
+    return Engine(optimize(import_model(model)), dev, PlanOptions.from_env(target=target.family, zero_copy=False),
+                  profiling=True)
+
+
+def kernel_ms(engine, feeds: Dict[str, np.ndarray]) -> float:
+    """One run's summed kernel time (ms), from its OpenCL profiling events."""
+    from .profiler import kernel_times
+
+    engine.records.clear()
+    engine.run(feeds)
+    ms = sum(e - s for _label, _k, _op, s, e in kernel_times(engine.records)) * 1e-6
+    engine.records.clear()
+    return ms
 
 
 def measure_node(device, target: Target, family: str, key: ShapeKey, points: List[Params],
                  gate: Optional[Any] = None, rounds: int = 5, deadline: float = float("inf")) -> Dict[int, float]:
-    """Best wall time (ms) of one run per point (by index; points[0] is the reference for the
+    """Best kernel time (ms, summed over the node's launches) of one run per point (by index;
+    points[0] is the reference for the
     results), in turns; a point that fails, or whose output differs from the first's beyond the
     family's tolerance, is left out (logged). Past `deadline` (time.monotonic()) no further
     point is built once two are."""
@@ -127,13 +143,55 @@ def measure_node(device, target: Target, family: str, key: ShapeKey, points: Lis
             for i, sess in sessions.items():
                 if gate is not None and not gate.wait():
                     return {}
-                t0 = time.perf_counter()
-                sess.run(feeds)
-                best[i] = min(best[i], (time.perf_counter() - t0) * 1e3)
+                best[i] = min(best[i], kernel_ms(sess, feeds))
     finally:
         for sess in sessions.values():
             sess.release()
     return best
 
 
-__all__ = ["conv_model", "measure_node", "MODELS"]
+
+
+def model_engine(device, target: Target, table: tuple, model: onnx.ModelProto):
+    """An engine for a whole model on its own Device object whose Target carries `table` as its
+    tuning database entries (profiled, inputs copied), for comparing tables on one model."""
+    from ..config import PlanOptions
+    from ..frontend.onnx_model import import_model
+    from ..passes.pipeline import optimize
+    from .device import Device
+    from .engine import Engine
+
+    dev = Device(device.context, device.cl_device)
+    dev.cache = device.cache
+    dev.set_gemm_tiles(device.tuning.tiles(target.family), target.family)
+    dev.tuning.set_table(target.family, table)
+    return Engine(optimize(import_model(model)), dev, PlanOptions.from_env(target=target.family, zero_copy=False),
+                  profiling=True)
+
+
+def compare_tables(device, target: Target, tables: Dict[str, tuple], model: onnx.ModelProto,
+                   rounds: int = 7) -> Dict[str, float]:
+    """Median summed kernel time (ms) of one run of `model` under each named table, the tables in
+    turns (None for a model whose inputs are not all static)."""
+    feeds: Dict[str, np.ndarray] = {}
+    rng = np.random.default_rng(0)
+    for i in model.graph.input:
+        dims = [d.dim_value for d in i.type.tensor_type.shape.dim]
+        if any(d <= 0 for d in dims) or i.type.tensor_type.elem_type != onnx.TensorProto.FLOAT:
+            return {}
+        feeds[i.name] = rng.standard_normal(dims).astype(np.float32)
+    engines = {name: model_engine(device, target, t, model) for name, t in tables.items()}
+    times: Dict[str, List[float]] = {name: [] for name in engines}
+    try:
+        for e in engines.values():
+            e.run(feeds)  # plans, builds, uploads: not timed
+        for _ in range(rounds):
+            for name, e in engines.items():
+                times[name].append(kernel_ms(e, feeds))
+    finally:
+        for e in engines.values():
+            e.release()
+    return {name: float(np.median(v)) for name, v in times.items()}
+
+
+__all__ = ["conv_model", "measure_node", "MODELS", "kernel_ms", "model_engine", "compare_tables"]

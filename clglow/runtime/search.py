@@ -328,6 +328,21 @@ def search(device, target: Target, keys: Dict[Tuple[str, ShapeKey], int], budget
     return results
 
 
+def revert(db: TuningDB, target_family: str, keys: List[Tuple[str, ShapeKey]], why: str) -> int:
+    """Store the default as the choice of these (family, key)s (their measured times kept): a
+    whole-model check found the per-shape winners slower together. Returns how many changed."""
+    entries = db.entries()
+    new = {}
+    for fam, key in keys:
+        ekey = entry_key(target_family, fam, family_hash(fam), key_str(key))
+        old = entries.get(ekey)
+        if old is not None and "default" in old and old["params"] != old["default"]:
+            new[ekey] = dict(old, params=old["default"], ms=old.get("default_ms", old.get("ms")), by=why)
+    if new:
+        db.put_many(new)
+    return len(new)
+
+
 def stored_results(db: TuningDB, target_family: str) -> List[SearchResult]:
     """The database's entries for `target_family` as results (``clglow tune --show``), current
     kernels only, the most work first."""
@@ -346,5 +361,5 @@ def stored_results(db: TuningDB, target_family: str) -> List[SearchResult]:
     return sorted(out, key=lambda r: (FAMILIES[r.family].priority, -FAMILIES[r.family].flops(r.key)))
 
 
-__all__ = ["STANDARD_SHAPES", "BACKGROUND_BUDGET_S", "start_background", "search", "measure", "candidates", "ordered", "stored_results", "Gate",
+__all__ = ["STANDARD_SHAPES", "BACKGROUND_BUDGET_S", "start_background", "search", "revert", "measure", "candidates", "ordered", "stored_results", "Gate",
            "SearchResult", "MARGIN"]
