@@ -92,6 +92,9 @@ def infer_node(node: Node, graph: Graph) -> dict:
         domain = ""
         inputs, keep = present(node)
         proto_node = Node(op_type, node.name, inputs, node.outputs, keep)
+    if "qclamp" in proto_node.attrs:  # passes/qdq.py's quantized clamp: no attribute of onnx's schema
+        proto_node = Node(op_type, node.name, list(proto_node.inputs), list(proto_node.outputs),
+                          {k: v for k, v in proto_node.attrs.items() if k != "qclamp"}, domain)
     try:
         schema = defs.get_schema(op_type, graph.opset(domain), domain)
     except Exception:

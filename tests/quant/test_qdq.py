@@ -25,6 +25,7 @@ from clglow import InferenceSession  # noqa: E402
 from clglow.frontend.onnx_model import import_model  # noqa: E402
 from clglow.ir import Node  # noqa: E402
 from clglow.lower.base import lookup  # noqa: E402
+from clglow.partition import DEVICE  # noqa: E402
 from clglow.passes import pipeline  # noqa: E402
 from clglow.passes.qdq import fuse_qdq  # noqa: E402
 
@@ -402,7 +403,7 @@ def registered(op: str, domain: str = "") -> bool:
 DEVICE_CASES = {
     "QLinearConv": lambda f: calibrated(lambda ys: conv_model(qg.U8, qg.I8, True, "int32", "Relu", 13, False, ys),
                                         f, qg.U8),
-    "QLinearMatMul": lambda f: calibrated(lambda ys: matmul_model("matmul", True, ys), f, qg.U8),
+    "QLinearMatMul": lambda f: calibrated(lambda ys: matmul_model("matmul", True, ys, "Relu"), f, qg.U8),
     "QGemm": lambda f: calibrated(lambda ys: matmul_model("gemm", True, ys, "Relu"), f, qg.U8),
     "QLinearAdd": lambda f: binary_model("Add"),
     "QLinearGlobalAveragePool": lambda f: unary_model("GlobalAveragePool", X_SHAPE, {}, same=False),
@@ -422,6 +423,7 @@ def test_on_opencl(op, monkeypatch):
     sess = InferenceSession(model.SerializeToString())
     assert op in [n.op_type for n in sess.graph.nodes]
     got = sess.run(None, feeds)[0]
+    assert {p.where for p in sess.placement if p.op_type == op} == {DEVICE}  # the plan's placement
     literal = qg.ort_outputs(model, feeds)[0]
     assert qg.steps(got, literal) <= max(qg.ort_gap(model, feeds), 1)
 

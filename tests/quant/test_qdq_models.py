@@ -27,6 +27,7 @@ from clglow import InferenceSession  # noqa: E402
 from clglow.frontend.onnx_model import import_model  # noqa: E402
 from clglow.ir import Node  # noqa: E402
 from clglow.lower.base import lookup  # noqa: E402
+from clglow.partition import DEVICE  # noqa: E402
 from clglow.passes.qdq import fuse_qdq  # noqa: E402
 
 # float op -> the integer node the pass writes for it in these models
@@ -111,3 +112,4 @@ def test_integer_nodes_on_opencl(case, monkeypatch):
     assert kept, f"no integer node of {expected} has a device lowering yet"
     got = sess.run(None, feeds)[0]
     assert float(np.max(np.abs(got - literal))) <= tol
+    assert {p.where for p in sess.placement if p.op_type in kept} == {DEVICE}  # the plan's placement
