@@ -15,7 +15,8 @@ that clglow's int8 kernels run:
   GlobalAveragePool, Sigmoid, LeakyRelu, Softmax} -> Q: com.microsoft QLinearAveragePool /
   QLinearGlobalAveragePool / QLinearSigmoid / QLinearLeakyRelu / QLinearSoftmax; DQ -> Concat -> Q:
   com.microsoft QLinearConcat.
-- DQ -> {MaxPool, Reshape, Transpose, Flatten, Squeeze, Unsqueeze, Resize(nearest)} -> Q with
+- DQ -> {MaxPool, Reshape, Transpose, Flatten, Squeeze, Unsqueeze, Resize(nearest), Slice, Expand,
+  Gather, GatherElements, DepthToSpace, SpaceToDepth, Tile} -> Q with
   the same scale and zero point on both sides: the op runs on the integer tensor itself (exact:
   these ops only select or move elements, and Q(DQ(v)) == v).
 
@@ -47,7 +48,9 @@ log = logging.getLogger(__name__)
 MS = "com.microsoft"
 Q8 = {np.dtype(np.int8), np.dtype(np.uint8)}
 # ops that only move or select elements: exact on the integer tensor with unchanged parameters
-EXACT_OPS = {"MaxPool", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Resize"}
+# (onnxruntime's DropQDQ set: its input 0 is the data, the other inputs are indices or shapes)
+EXACT_OPS = {"MaxPool", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Resize", "Slice", "Expand",
+             "Gather", "GatherElements", "DepthToSpace", "SpaceToDepth", "Tile"}
 BINARY_OPS = {"Add": "QLinearAdd", "Mul": "QLinearMul"}
 # one-input ops with an integer contrib form (onnxruntime's QDQ unary selector)
 UNARY_OPS = {"AveragePool": "QLinearAveragePool", "GlobalAveragePool": "QLinearGlobalAveragePool",

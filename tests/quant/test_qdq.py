@@ -227,6 +227,10 @@ EXACT_CASES = [
     ("Squeeze", {}, [np.array([0], np.int64)]),
     ("Unsqueeze", {}, [np.array([1], np.int64)]),
     ("Resize", {"mode": "nearest"}, ["", np.array([1, 1, 2, 2], np.float32)]),
+    ("Slice", {}, [np.array([1, 2], np.int64), np.array([3, 8], np.int64), np.array([1, 2], np.int64)]),
+    ("Gather", {"axis": 1}, [np.array([3, 0, 2], np.int64)]),
+    ("DepthToSpace", {"blocksize": 2}, []),
+    ("Tile", {}, [np.array([1, 2, 1, 1], np.int64)]),
 ]
 
 
