@@ -89,7 +89,8 @@ def run_serve(args: argparse.Namespace) -> int:
     own_ray = not ray.is_initialized() and not args.address
     try:
         url = start(config, host=args.host, port=args.port, address=args.address, num_cpus=args.num_cpus)
-        signal.signal(signal.SIGTERM, _raise_interrupt)  # after ray.init, which installs its own
+        for sig in (signal.SIGTERM, signal.SIGINT):  # after ray.init, which installs its own; SIGINT
+            signal.signal(sig, _raise_interrupt)  # too, as a background job may have it ignored
         for n, _ in models:
             print(f"serving {n!r}: {url}/v2/models/{n} (infer: POST {url}/v2/models/{n}/infer)", flush=True)
         print(f"ready at {url} (pid {os.getpid()}); Ctrl-C stops", flush=True)
