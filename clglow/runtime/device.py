@@ -11,7 +11,8 @@ per OpenCL device; the Device owns its context, in-order queue and program cache
 - runtime.cache: built programs in memory and on disk; runtime.driver_cache: pocl's own cache,
   checked before the driver loads;
 - runtime.preparation: background builds and warm-up launches, and the compile helpers;
-- runtime.tuning: the GEMM tiles per target family (`target(family)`, `ensure_tuned(family)`).
+- runtime.tuning: the GEMM tiles per target family (`target(family)`, `ensure_tuned(family)`),
+  and the tuning database's per-shape entries each Target carries (`Target.tuned`, `reload_tuning`).
 
 Example::
 

@@ -33,6 +33,12 @@ the CPU family's files hold gemm.cl's choice only, as before.
 The candidates are few on purpose: each one is a program the driver compiles (about half a
 second on pocl), and the first session on a device pays for them.
 
+Per-shape tuning builds on this: the tiles chosen here are the gemm family's default for a shape
+the tuning database has no entry for. The families and their spaces are lower/tunable.py (and
+the modules that own each kernel), the database runtime/tuning_db.py, the search (`clglow
+tune`, a session's background search) runtime/search.py; `TuningState.table` hands a family's
+database entries to `Device.target` (``Target.tuned``).
+
 Example::
 
     result = tune_gemm(device)          # a TuneResult; device.info now carries the choice
