@@ -43,6 +43,13 @@ def _supports(ints: list, floats_: list, int32s: list):
         s = shape_of(graph, node.input(0))
         if s is not None and len(s) not in (3, 4):
             return f"{node.op_type} of rank {len(s)} (1-D and 2-D convolutions run on OpenCL)"
+        iw = 3 if node.op_type == "QLinearConv" else 1
+        zp = node.input(2) if 2 < len(node.inputs) else ""
+        if graph.const(node.input(iw)) is None and zp and (graph.const(zp) is None or np.any(graph.const(zp))):
+            ws = shape_of(graph, node.input(iw))
+            depthwise = ws is not None and len(ws) >= 2 and ws[1] == 1 and int(node.attrs.get("group", 1)) > 1
+            if not depthwise:  # the GEMM path sums constant weights' rows at plan time
+                return f"{node.op_type} with a live weight and an input zero point"
         return None
     return supports
 

@@ -61,20 +61,37 @@ def _check(node: Node, graph: Graph, ints: list, floats_: list, int32s: tuple = 
     return None
 
 
+def _per_index_live(node: Node, graph: Graph, matrix: int, params: tuple) -> Optional[str]:
+    """What the lowering cannot take, known before shapes are concrete: a per-row / per-column
+    zero point or scale that is live (or per row of an N-D A) while its matrix is batched (it
+    would be tiled over the batch at plan time)."""
+    ms = shape_of(graph, node.input(matrix))
+    if ms is None or len(ms) <= 2:
+        return None
+    for i in params:
+        if i < len(node.inputs) and node.inputs[i]:
+            ps = shape_of(graph, node.input(i))
+            if ps is not None and int(np.prod(ps, dtype=np.int64)) > 1 and (graph.const(node.input(i)) is None
+                                                                        or matrix == 0):
+                return f"{node.op_type}: a per-index input {i} with a batched input {matrix}"
+    return None
+
+
 def _supports_mmi(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return _check(node, graph, [0, 1, 2, 3], [])
+    return (_check(node, graph, [0, 1, 2, 3], []) or _per_index_live(node, graph, 0, (2,))
+            or _per_index_live(node, graph, 1, (3,)))
 
 
 def _supports_qlmm(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return _check(node, graph, [0, 2, 3, 5, 7], [1, 4, 6])
+    return _check(node, graph, [0, 2, 3, 5, 7], [1, 4, 6]) or _per_index_live(node, graph, 3, (4, 5))
 
 
 def _supports_mmi2f(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return _check(node, graph, [0, 1, 4, 5], [2, 3, 6])
+    return _check(node, graph, [0, 1, 4, 5], [2, 3, 6]) or _per_index_live(node, graph, 1, (3, 5))
 
 
 def _supports_dqmm(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return _check(node, graph, [1, 3], [0, 2, 4])
+    return _check(node, graph, [1, 3], [0, 2, 4]) or _per_index_live(node, graph, 1, (2, 3))
 
 
 def _supports_qgemm(node: Node, graph: Graph, target: Target) -> Optional[str]:
@@ -83,6 +100,8 @@ def _supports_qgemm(node: Node, graph: Graph, target: Target) -> Optional[str]:
         return why
     if node.attrs.get("transA", 0) and graph.const(node.input(0)) is None:
         return "QGemm with transA=1 on a live A"
+    if float(node.attrs.get("alpha", 1.0)) != 1.0 and graph.const(node.input(1)) is None:
+        return "QGemm with alpha != 1 and a live a_scale"
     return None
 
 

@@ -216,3 +216,31 @@ def test_search_space_points_exact(pick, monkeypatch):
     got, _ = run_node(helper.make_node("MatMulInteger", ["a", "b", "za", "zb"], ["y"]), {"a": a, "b": b},
                       {"za": za, "zb": zb}, opset=10, expected=[e])
     np.testing.assert_array_equal(got[0], e)
+
+
+def _supports(op: str, inputs: dict, consts: dict, domain: str = "", **attrs) -> object:
+    """The device op's supports() verdict for one node (None: it runs on OpenCL)."""
+    from clglow.ir import Graph, Node, Value
+    from clglow.lower import base
+    try:
+        from .run_launches import device_info
+    except ImportError:
+        from run_launches import device_info  # type: ignore
+    values = {n: Value(n, a.dtype, tuple(a.shape), a if n in consts else None) for n, a in {**inputs, **consts}.items()}
+    values["y"] = Value("y", np.dtype(np.int32), None)
+    node = Node(op, op, list(inputs) + list(consts), ["y"], attrs, domain)
+    graph = Graph([node], values, list(inputs), ["y"], {"": 13, "com.microsoft": 1})
+    return base.lookup(node).supports(node, graph, device_info())
+
+
+def test_supports_refuses_what_the_lowering_cannot_take():
+    """Live per-index parameters of a batched matrix and QGemm's alpha on a live scale are
+    refused up front (the node then runs on the host), not failed at lowering."""
+    a3, b2 = rand((2, 4, 8), np.uint8), rand((8, 5), np.int8)
+    assert _supports("MatMulInteger", {"a": a3, "b": b2, "za": rand((4,), np.uint8)}, {}) is not None
+    assert _supports("MatMulInteger", {"a": a3, "b": b2}, {"za": np.uint8(3)}) is None
+    f = np.float32
+    q = {"a": rand((4, 8), np.uint8), "as": np.array(0.1, f)}
+    rest = {"az": np.uint8(1), "b": b2, "bs": np.array(0.1, f), "bz": np.int8(0)}
+    assert _supports("QGemm", q, rest, "com.microsoft", alpha=2.0) is not None
+    assert _supports("QGemm", {"a": q["a"]}, {"as": q["as"], **rest}, "com.microsoft", alpha=2.0) is None
