@@ -42,11 +42,13 @@ def all_codes(dtype: np.dtype) -> np.ndarray:
 
 def lookup_table(fn: Callable[[np.ndarray], np.ndarray], x_scale: float, x_zp: float, y_scale: float,
                  y_zp: float, x_dtype: np.dtype, y_dtype: np.dtype) -> np.ndarray:
-    """256-entry table y[byte of x] = quantize(fn(dequantize(x))) (onnxruntime's QLinearLookupBase)."""
+    """256-entry table y[byte of x] = quantize(fn(dequantize(x))) (onnxruntime's QLinearLookupBase:
+    MlasQuantizeLinear rounds x / scale before it adds the zero point; adding first can round a
+    value a float ulp from a half step the other way)."""
     x = all_codes(x_dtype).astype(np.int32)
     f = ((x - np.int32(x_zp)).astype(F32) * F32(x_scale)).astype(F32)
     y = fn(f).astype(F32)
-    return saturate(y / F32(y_scale) + F32(y_zp), np.dtype(y_dtype))
+    return saturate(np.rint(y / F32(y_scale)) + F32(y_zp), np.dtype(y_dtype))
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -92,7 +94,8 @@ def qlinear_global_avg(x, x_s, x_z, y_s, y_z, channels_last: bool) -> np.ndarray
     axes = tuple(range(1, x.ndim - 1)) if channels_last else tuple(range(2, x.ndim))
     count = int(np.prod([x.shape[a] for a in axes]))
     acc = x.astype(np.int64).sum(axis=axes, keepdims=True) - int(x_z) * count
-    return saturate(acc.astype(F32) * global_avg_scale(x_s, y_s, count) + F32(y_z), x.dtype)
+    # MlasRequantizeOutput: rounded, then the zero point added
+    return saturate(np.rint(acc.astype(F32) * global_avg_scale(x_s, y_s, count)) + F32(y_z), x.dtype)
 
 
 def pool_pads(in_sp: Sequence[int], out_sp: Sequence[int], kernel: Sequence[int], strides: Sequence[int],

@@ -103,7 +103,7 @@ __kernel void qconcat_part(__global const T* restrict x, __constant T* table, __
 }
 
 /* QLinearGlobalAveragePool: one work-item per (image, channel); `hw` pixels `step` apart (1 for
- * NCHW, C for channels_last); an exact int sum, then (sum - zx * hw) * scale + zy, scale = xs / (ys * hw). */
+ * NCHW, C for channels_last); an exact int sum, then rint((sum - zx * hw) * scale) + zy, scale = xs / (ys * hw). */
 __kernel void qgap(__global const T* restrict x, __global T* restrict y, const int nc, const int hw,
                    const int channels, const int channels_last, const float scale, const int zx, const float zy) {
     const int i = get_global_id(0);
@@ -120,7 +120,7 @@ __kernel void qgap(__global const T* restrict x, __global T* restrict y, const i
     int sum = 0;
     for (int p = 0; p < hw; ++p)
         sum += (int)x[base + p * step];
-    y[i] = qsat((float)(sum - zx * hw) * scale + zy);
+    y[i] = qsat(rint((float)(sum - zx * hw) * scale) + zy);  /* rounded, then zy added: MlasRequantizeOutput */
 }
 
 /* QLinearAveragePool over 1-D (H = 1) or 2-D windows, one work-item per output element: the

@@ -2,9 +2,10 @@
 literal run (ORT_DISABLE_ALL), with host fallback off: every node must run on the device.
 
 Tolerance: 1 quantization step. clglow follows onnxruntime's float arithmetic (same order, no
-fused multiply-add, round half to even), so results are equal except where a value lies within a
-float rounding of a half step (OpenCL's division and exp need not round as glibc's do), or where
-onnxruntime's MLAS vector code computes a slightly different float than its scalar formula.
+fused multiply-add, round half to even, the zero point added after rounding where MLAS does so),
+and every case here is equal to onnxruntime's output; a step can still differ where a value lies
+within a float rounding of a half step (OpenCL's division and exp need not round as glibc's do;
+onnxruntime's sigmoid is MLAS's polynomial, clglow's table uses numpy's exp).
 """
 from __future__ import annotations
 
