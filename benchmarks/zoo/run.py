@@ -20,6 +20,7 @@ from . import catalog
 from .export import ensure, versions, zoo_dir
 
 REPO = str(Path(__file__).resolve().parents[2])
+DEFAULT_TIMEOUT = 300.0  # seconds a model may take (export excluded) before it is abandoned
 
 
 def _say(msg: str) -> None:
@@ -36,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help="OpenCL device for clglow (CLGLOW_DEVICE syntax, e.g. 0:0)")
     p.add_argument("--json", metavar="FILE", help="also write every result record as JSON")
     p.add_argument("--reexport", action="store_true", help="export the models again even when cached")
-    p.add_argument("--timeout", type=float, default=300, help="seconds per model before it is abandoned")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="seconds per model before it is abandoned (default: 300, or the model's own limit)")
     return p
 
 
@@ -50,13 +52,15 @@ def _env(device: Optional[str]) -> Dict[str, str]:
 
 def run_one(name: str, args: argparse.Namespace, env: Dict[str, str]) -> dict:
     """The measure child's record for `name` (an ``error`` record when it crashed or timed out)."""
+    own_limit = catalog.MODELS[name].timeout_s
+    limit = args.timeout if args.timeout is not None else (own_limit or DEFAULT_TIMEOUT)
     cmd = [sys.executable, "-m", "benchmarks.zoo.measure", name, "--repeat", str(args.repeat),
            "--warmup", str(args.warmup)]
     t0 = time.perf_counter()
     try:
-        p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=args.timeout)
+        p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=limit)
     except subprocess.TimeoutExpired:
-        return {"name": name, "error": f"timed out after {args.timeout:.0f} s", "wall_s": args.timeout}
+        return {"name": name, "error": f"timed out after {limit:.0f} s", "wall_s": limit}
     for line in p.stdout.splitlines():
         if line.startswith("ZOO "):
             res = json.loads(line[4:])

@@ -3,7 +3,7 @@ modules import them without importing the catalogue)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 
 @dataclass
@@ -24,3 +24,5 @@ class ZooModel:
     description: str
     build: Callable[[], Built]
     tags: Sequence[str] = field(default_factory=tuple)
+    # seconds before the runner abandons this model (None: the runner's --timeout)
+    timeout_s: Optional[float] = None
