@@ -15,6 +15,8 @@ that clglow's int8 kernels run:
   GlobalAveragePool, Sigmoid, LeakyRelu, Softmax} -> Q: com.microsoft QLinearAveragePool /
   QLinearGlobalAveragePool / QLinearSigmoid / QLinearLeakyRelu / QLinearSoftmax; DQ -> Concat -> Q:
   com.microsoft QLinearConcat.
+- DQ -> Relu / Clip -> Q with the same parameters on both sides: an integer Clip at the
+  quantized bounds (exact).
 - DQ -> {MaxPool, Reshape, Transpose, Flatten, Squeeze, Unsqueeze, Resize(nearest), Slice, Expand,
   Gather, GatherElements, DepthToSpace, SpaceToDepth, Tile} -> Q with
   the same scale and zero point on both sides: the op runs on the integer tensor itself (exact:
@@ -438,12 +440,30 @@ def contrib_rewrite(core: Node, rw: Rewrite, yq: QParams, producers: dict) -> Op
     return Node("QLinearConcat", core.name, inputs, [rw.q.outputs[0]], {"axis": int(core.attr("axis"))}, MS)
 
 
+def clamp_rewrite(q: Node, act: Node, g: Graph, yq: QParams, producers: dict) -> Optional[tuple]:
+    """DQ -> Relu / Clip -> Q with equal parameters (an activation the quantizer kept apart from
+    its producer): a Clip of the integer tensor at the quantized bounds. Exact: Q(DQ(v)) == v
+    and quantization is monotonic. Integer Clip exists from opset 12."""
+    x = dq_of(act.input(0), g, producers)
+    if x is None or not x.same(yq) or g.opset() < 12:
+        return None
+    rw = Rewrite(g, q)
+    rw.replaced.append(act)
+    rw.dqs.append(x.node)
+    lo, hi = activation_clamp(act, g, yq)
+    inputs = [x.node.input(0), rw.const(act.name + "_qmin", np.array(lo, yq.dtype)),
+              rw.const(act.name + "_qmax", np.array(hi, yq.dtype))]
+    return rw, Node("Clip", act.name, inputs, [q.outputs[0]], {}, "")
+
+
 def match(q: Node, g: Graph, producers: dict, consumers: dict, outputs: set) -> Optional[tuple]:
     """(Rewrite, new node) for the pattern ending at QuantizeLinear `q`, or None."""
     yq = qparams(q, g)
     if yq is None or not yq.per_tensor:
         return None
     core, act = chain_back(q, g, producers, consumers, outputs)
+    if core is not None and act is not None and is_qdq(core, "DequantizeLinear"):
+        return clamp_rewrite(q, act, g, yq, producers)
     if core is None or not std(core):
         return None
     rw = Rewrite(g, q)

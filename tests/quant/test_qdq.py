@@ -245,6 +245,17 @@ def test_exact_ops(op, attrs, extra, dt):
     assert g.values[node.inputs[0]].dtype == dt
 
 
+@pytest.mark.parametrize("op,extra", [("Relu", []), ("Clip", [np.float32(-0.25), np.float32(0.5)])])
+@pytest.mark.parametrize("dt", [qg.U8, qg.I8], ids=["uint8", "int8"])
+def test_activation_between_qdq(op, extra, dt):
+    """DQ -> Relu/Clip -> Q with equal parameters: an integer Clip, exact."""
+    feeds = feeds_for(X_SHAPE)
+    model = unary_model(op, X_SHAPE, {}, extra, dt=dt, sym=dt == qg.I8)
+    g = check(model, feeds, {"Clip"}, {"DequantizeLinear", "Relu"}, exact=True)
+    clip = next(n for n in g.nodes if n.op_type == "Clip")
+    assert g.values[clip.inputs[0]].dtype == dt and g.const(clip.inputs[1]).dtype == dt
+
+
 def test_exact_op_needs_equal_parameters():
     """Different output parameters: the op stays in float between the DQ and the Q."""
     model = unary_model("Transpose", X_SHAPE, {"perm": [0, 2, 3, 1]}, same=False)
