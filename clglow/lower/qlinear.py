@@ -20,10 +20,11 @@ from typing import Callable, Optional
 import numpy as np
 
 from .. import qmath
+from . import qconv
 from ..frontend.contrib_ops import DOMAIN, spatial_out
 from ..ir import Graph, Node
 from ..target import Target
-from .base import Arg, Launch, LowerCtx, device_op, i32
+from .base import REGISTRY, Arg, Launch, LowerCtx, device_op, i32
 from .common import check_int32_sizes, dtype_of, norm_axis, shape_of, work_size
 from .index_space import collapse, meta_table, row_layout
 
@@ -273,3 +274,19 @@ def lower_qsoftmax(ctx: LowerCtx) -> list:
     g, l = work_size(ctx, rows, cap=64)
     args = [ctx.buf(0), ctx.const_buffer(table), ctx.out(0), i32(rows), i32(d), i32(inner), ysf, _f(ctx, 4)]
     return [Launch("qlinear", "qsoftmax", g, args, l, _qdefines(dt), ctx.label())]
+
+
+# --- com.microsoft QLinearConv ----------------------------------------------------------------------
+def _supports_ms_conv(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    """ai.onnx QLinearConv's kernels (lower/qconv.py) for the NCHW form; channels_last stays on the host."""
+    if int(node.attr("channels_last", 0) or 0):
+        return "com.microsoft QLinearConv with channels_last (NHWC)"
+    plain = Node(node.op_type, node.name, node.inputs, node.outputs,
+                 {k: v for k, v in node.attrs.items() if k != "channels_last"}, "", node.proto)
+    return REGISTRY[("", "QLinearConv")].supports(plain, graph, target)
+
+
+@device_op("QLinearConv", supports=_supports_ms_conv, domain=DOMAIN)
+def lower_ms_qlinear_conv(ctx: LowerCtx) -> list:
+    """The NCHW com.microsoft QLinearConv is ai.onnx's: the same lowering."""
+    return qconv.lower_qlinear_conv(ctx)

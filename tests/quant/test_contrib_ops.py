@@ -218,3 +218,17 @@ def test_qlinear_concat_with_an_empty_input_and_softmax_of_one():
     node = helper.make_node("QLinearSoftmax", ["x", "x_s", "x_z", "y_s", "y_z"], ["y"], domain=MS, axis=-1, opset=13)
     got, _ = _check(node, {"x": _q(rng, (3, 1), np.uint8)}, consts)
     assert (got[0] == 255).all()  # one element per row: p = 1, saturated (256 steps of 1/256)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_com_microsoft_qlinear_conv(dtype):
+    """The NCHW com.microsoft QLinearConv on ai.onnx QLinearConv's kernels (lower/qconv.py)."""
+    rng = np.random.default_rng(12)
+    x = _q(rng, (1, 4, 9, 9), dtype)
+    consts = {"x_s": np.array(0.02, np.float32), "x_z": np.array(120 if dtype == np.uint8 else 3, dtype),
+              "w": _q(rng, (6, 4, 3, 3), np.int8), "w_s": np.array(0.01, np.float32), "w_z": np.array(0, np.int8),
+              "y_s": np.array(0.2, np.float32), "y_z": np.array(100 if dtype == np.uint8 else -5, dtype),
+              "b": rng.integers(-300, 300, size=(6,)).astype(np.int32)}
+    node = helper.make_node("QLinearConv", ["x", "x_s", "x_z", "w", "w_s", "w_z", "y_s", "y_z", "b"], ["y"],
+                            domain=MS, pads=[1, 1, 1, 1], strides=[2, 2])
+    _check(node, {"x": x}, consts)
