@@ -11,7 +11,8 @@ that clglow's int8 kernels run:
   quantizer writes it) and the activation becomes the node attribute `qclamp` = [lo, hi], the
   quantized clamp bounds (exact: quantization is monotonic, so Q(clip(v, a, b)) ==
   clip(Q(v), Q(a), Q(b))).
-- DQ -> {Add, Mul} -> Q: com.microsoft QLinearAdd / QLinearMul; DQ -> {AveragePool,
+- DQ -> {Add, Mul} -> [Relu | Clip] -> Q: com.microsoft QLinearAdd / QLinearMul (an activation
+  as an integer Clip after it); DQ -> {AveragePool,
   GlobalAveragePool, Sigmoid, LeakyRelu, Softmax} -> Q: com.microsoft QLinearAveragePool /
   QLinearGlobalAveragePool / QLinearSigmoid / QLinearLeakyRelu / QLinearSoftmax; DQ -> Concat -> Q:
   com.microsoft QLinearConcat.
@@ -163,6 +164,12 @@ class Rewrite:
         self.replaced: list = [q]
         self.consts: dict = {}
         self.dqs: list = []
+        # an activation after a contrib op: the integer Clip that follows the new node, and the
+        # (activation, QuantizeLinear) pair whose place a QuantizeLinear of the op's output takes
+        # in the fallback nodes
+        self.tail: Optional[Node] = None
+        self.split: Optional[tuple] = None
+        self.values: dict = {}
 
     def const(self, base: str, arr: np.ndarray) -> str:
         """The name of a new constant input (added to the graph only if the rewrite is applied)."""
@@ -440,6 +447,22 @@ def contrib_rewrite(core: Node, rw: Rewrite, yq: QParams, producers: dict) -> Op
     return Node("QLinearConcat", core.name, inputs, [rw.q.outputs[0]], {"axis": int(core.attr("axis"))}, MS)
 
 
+def split_activation(rw: Rewrite, node: Node, act: Node, yq: QParams) -> None:
+    """DQ, DQ -> Add / Mul -> Relu / Clip -> Q: the contrib op writes the quantized sum at the
+    output's parameters and an integer Clip at the quantized bounds follows it. Exact against the
+    literal graph but for the op's own rounding: Q(clip(v, a, b)) == clip(Q(v), Q(a), Q(b))."""
+    g, q = rw.g, rw.q
+    t = g.unique_name(f"{q.outputs[0]}_unclamped")
+    node.outputs = [t]
+    out = g.values.get(q.outputs[0])
+    rw.values[t] = Value(t, yq.dtype, out.shape if out is not None else None)
+    lo, hi = activation_clamp(act, g, yq)
+    bounds = [rw.const(act.name + "_qmin", np.array(lo, yq.dtype)), rw.const(act.name + "_qmax", np.array(hi, yq.dtype))]
+    rw.tail = Node("Clip", act.name, [t] + bounds, [q.outputs[0]], {}, "")
+    rw.split = (act, Node(q.op_type, q.name, [act.input(0)] + list(q.inputs[1:]), [t], dict(q.attrs), q.domain,
+                          q.proto))
+
+
 def clamp_rewrite(q: Node, act: Node, g: Graph, yq: QParams, producers: dict) -> Optional[tuple]:
     """DQ -> Relu / Clip -> Q with equal parameters (an activation the quantizer kept apart from
     its producer): a Clip of the integer tensor at the quantized bounds. Exact: Q(DQ(v)) == v
@@ -473,11 +496,13 @@ def match(q: Node, g: Graph, producers: dict, consumers: dict, outputs: set) -> 
         node = conv_rewrite(core, act, rw, yq, producers)
     elif op == "Gemm":
         node = gemm_rewrite(core, act, rw, yq, producers)
-    elif op in ("MatMul", "Add") and (op == "MatMul" or act is not None or
-                                      not all(dq_of(i, g, producers) for i in core.inputs)):
+    elif op == "MatMul" or op == "Add" and any(
+            producers.get(i) is not None and producers[i].op_type == "MatMul" for i in core.inputs):
         node = matmul_rewrite(core, act, rw, yq, producers, consumers, outputs)
     elif act is not None:
-        return None
+        node = contrib_rewrite(core, rw, yq, producers) if op in BINARY_OPS and g.opset() >= 12 else None
+        if node is not None:
+            split_activation(rw, node, act, yq)
     elif op in EXACT_OPS:
         node = exact_rewrite(core, rw, yq, producers, consumers)
     elif op in BINARY_OPS or op in UNARY_OPS or op == "Concat":
@@ -503,6 +528,9 @@ def fallback_nodes(g: Graph, rw: Rewrite, node: Node, replaced: set) -> tuple:
     Such a DequantizeLinear may be removed by a later rewrite of its other readers (the SE
     block's GlobalAveragePool and Mul read one), and each fallback must run on its own."""
     originals = list(in_graph_order(g, rw.replaced))
+    if rw.split is not None:  # the fallback ends at the new node's own output
+        act, q_t = rw.split
+        originals = [n for n in originals if n is not act and n is not rw.q] + [q_t]
     rename, copies = {}, []
     for dq in {id(d): d for d in rw.dqs}.values():
         if id(dq) in replaced or dq.outputs[0] in rename:
@@ -532,15 +560,16 @@ def apply(g: Graph, rw: Rewrite, node: Node, consumers: dict, require_kernel: bo
         g.values[name] = Value(name, arr.dtype, tuple(arr.shape), arr)
     if node.domain == MS:
         g.opsets.setdefault(MS, 1)
-    if require_kernel and not accepted(node, g):
-        for name in rw.consts:
+    g.values.update(rw.values)
+    if require_kernel and not (accepted(node, g) and (rw.tail is None or accepted(rw.tail, g))):
+        for name in list(rw.consts) + list(rw.values):
             g.values.pop(name, None)
         return False
     node.unfused = fallback_nodes(g, rw, node, replaced)
     at = g.nodes.index(rw.q)
-    g.nodes[at] = node
+    g.nodes[at:at + 1] = [node] + ([rw.tail] if rw.tail is not None else [])
     g.nodes = [n for n in g.nodes if id(n) not in replaced or n is node]
-    keep = set(node.outputs)
+    keep = set(node.outputs) | (set(rw.tail.outputs) if rw.tail is not None else set())
     for n in rw.replaced:
         for o in n.outputs:
             if o and o not in keep:

@@ -550,3 +550,48 @@ def test_contrib_domain_quantize_nodes():
         if n.op_type in ("QuantizeLinear", "DequantizeLinear"):
             n.domain = "com.microsoft"
     check(model, feeds, {"QLinearConv"}, {"Conv", "Relu"})
+
+
+def add_relu_model(act: str = "Relu") -> onnx.ModelProto:
+    """DQ, DQ -> Add -> Relu/Clip -> Q (a residual block as PyTorch-style QDQ exports write it)."""
+    b = qg.QDQBuilder(13)
+    s, z = qg.qparams_for(-1.0, 1.0, qg.U8, False)
+    x = b.qdq("x", s, z)
+    other = b.qdq(b.node("Neg", ["x"])[0], *qg.qparams_for(-0.8, 1.2, qg.U8, False))
+    y = b.node("Add", [x, other])[0]
+    if act == "Relu":
+        y = b.node("Relu", [y])[0]
+    else:
+        y = b.node("Clip", [y, b.init("lo", np.float32(-0.1)), b.init("hi", np.float32(0.3))])[0]
+    b.q(y, *qg.qparams_for(-0.5, 1.5, qg.U8, False))
+    b.nodes[-1].output[0] = "y"
+    return b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, X_SHAPE)],
+                   [helper.make_tensor_value_info("y", TensorProto.UINT8, None)])
+
+
+@pytest.mark.parametrize("act", ["Relu", "Clip"])
+def test_add_activation(act):
+    feeds = feeds_for(X_SHAPE)
+    g = check(add_relu_model(act), feeds, {"QLinearAdd"}, {"Add", "Relu"})
+    assert "Clip" in op_types(g)  # the integer clamp after it (no fallback of its own: always runs)
+    add = next(n for n in g.nodes if n.op_type == "QLinearAdd")
+    assert add.unfused[-1].op_type == "QuantizeLinear" and add.unfused[-1].outputs == add.outputs
+
+
+def test_add_activation_fallback(monkeypatch):
+    """The QLinearAdd falls back to DQ/Add/Q writing its own output; the Clip stays."""
+    from clglow.lower.base import GENERIC_TARGET, REGISTRY
+
+    if not registered("QLinearAdd", "com.microsoft"):
+        pytest.skip("no device lowering of QLinearAdd registered yet")
+    op = REGISTRY[("com.microsoft", "QLinearAdd")]
+    real = op.supports
+    monkeypatch.setattr(op, "supports", lambda node, graph, target: real(node, graph, target)
+                        if target is GENERIC_TARGET else "refused by the test")
+    model = add_relu_model()
+    feeds = feeds_for(X_SHAPE)
+    sess = InferenceSession(model.SerializeToString())
+    ops = [n.op_type for n in sess.graph.nodes]
+    assert "QLinearAdd" not in ops and "Add" in ops and "Clip" in ops, ops
+    got = sess.run(None, feeds)[0]
+    assert qg.steps(got, qg.ort_outputs(model, feeds)[0]) <= 1
