@@ -7,93 +7,13 @@ replica leaves one serving. Ray gets 2 CPUs and a 256 MB object store whatever t
 from __future__ import annotations
 
 import os
-import socket
 import sys
-import time
-from dataclasses import dataclass
-from typing import Callable, Optional
 
-import numpy as np
-import onnx
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/ for `models`
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/serve for `serve_helpers`
 
-from models import transformer_encoder  # noqa: E402
-
-from clglow.models.resnet import resnet  # noqa: E402
-
-MAX_BODY = 4 << 20
-REPLICAS = 2
-
-
-@dataclass
-class Served:
-    """One model of the test server: its proto, file, and a seeded input maker."""
-
-    name: str
-    proto: onnx.ModelProto
-    path: str
-    make: Callable[[int, int], dict]  # (seed, batch) -> feeds
-    max_batch_size: int = 32
-
-    def reference(self, feeds: dict) -> dict:
-        """onnxruntime's outputs: the independent oracle (one onnxruntime session per model)."""
-        import onnxruntime as ort
-
-        if getattr(self, "_ort", None) is None:
-            opts = ort.SessionOptions()
-            opts.log_severity_level = 3
-            self._ort = ort.InferenceSession(self.proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-        names = [o.name for o in self.proto.graph.output]
-        return dict(zip(names, self._ort.run(names, dict(feeds))))
-
-
-def resnet_feeds(seed: int, batch: int, size: int = 32) -> dict:
-    return {"data": np.random.default_rng(seed).standard_normal((batch, 3, size, size), dtype=np.float32)}
-
-
-def resnet64_feeds(seed: int, batch: int) -> dict:
-    return resnet_feeds(seed, batch, 64)
-
-
-def bert_feeds(seed: int, batch: int, seq: int = 8) -> dict:
-    rng = np.random.default_rng(seed)
-    mask = np.ones((batch, seq), np.float32)
-    mask[-1, -2:] = 0.0
-    return {"input_ids": rng.integers(0, 100, size=(batch, seq), dtype=np.int64), "attention_mask": mask}
-
-
-def close(got: np.ndarray, ref: np.ndarray) -> bool:
-    """rtol 1e-3 and atol 1e-4 x max|reference| (the suite's end-to-end tolerance)."""
-    if got.shape != ref.shape or got.dtype != ref.dtype:
-        return False
-    atol = 1e-4 * max(float(np.abs(ref).max()) if ref.size else 0.0, 1e-30)
-    return bool(np.allclose(got, ref, rtol=1e-3, atol=atol))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _models(folder: str) -> list[Served]:
-    specs = [
-        ("resnet_fixed", resnet(18, batch=1, image_size=32, num_classes=10, seed=1), resnet_feeds, 32),
-        # 64x64: enough work per row that batching's gain shows through the HTTP overhead
-        ("resnet_dyn", resnet(18, batch="N", image_size=64, num_classes=10, seed=1), resnet64_feeds, 32),
-        ("bert_fixed", transformer_encoder(batch=1, seq="seq", vocab=100, layers=1, seed=2), bert_feeds, 32),
-        ("bert_dyn", transformer_encoder(batch="batch", seq="seq", vocab=100, layers=1, seed=2), bert_feeds, 32),
-    ]
-    out = []
-    for name, proto, make, mbs in specs:
-        path = os.path.join(folder, f"{name}.onnx")
-        onnx.save(proto, path)
-        out.append(Served(name, proto, path, make, mbs))
-    dyn = next(m for m in out if m.name == "resnet_dyn")
-    out.append(Served("resnet_dyn_nobatch", dyn.proto, dyn.path, resnet64_feeds, 0))
-    return out
+from serve_helpers import MAX_BODY, REPLICAS, free_port, make_models, wait_ready  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -111,7 +31,7 @@ def ray_session():
 @pytest.fixture(scope="session")
 def served_models(tmp_path_factory) -> dict:
     """The test models, saved as files: {name: Served}."""
-    return {m.name: m for m in _models(str(tmp_path_factory.mktemp("serve-models")))}
+    return {m.name: m for m in make_models(str(tmp_path_factory.mktemp("serve-models")))}
 
 
 @pytest.fixture(scope="session")
@@ -130,21 +50,3 @@ def server(ray_session, served_models):
     from ray import serve
 
     serve.shutdown()
-
-
-def wait_ready(url: str, timeout_s: float) -> float:
-    """Poll /v2/health/ready until it answers 200; the seconds it took."""
-    import requests
-
-    t0 = time.monotonic()
-    last: Optional[str] = None
-    while time.monotonic() - t0 < timeout_s:
-        try:
-            r = requests.get(url + "/v2/health/ready", timeout=5)
-            if r.status_code == 200:
-                return time.monotonic() - t0
-            last = f"{r.status_code} {r.text[:200]}"
-        except requests.RequestException as e:
-            last = str(e)
-        time.sleep(0.5)
-    raise AssertionError(f"server at {url} not ready after {timeout_s} s: {last}")

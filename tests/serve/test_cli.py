@@ -11,8 +11,8 @@ import sys
 import time
 
 import pytest
-from clients import triton_client, triton_infer
-from conftest import close, free_port, wait_ready
+from serve_clients import triton_client, triton_infer
+from serve_helpers import close, free_port, wait_ready
 
 
 def _start(args: list, env: dict) -> subprocess.Popen:

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import REPLICAS, close, wait_ready
+from serve_helpers import REPLICAS, close, wait_ready
 
 from clglow.serve.loadgen import LoadReport, run_load
 from clglow.serve.protocol import encode_request

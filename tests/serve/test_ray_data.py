@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import close
+from serve_helpers import close
 
 import clglow
 

@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 import requests
-from clients import json_infer, triton_client, triton_infer
-from conftest import MAX_BODY, close
+from serve_clients import json_infer, triton_client, triton_infer
+from serve_helpers import MAX_BODY, close
 
 import clglow
 
