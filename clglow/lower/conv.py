@@ -67,7 +67,7 @@ from .conv_nd import (ND_RANKS, NdGeometry, lower_conv_nd, lower_conv_nd_implici
 from .gemm_kernel import (ACTIVATIONS, Bias, GemmConfig, Implicit, Operand, act_params, b_unpacked_ok,
                           gemm_config, gemm_key, gemm_launch, pack_a, pack_b, transposed_config, tuned_tiles)
 from .gpu_gemm import tuned_xgemm, xgemm_applicable, xgemm_launch
-from .tunable import Family, choose, register
+from .tunable import Family, note_request, record_decision, register, stored
 from .winograd import lower_winograd, variant_name, winograd_variant
 
 log = logging.getLogger(__name__)
@@ -549,9 +549,11 @@ def tuned_path(case: ConvCase) -> Optional[ConvPath]:
     key = conv_key(case)
     if key is None:
         return None
-    p, source = choose(case.target, "conv", key, case.label, valid=lambda p: runs(case, p))
-    if source != "db":
-        return None
+    note_request(case.target, "conv", key)
+    p = stored(case.target, "conv", key)
+    if p is None or not runs(case, p):
+        return None  # the ranked table's choice (recorded by _lower), not computed twice here
+    record_decision(case.label, "conv", key, p, "db")
     if p.get("variant"):
         case.variants = (str(p["variant"]),)
         case.__dict__.pop("winograd", None)  # computed again for the stored variant
@@ -562,7 +564,12 @@ def _lower(ctx: LowerCtx) -> list:
     case = conv_case(ctx)
     if case is None:
         return []
-    path = tuned_path(case) or choose_path(case)
+    path = tuned_path(case)
+    if path is None:
+        path = choose_path(case)
+        key = conv_key(case)
+        if key is not None:
+            record_decision(ctx.label(), "conv", key, _path_params(case, path), "default")
     if path.gemm and case.epi.has_res:  # every GEMM path reads Z[i] before writing Y[i], in one work-item
         ctx.may_update(0, 3)
     log.debug("%s: conv path %s", ctx.label(), path.name)

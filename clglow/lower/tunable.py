@@ -120,9 +120,7 @@ def choose(target: Target, family: str, key: ShapeKey, label: str = "",
     still a valid point (`valid`), else (the family's default, "default"). Records the request
     and, with a `label`, the node's decision (profiler)."""
     fam = FAMILIES[family]
-    with _lock:
-        if len(_requests) < _MAX_REQUESTS:
-            _requests.append((target_id(target), family, tuple(key)))
+    note_request(target, family, key)
     params = stored(target, family, key)
     source = "db"
     if params is None or (valid is not None and not valid(params)):
@@ -130,6 +128,13 @@ def choose(target: Target, family: str, key: ShapeKey, label: str = "",
     if label:
         record_decision(label, family, key, params, source)
     return params, source
+
+
+def note_request(target: Target, family: str, key: ShapeKey) -> None:
+    """Record that lowering asked for (family, key) on `target` (what a search measures)."""
+    with _lock:
+        if len(_requests) < _MAX_REQUESTS:
+            _requests.append((target_id(target), family, tuple(key)))
 
 
 def record_decision(label: str, family: str, key: ShapeKey, params: Params, source: str) -> None:
@@ -177,4 +182,4 @@ def product(space: Dict[str, Sequence[Any]]) -> Iterable[Params]:
 
 
 __all__ = ["Family", "FAMILIES", "ShapeKey", "Params", "register", "choose", "stored", "key_str", "key_from_str",
-           "params_items", "record_decision", "request_mark", "requests_since", "decisions", "format_params", "product", "target_id"]
+           "params_items", "note_request", "record_decision", "request_mark", "requests_since", "decisions", "format_params", "product", "target_id"]
