@@ -26,7 +26,7 @@ from .base import Launch, LowerCtx, device_op, i32
 from .common import F32, check_dtypes, grid, resolve_conv, shape_of
 from .qgemm import requant_epilogue
 from .qgemm_kernel import (EPI_INT, QTYPES, QEpilogue, QOperand, int_bytes, panel_elems, qcolsum_launch,
-                           qdefines, qgemm_config, qgemm_launch, kpad, side_defines, fit_columns)
+                           qdefines, qgemm_config, qgemm_launch, kpad, side_defines, tuned_qgemm)
 
 INT32 = np.dtype(np.int32)
 
@@ -117,7 +117,7 @@ def _depthwise(ctx: LowerCtx, geo: _Geo, iw: int, epi: QEpilogue) -> list:
 def _im2col_gemm(ctx: LowerCtx, geo: _Geo, iw: int, epi: QEpilogue) -> list:
     """qim2col into B panels per (image, group), then one qgemm over them."""
     xdt, wdt, odt = (np.dtype(ctx.inputs[0].dtype), np.dtype(ctx.inputs[iw].dtype), np.dtype(ctx.outputs[0].dtype))
-    cfg = fit_columns(qgemm_config(ctx.device), geo.npix)
+    cfg = tuned_qgemm(ctx.device, geo.m, geo.npix, geo.kk, ctx.label())
     nb = geo.n_img * geo.g
     panels = panel_elems(cfg, geo.kk, geo.npix)
     cols = ctx.scratch(panels * nb)

@@ -37,8 +37,8 @@ from ..target import Target
 from .base import Arg, Launch, LowerCtx, device_op, i32
 from .common import F32, check_dtypes, dtype_of, shape_of, work_size
 from .qgemm_kernel import (EPI_FLOAT, EPI_INT, EPI_QUANT, QTYPES, UINT8, QEpilogue, QOperand, int_bytes,
-                           fit_columns, pack_b_host, panel_elems, qcolsum_launch, qgemm_config, qgemm_launch, qpack_launch,
-                           qrowsum_launch)
+                           pack_b_host, panel_elems, qcolsum_launch, qgemm_launch, qpack_launch, qrowsum_launch,
+                           tuned_qgemm)
 
 MS = "com.microsoft"
 INT32 = np.dtype(np.int32)
@@ -231,7 +231,7 @@ def qmatmul_launches(ctx: LowerCtx, *, ia: int, ib: int, za: Optional[int], zb: 
     out = ctx.outputs[0]
     if out.size == 0:
         return []
-    cfg = fit_columns(qgemm_config(ctx.device), mat.n)
+    cfg = tuned_qgemm(ctx.device, mat.m, mat.n, mat.k, ctx.label())
     launches: list = []
     nb = max(mat.batch, 1)
     if a_override is not None:

@@ -21,13 +21,14 @@ uint8 x uint8: every product and sum exact in int32).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator, Optional
+from typing import Iterator, List, Optional, Tuple
 
 import numpy as np
 
 from ..target import Target
 from .base import Arg, Launch, Scratch, i32, round_up, unaligned
 from .common import grid
+from .tunable import Family, Params, ShapeKey, choose, record_decision, register
 
 INT8 = np.dtype(np.int8)
 UINT8 = np.dtype(np.uint8)
@@ -87,8 +88,8 @@ def qgemm_space(target: Target) -> list:
 
 def _space_points(target: Target) -> Iterator[QGemmConfig]:
     if target.is_cpu_family:
-        for mr in (2, 3, 4, 6):  # KC=16: MR x NR int8 accumulators
-            for nr in (2, 3, 4, 6):
+        for mr in (2, 3, 4, 6, 8):  # KC=16: MR x NR int8 accumulators (fit_columns' GEMV tiles too)
+            for nr in (1, 2, 3, 4, 6):
                 if mr * nr <= 24:
                     for ku in (1, 2):
                         yield QGemmConfig(mr, nr, 1, ku, 16, (1, 1, 1))
@@ -108,8 +109,62 @@ def _space_points(target: Target) -> Iterator[QGemmConfig]:
 
 
 def qgemm_config(target: Target) -> QGemmConfig:
-    """The config to lower with (the tuner's stored choice is not wired yet: the default)."""
+    """The Target family's default config (tuned_qgemm gives the one for a shape)."""
     return default_qgemm_config(target)
+
+
+# --- the tunable family (lower/tunable.py): qgemm.cl's tiles per integer GEMM shape -----------------
+# Shape key: (M, N, K): A row-major in place, B in panels, int32 out (the epilogue costs the same
+# for every point, so the raw product is what is measured).
+def _params_config(p: Params) -> QGemmConfig:
+    return QGemmConfig(int(p["mr"]), int(p["vw"]), int(p["nv"]), int(p["ku"]), int(p["kc"]),
+                       tuple(int(x) for x in p["lsize"]))
+
+
+def _valid(p: Params) -> bool:
+    try:
+        c = _params_config(p)
+    except (KeyError, TypeError, ValueError):
+        return False
+    ok_vw = c.vw in (2, 3, 4, 8, 16) if c.kc == 1 else c.vw >= 1
+    return c.kc in (1, 4, 16) and c.mr > 0 and c.nv > 0 and c.ku > 0 and ok_vw and (c.kc == 1 or c.nv == 1 or c.kc == 4)
+
+
+def _q_space(target: Target, key: ShapeKey = ()) -> List[Params]:
+    return [c.params() for c in qgemm_space(target)]
+
+
+def _q_default(target: Target, key: ShapeKey) -> Params:
+    n = int(key[1]) if len(key) > 1 else 1 << 30
+    return fit_columns(default_qgemm_config(target), n).params()
+
+
+def qgemm_bench(target: Target, key: ShapeKey, p: Params) -> Tuple[Launch, dict]:
+    """qgemm.cl on shape `key` = (M, N, K) with tiles `p`: uint8 A in place, int8 B panels, int32 C
+    (buffers A, B, C; their byte sizes)."""
+    from .base import Buf
+
+    m, n, k = (int(v) for v in key[:3])
+    cfg = _params_config(p)
+    launch = qgemm_launch(cfg, (UINT8, INT8, np.dtype(np.int32)), m=m, n=n, k=k, batch=1, d2=1,
+                          a=QOperand(Buf("A"), ld=k), b=QOperand(Buf("B")), c=QOperand(Buf("C"), ld=n),
+                          epi=QEpilogue(epi=EPI_INT))
+    return launch, {"A": round_up(max(m * k, 1), 4), "B": round_up(panel_elems(cfg, k, n), 4), "C": 4 * max(m * n, 1)}
+
+
+QGEMM_FAMILY = register(Family("qgemm", "qgemm", _q_space, _q_default, qgemm_bench,
+                               flops=lambda key: 2.0 * key[0] * key[1] * key[2], priority=1, tolerance=0.0))
+
+
+def tuned_qgemm(target: Target, m: int, n: int, k: int, label: str = "") -> QGemmConfig:
+    """The tiles for this integer GEMM: the tuning database's for (M, N, K) when it holds a valid
+    point, else the family default narrowed to the shape (fit_columns)."""
+    key = (int(m), int(n), int(k))
+    p, source = choose(target, "qgemm", key, valid=_valid)
+    cfg = _params_config(p) if source == "db" else fit_columns(default_qgemm_config(target), n)
+    if label:
+        record_decision(label, "qgemm", key, cfg.params(), source)
+    return cfg
 
 
 def fit_columns(cfg: QGemmConfig, n: int) -> QGemmConfig:
@@ -267,5 +322,5 @@ def int_bytes(n: int) -> int:
 
 
 __all__ = ["INT8", "UINT8", "QTYPES", "EPI_INT", "EPI_QUANT", "EPI_FLOAT", "QGemmConfig", "default_qgemm_config",
-           "qgemm_space", "qgemm_config", "fit_columns", "kpad", "panel_elems", "pack_b_host", "QOperand", "QEpilogue", "qdefines",
+           "qgemm_space", "qgemm_config", "fit_columns", "qgemm_bench", "QGEMM_FAMILY", "tuned_qgemm", "kpad", "panel_elems", "pack_b_host", "QOperand", "QEpilogue", "qdefines",
            "qgemm_launch", "side_defines", "qpack_launch", "qcolsum_launch", "qrowsum_launch", "int_bytes"]

@@ -209,7 +209,7 @@ def test_search_space_points_exact(pick, monkeypatch):
     family, which = pick.split()
     space = qgemm_kernel.qgemm_space(device_info().with_family(family))
     cfg = space[0] if which == "default" else space[-1] if which == "last" else next(c for c in space if c.kc == 16)
-    monkeypatch.setattr(qgemm, "qgemm_config", lambda target: cfg)
+    monkeypatch.setattr(qgemm, "tuned_qgemm", lambda target, m, n, k, label="": cfg)
     a, b = rand((29, 75), np.uint8), rand((75, 41), np.int8)
     za, zb = np.array(9, np.uint8), rand((41,), np.int8)
     e = exact(a, b, za, zb).astype(np.int32)
@@ -244,3 +244,23 @@ def test_supports_refuses_what_the_lowering_cannot_take():
     rest = {"az": np.uint8(1), "b": b2, "bs": np.array(0.1, f), "bz": np.int8(0)}
     assert _supports("QGemm", q, rest, "com.microsoft", alpha=2.0) is not None
     assert _supports("QGemm", {"a": q["a"]}, {"as": q["as"], **rest}, "com.microsoft", alpha=2.0) is None
+
+
+def test_tunable_family_registered():
+    """qgemm is a tunable family (lower/tunable.py): its space and default per shape, and a
+    benchmark launch the search can time, for every point of the space."""
+    from clglow.lower import qgemm_kernel, tunable
+    try:
+        from .run_launches import device_info
+    except ImportError:
+        from run_launches import device_info  # type: ignore
+    t = device_info()
+    fam = tunable.FAMILIES["qgemm"]
+    key = (64, 3, 576)
+    d = fam.default(t, key)
+    assert qgemm_kernel.fit_columns(qgemm_kernel.default_qgemm_config(t), 3).params() == d
+    assert fam.space(t, key)[0] == qgemm_kernel.default_qgemm_config(t).params()
+    for p in fam.space(t, key)[:3] + [d]:
+        launch, sizes = fam.bench(t, key, p)
+        assert launch.kernel == "qgemm" and set(sizes) == {"A", "B", "C"}
+    assert qgemm_kernel.tuned_qgemm(t, 64, 3, 576) == qgemm_kernel.fit_columns(qgemm_kernel.default_qgemm_config(t), 3)
