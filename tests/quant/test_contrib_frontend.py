@@ -178,3 +178,40 @@ def test_ops_table_lists_the_contrib_ops():
     for op in ("QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearGlobalAveragePool",
                "QLinearAveragePool", "QLinearConcat", "QLinearSoftmax", "QuantizeLinear", "DequantizeLinear"):
         assert (MS, op) in REGISTRY, op
+
+
+def test_contrib_outputs_typed_at_import():
+    """onnx's shape inference leaves com.microsoft outputs untyped; the import types them (a chain
+    of contrib nodes through), so the session reports real output types."""
+    s, z = numpy_helper.from_array(np.array(0.05, np.float32), "s"), numpy_helper.from_array(np.array(3, np.uint8), "z")
+    nodes = [helper.make_node("QLinearSigmoid", ["x", "s", "z", "s", "z"], ["a"], domain=MS),
+             helper.make_node("QLinearAdd", ["a", "s", "z", "x", "s", "z", "s", "z"], ["b"], domain=MS),
+             helper.make_node("QLinearGlobalAveragePool", ["b", "s", "z", "s", "z"], ["y"], domain=MS)]
+    proto = onnx.load_from_string(_ms_model(nodes, [_vi("x", TensorProto.UINT8, [2, 3, 4, 5])],
+                                            [_vi("y", TensorProto.UINT8, ["n", "c", "h", "w"])], [s, z]))
+    g = import_model(proto)
+    assert g.values["a"].shape == (2, 3, 4, 5) and g.values["a"].dtype == np.uint8
+    assert g.values["b"].shape == (2, 3, 4, 5)
+    assert g.values["y"].dtype == np.uint8
+
+
+def test_channels_last_qlinear_conv_runs_on_the_host():
+    """No NHWC kernel: the com.microsoft QLinearConv with channels_last runs on the host reference
+    (and CLGLOW_HOST_FALLBACK=0 refuses it, naming the node)."""
+    from quant_oracle import clglow_session_run
+
+    rng = np.random.default_rng(0)
+    inits = {"xs": np.array(0.02, np.float32), "xz": np.array(120, np.uint8), "w": rng.integers(-128, 127, (4, 3, 3, 3)).astype(np.int8),
+             "ws": np.array(0.01, np.float32), "wz": np.array(0, np.int8), "ys": np.array(0.2, np.float32),
+             "yz": np.array(100, np.uint8)}
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"], name="nhwc_conv",
+                            domain=MS, channels_last=1, pads=[1, 1, 1, 1])
+    m = onnx.load_from_string(_ms_model([node], [_vi("x", TensorProto.UINT8, [1, 6, 6, 3])],
+                                        [_vi("y", TensorProto.UINT8, [1, 6, 6, 4])],
+                                        [numpy_helper.from_array(v, k) for k, v in inits.items()]))
+    x = rng.integers(0, 255, (1, 6, 6, 3)).astype(np.uint8)
+    (y,), sess = clglow_session_run(m, {"x": x}, device_only=False)
+    assert [p.where for p in sess.placement] == ["host"] and "channels_last" in sess.placement[0].reason
+    assert y.shape == (1, 6, 6, 4)
+    with pytest.raises(UnsupportedOperator, match="nhwc_conv"):
+        clglow_session_run(m, {"x": x}, device_only=True)
