@@ -595,3 +595,17 @@ def test_add_activation_fallback(monkeypatch):
     assert "QLinearAdd" not in ops and "Add" in ops and "Clip" in ops, ops
     got = sess.run(None, feeds)[0]
     assert qg.steps(got, qg.ort_outputs(model, feeds)[0]) <= 1
+
+
+def test_optimizations_off_runs_the_literal_graph():
+    """graph_optimization_level 0 (as onnxruntime's ORT_DISABLE_ALL) leaves the Q/DQ nodes as
+    written: no integer node, results as onnxruntime's literal run."""
+    from clglow import SessionOptions
+
+    feeds = feeds_for(X_SHAPE)
+    model = calibrated(lambda ys: conv_model(qg.U8, qg.I8, True, "int32", "Relu", 13, False, ys), feeds, qg.U8)
+    opts = SessionOptions()
+    opts.graph_optimization_level = 0
+    sess = InferenceSession(model.SerializeToString(), opts)
+    assert "QLinearConv" not in [n.op_type for n in sess.graph.nodes]
+    assert qg.steps(sess.run(None, feeds)[0], qg.ort_outputs(model, feeds)[0]) <= 1
