@@ -264,3 +264,18 @@ def test_tunable_family_registered():
         launch, sizes = fam.bench(t, key, p)
         assert launch.kernel == "qgemm" and set(sizes) == {"A", "B", "C"}
     assert qgemm_kernel.tuned_qgemm(t, 64, 3, 576) == qgemm_kernel.fit_columns(qgemm_kernel.default_qgemm_config(t), 3)
+
+
+def test_requantisation_ties_round_half_to_even():
+    """A multiplier of 0.5 puts every odd sum on a tie: rounded half to even, as ONNX
+    QuantizeLinear and onnxruntime round (numpy's rint is the oracle)."""
+    a, b = rand((6, 3), np.int8) // 8, rand((3, 10), np.int8) // 8
+    f = np.float32
+    consts = {"as": np.array(1.0, f), "az": np.int8(0), "b": b, "bs": np.array(1.0, f), "bz": np.int8(0),
+              "ys": np.array(2.0, f), "yz": np.int8(-3)}
+    acc = exact(a, b, 0, 0)
+    assert np.any(acc % 2 == 1)
+    e = requant(acc, np.float32(0.5), -3, np.int8)
+    node = helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
+    got, _ = run_node(node, {"a": a}, consts, opset=13, expected=[e])
+    np.testing.assert_array_equal(got[0], e)
