@@ -113,3 +113,54 @@ def test_integer_nodes_on_opencl(case, monkeypatch):
     got = sess.run(None, feeds)[0]
     assert float(np.max(np.abs(got - literal))) <= tol
     assert {p.where for p in sess.placement if p.op_type in kept} == {DEVICE}  # the plan's placement
+
+
+class Calibration:
+    """onnxruntime's CalibrationDataReader over quant_models' seeded feeds."""
+
+    def __init__(self, kind: str):
+        self._it = iter([qm.sample_feeds(kind, qm.CALIBRATION_SEED + i) for i in range(qm.CALIBRATION_BATCHES)])
+
+    def get_next(self):
+        return next(self._it, None)
+
+    def rewind(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def kept_relu_model(tmp_path_factory):
+    """The ResNet-style model preprocessed (BatchNormalization folded into Conv) and quantized with
+    onnxruntime's QDQKeepRemovableActivations: Conv -> Relu -> Q chains as the quantizer writes them."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    tmp = tmp_path_factory.mktemp("kept_relu")
+    src, pre, dst = (tmp / f for f in ("float.onnx", "pre.onnx", "quant.onnx"))
+    onnx.save(qm.float_model("resnet"), src)
+    quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
+    quantize_static(str(pre), str(dst), Calibration("resnet"),
+                    quant_format=QuantFormat.QDQ, per_channel=True, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8, extra_options={"QDQKeepRemovableActivations": True})
+    return dst
+
+
+def test_kept_activations_fused(kept_relu_model):
+    """Every Relu the quantizer kept becomes a QLinearConv's qclamp (or an integer Clip), on
+    OpenCL, within onnxruntime's fused-vs-literal gap."""
+    model = onnx.load(str(kept_relu_model))
+    before = Counter(n.op_type for n in model.graph.node)
+    assert before["Relu"] > 0
+    g = fuse_qdq(import_model(model), require_kernel=False)
+    after = Counter(n.op_type for n in g.nodes)
+    assert after["Relu"] == 0 and after["Conv"] == 0, after
+    # each Relu: a QLinearConv's qclamp, or the integer Clip after a residual QLinearAdd
+    assert sum("qclamp" in n.attrs for n in g.nodes) + after["Clip"] == before["Relu"], (before, after)
+    feeds = qm.sample_feeds("resnet", seed=3)
+    literal = qg.ort_outputs(model, feeds)[0]
+    gap = float(np.max(np.abs(qg.ort_outputs(model, feeds, True)[0] - literal))) if qg.ort_int8_exact() \
+        else 4 * output_step(model)
+    sess = InferenceSession(str(kept_relu_model))
+    assert {p.where for p in sess.placement if p.op_type == "QLinearConv"} == {DEVICE}
+    got = sess.run(None, feeds)[0]
+    assert float(np.max(np.abs(got - literal))) <= max(gap, output_step(model), 1e-5)
