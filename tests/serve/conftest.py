@@ -22,8 +22,8 @@ def ray_session():
     pytest.importorskip("ray.serve", reason='needs the serve extra: pip install "clglow[serve]"')
     import ray
 
-    ray.init(num_cpus=2, object_store_memory=256 << 20, include_dashboard=False, _node_ip_address="127.0.0.1",
-             configure_logging=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, object_store_memory=256 << 20, include_dashboard=False,
+             _node_ip_address="127.0.0.1", configure_logging=False, log_to_driver=False)
     yield ray
     ray.shutdown()
 
