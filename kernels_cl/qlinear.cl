@@ -137,6 +137,43 @@ __kernel void qgap(__global const T* restrict x, __global T* restrict y, const i
     y[i] = qsat(qround((float)(sum - zx * hw) * scale) + zy);  /* rounded, then zy added: MlasRequantizeOutput */
 }
 
+/* The same with one work-group of GAP_GROUP items per (image, channel): each item sums every
+ * GAP_GROUP-th pixel, then a tree in local memory (devices with dedicated local memory: a large
+ * map, e.g. 112 x 112, is not left to nc work-items). */
+#ifndef GAP_GROUP
+#define GAP_GROUP 64
+#endif
+__kernel __attribute__((reqd_work_group_size(GAP_GROUP, 1, 1)))
+void qgap_group(__global const T* restrict x, __global T* restrict y, const int nc, const int hw,
+                const int channels, const int channels_last, const float scale, const int zx, const float zy) {
+    __local int part[GAP_GROUP];
+    const int i = get_group_id(0);
+    const int t = get_local_id(0);
+    int base = 0, step = 1;
+    if (i < nc) {
+        if (channels_last) {
+            const int img = i / channels;
+            base = img * hw * channels + (i - img * channels);
+            step = channels;
+        } else {
+            base = i * hw;
+        }
+    }
+    int sum = 0;
+    if (i < nc)
+        for (int p = t; p < hw; p += GAP_GROUP)
+            sum += (int)x[base + p * step];
+    part[t] = sum;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int w = GAP_GROUP / 2; w > 0; w >>= 1) {
+        if (t < w)
+            part[t] += part[t + w];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (t == 0 && i < nc)
+        y[i] = qsat(qround((float)(part[0] - zx * hw) * scale) + zy);
+}
+
 /* QLinearAveragePool over 1-D (H = 1) or 2-D windows, one work-item per output element: the
  * dequantized values summed in float in window order, divided by the count (the whole kernel
  * with count_include_pad, else the window clipped to the input), y = rint(avg / ys + zy). */

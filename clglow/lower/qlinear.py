@@ -171,8 +171,21 @@ def lower_qgap(ctx: LowerCtx) -> list:
     hw = int(np.prod(x.shape[1:-1] if cl else x.shape[2:], dtype=np.int64))
     scale = qmath.global_avg_scale(_const_scalar(ctx, 1), _const_scalar(ctx, 3), hw)
     args = [ctx.buf(0), ctx.out(0), i32(out.size), i32(hw), i32(channels), i32(cl), scale, _i(ctx, 2), _f(ctx, 4)]
+    group = _gap_group(ctx.device, hw)
+    if group:  # a work-group per (image, channel), reduced in local memory
+        return [Launch("qlinear", "qgap_group", (out.size * group,), args, (group,),
+                       _qdefines(dt, GAP_GROUP=group), ctx.label())]
     g, l = work_size(ctx, out.size, cap=64)
     return [Launch("qlinear", "qgap", g, args, l, _qdefines(dt), ctx.label())]
+
+
+def _gap_group(target: Target, hw: int) -> int:
+    """qgap_group's work-group size where it pays: devices with dedicated local memory and maps of
+    256+ pixels (a CPU driver runs a group's items one after another, so there the one-item-per-
+    channel qgap is as fast and needs no barriers); 0 for qgap."""
+    if not target.has_local_memory or hw < 256:
+        return 0
+    return 128 if target.max_work_group_size >= 128 and hw >= 2048 else min(64, int(target.max_work_group_size))
 
 
 def _supports_avgpool(node: Node, graph: Graph, target: Target) -> Optional[str]:

@@ -232,3 +232,30 @@ def test_com_microsoft_qlinear_conv(dtype):
     node = helper.make_node("QLinearConv", ["x", "x_s", "x_z", "w", "w_s", "w_z", "y_s", "y_z", "b"], ["y"],
                             domain=MS, pads=[1, 1, 1, 1], strides=[2, 2])
     _check(node, {"x": x}, consts)
+
+
+@pytest.mark.parametrize("channels_last", [0, 1])
+@pytest.mark.parametrize("shape", [(1, 6, 40, 40), (2, 3, 17, 19), (1, 2, 48, 48)])
+def test_qlinear_global_average_pool_group_reduction(shape, channels_last):
+    """qgap_group (a work-group per channel, reduced in local memory), which lowering picks on
+    devices with dedicated local memory: run here under such a Target on the test device."""
+    import dataclasses
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernels"))
+    import harness  # noqa: E402  (tests/kernels)
+
+    rng = np.random.default_rng(13)
+    if channels_last:
+        shape = (shape[0],) + shape[2:] + (shape[1],)
+    x = _q(rng, shape, np.uint8)
+    consts = {**_params(rng, np.uint8, "x", 0.02), **_params(rng, np.uint8, "y", 0.01)}
+    node = helper.make_node("QLinearGlobalAveragePool", ["x", "x_s", "x_z", "y_s", "y_z"], ["y"], domain=MS,
+                            channels_last=channels_last)
+    ref = ort_literal_run(_model(node, {"x": x}, consts), {"x": x})
+    target = dataclasses.replace(harness.device_info(), local_mem_type="local", local_mem_size=65536)
+    launches = harness.lower(node, {"x": x}, consts, {"y": (ref[0].shape, ref[0].dtype)}, device=target)
+    assert [la.kernel for la in launches] == ["qgap_group"]
+    got, _ = harness.run(node, {"x": x}, consts, expected=ref, device=target)
+    assert_within_steps(got[0], ref[0], 0)
