@@ -75,6 +75,10 @@ def run_serve(args: argparse.Namespace) -> int:
         if value is not None and value < 1:
             raise InvalidArgument(f"--{opt} must be at least 1, got {value}")
     models = model_paths(args.model, args.name)
+    from ..frontend.onnx_model import load_model
+
+    for _, path in models:  # a file that is not a model fails here, named, not in every replica
+        load_model(path)
     try:
         import ray
 
@@ -98,6 +102,9 @@ def run_serve(args: argparse.Namespace) -> int:
             time.sleep(3600)
     except KeyboardInterrupt:
         print("shutting down ...", flush=True)
+    except RuntimeError as e:  # Serve's "Deploying application clglow failed" (the replica's error is logged above)
+        print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
+        return 2
     finally:
         stop(own_ray)
     return 0

@@ -82,3 +82,8 @@ def test_missing_model_is_a_clear_error(tmp_path):
                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
                          timeout=60)
     assert out.returncode == 2 and "no model file or folder" in out.stderr
+    (tmp_path / "bad.onnx").write_bytes(b"not a model")
+    out = subprocess.run([sys.executable, "-m", "clglow", "serve", str(tmp_path / "bad.onnx")],
+                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+                         timeout=60)
+    assert out.returncode == 2 and "bad.onnx" in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]
