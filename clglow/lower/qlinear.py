@@ -185,7 +185,10 @@ def _gap_group(target: Target, hw: int) -> int:
     channel qgap is as fast and needs no barriers); 0 for qgap."""
     if not target.has_local_memory or hw < 256:
         return 0
-    return 128 if target.max_work_group_size >= 128 and hw >= 2048 else min(64, int(target.max_work_group_size))
+    group = 128 if hw >= 2048 else 64
+    while group > int(target.max_work_group_size):  # a power of two: the kernel's reduction tree halves it
+        group //= 2
+    return group if group >= 8 else 0
 
 
 def _supports_avgpool(node: Node, graph: Graph, target: Target) -> Optional[str]:
