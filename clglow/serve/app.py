@@ -16,6 +16,7 @@ default device (a CPU device's cores).
 
 import asyncio
 import concurrent.futures
+import json
 import logging
 import os
 import zlib
@@ -170,8 +171,6 @@ class ServedModel:
 
 
 def _json(doc: Any, status: int = 200) -> Response:
-    import json
-
     return Response(json.dumps(doc).encode(), status_code=status, media_type="application/json")
 
 
