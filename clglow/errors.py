@@ -200,12 +200,18 @@ class CompileError(ClglowError):
 
     onnxifi_status: int = EXCEPTION_STATUS["CompileError"]
 
+    node: Optional[str] = None  # the node whose kernel it was, where binding knows it
+
     def __init__(self, program: str, device: str, options: Iterable[str], log: str):
         self.program, self.device, self.options, self.log = program, device, list(options), log
         super().__init__(
             f"OpenCL build of {program!r} failed on {device!r} with options "
             f"{' '.join(self.options)!r}:\n{log.strip()}"
         )
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        return f"[node {self.node!r}] {text}" if self.node else text
 
 
 class DeviceError(ClglowError):

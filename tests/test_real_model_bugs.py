@@ -282,6 +282,35 @@ def test_fused_node_refused_on_the_target_runs_the_original_nodes(kind, monkeypa
     assert kind not in _fused_kinds_in(sess)
 
 
+@pytest.mark.parametrize("kind", FUSED_KINDS)
+def test_fused_kernel_build_failure_runs_the_original_nodes(kind, monkeypatch):
+    """A fused node whose OpenCL program fails to build (a driver bug, say) falls back to its
+    original nodes; the error of a node with no originals still names it."""
+    key = ("clglow", kind)
+    op = REGISTRY[key]
+
+    def unbuildable(ctx):  # `__kernel` defined away: every kernel of the program fails to compile
+        return [dataclasses.replace(la, defines={**la.defines, "__kernel": "!"}) for la in op.lower(ctx)]
+
+    monkeypatch.setitem(REGISTRY, key, dataclasses.replace(op, lower=unbuildable))
+    model, feeds = _fused_models()[kind]
+    sess = _check(model, feeds)
+    assert kind not in _fused_kinds_in(sess)
+    assert all(p.where == "opencl" for p in sess.placement)
+
+
+def test_unfused_kernel_build_failure_names_the_node(monkeypatch):
+    key = ("", "Tanh")
+    op = REGISTRY[key]
+    monkeypatch.setitem(REGISTRY, key, dataclasses.replace(
+        op, lower=lambda ctx: [dataclasses.replace(la, defines={**la.defines, "__kernel": "!"})
+                               for la in op.lower(ctx)]))
+    model = _model([helper.make_node("Tanh", ["x"], ["y"], name="the_tanh")], [_vi("x", T.FLOAT, [3, 7])],
+                   [_vi("y", T.FLOAT, [3, 7])])
+    with pytest.raises(clglow.errors.CompileError, match="the_tanh"):
+        clglow.InferenceSession(model).run(None, {"x": np.ones((3, 7), np.float32)})
+
+
 def test_fallback_without_host_fallback(monkeypatch):
     """The original nodes run on the device: host fallback off changes nothing."""
     key = ("clglow", "FusedMatMul")

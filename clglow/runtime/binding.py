@@ -22,7 +22,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 import pyopencl as cl
 
-from ..errors import ONNXIFI_STATUS_NO_DEVICE_MEMORY, OPENCL_STATUS, DeviceError, InvalidModel, OutOfDeviceMemory
+from ..errors import (ONNXIFI_STATUS_NO_DEVICE_MEMORY, OPENCL_STATUS, CompileError, DeviceError, InvalidModel,
+                      OutOfDeviceMemory)
 from ..ir import Graph
 from ..lower.base import Buf, ConstBuf, Scratch
 from ..target import Target
@@ -287,7 +288,11 @@ def _bind_steps(bp: BufferPlan, device, weights: WeightCache, device_tensors: di
 def _kernel_step(bp: BufferPlan, st: KernelLaunchStep, device, weights: WeightCache, device_tensors: dict,
                  scratch: dict) -> KernelStep:
     node, launch = st.node, st.launch
-    prg = device.program(launch.program, launch.build_options())
+    try:
+        prg = device.program(launch.program, launch.build_options())
+    except CompileError as e:  # name the node whose kernel failed (a fused one falls back on it)
+        e.node = e.node or node.name
+        raise
     try:
         knl = cl.Kernel(prg, launch.kernel)
     except cl.Error as e:

@@ -16,7 +16,7 @@ import numpy as np
 import pyopencl as cl
 
 from ..config import PlanOptions
-from ..errors import InvalidModel, UnsupportedOperator
+from ..errors import CompileError, InvalidModel, UnsupportedOperator
 from ..ir import Graph, Value
 from ..partition import failed_fusion, refused_fusions, unfuse
 from ..target import Target
@@ -168,7 +168,7 @@ class Engine:
 
     def _build(self, graph: Graph, input_types: dict, outputs: Sequence[str]) -> Plan:
         """The plan of `graph` at these input types. A fused node that no kernel covers at these
-        shapes, or whose lowering fails, is replaced by its original nodes (partition.unfuse) and
+        shapes, or whose lowering or OpenCL build fails, is replaced by its original nodes (partition.unfuse) and
         the graph planned again: a fusion never refuses a model that its parts would run."""
         warm, self._prewarmed = self._prewarmed, None  # for the first plan only
         memo = warm[1] if warm is not None else None
@@ -181,7 +181,7 @@ class Engine:
                     return self._build_specialized(spec, stop, outputs, memo)
                 log.info("no kernel covers the fused nodes %s on %s: their original nodes run instead",
                          sorted(refused), self.target.family)
-            except (InvalidModel, UnsupportedOperator) as e:
+            except (InvalidModel, UnsupportedOperator, CompileError) as e:
                 name = failed_fusion(graph, e)
                 if name is None:
                     raise
