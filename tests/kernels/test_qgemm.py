@@ -138,8 +138,10 @@ def test_matmul_integer_to_float(per_column, bias):
     np.testing.assert_allclose(got[0], e, rtol=1e-5, atol=1e-4)
 
 
-def test_dynamic_quantize_matmul():
-    """A quantised on the device as DynamicQuantizeLinear does (numpy: its ONNX formula)."""
+@pytest.mark.parametrize("b_const", [True, False])
+def test_dynamic_quantize_matmul(b_const):
+    """A quantised on the device as DynamicQuantizeLinear does (numpy: its ONNX formula); a live B
+    is packed and its column sums taken on the device."""
     x = (RNG.standard_normal((2, 7, 48)) * 3).astype(np.float32)
     b, bs, bz = rand((48, 30), np.int8), (RNG.random(30) * 0.01).astype(np.float32), rand((30,), np.int8)
     bias = RNG.standard_normal(30).astype(np.float32)
@@ -148,8 +150,10 @@ def test_dynamic_quantize_matmul():
     zp = np.uint8(np.clip(np.rint(-lo / s), 0, 255))
     q = np.clip(np.rint(x / s) + zp, 0, 255).astype(np.uint8)
     e = exact(q, b, zp, bz).astype(np.float32) * (s * bs) + bias
-    got, _ = run_node(_ms("DynamicQuantizeMatMul", ["x", "b", "bs", "bz", "bias"]), {"x": x},
-                      {"b": b, "bs": bs, "bz": bz, "bias": bias}, expected=[e.astype(np.float32)])
+    feeds, consts = {"x": x}, {"bs": bs, "bz": bz, "bias": bias}
+    (consts if b_const else feeds)["b"] = b
+    got, _ = run_node(_ms("DynamicQuantizeMatMul", ["x", "b", "bs", "bz", "bias"]), feeds, consts,
+                      expected=[e.astype(np.float32)])
     np.testing.assert_allclose(got[0], e, rtol=1e-4, atol=1e-3)
 
 
