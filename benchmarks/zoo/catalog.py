@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Dict, List, Sequence
 
-from .spec import Built, ZooModel  # noqa: F401  (re-exported)
+from .spec import Built, ZooModel
+
+__all__ = ["Built", "ZooModel", "MODELS", "select"]
 
 
 def _registry() -> Dict[str, ZooModel]:
