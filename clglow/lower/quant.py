@@ -62,6 +62,8 @@ def lower_quant(ctx: LowerCtx) -> list:
     defines = {"TX": cl_type(x.dtype), "TY": cl_type(out.dtype), "TS": cl_type(sdt)}
     if F64 in (sdt, np.dtype(x.dtype), np.dtype(out.dtype)):
         defines["USE_FP64"] = None
+    if mode == 0 and _constant_params(ctx):
+        return [_scalar_launch(ctx, defines, sdt)]
     args = [ctx.buf(0), ctx.buf(1)]
     if ctx.has_input(2):
         defines["HAS_ZP"] = None
@@ -74,6 +76,25 @@ def lower_quant(ctx: LowerCtx) -> list:
         args += [sdt.type(info.min), sdt.type(info.max)]
         return [Launch("quant", "quantize", g, args, l, defines, ctx.label())]
     return [Launch("quant", "dequantize", g, args, l, defines, ctx.label())]
+
+
+def _constant_params(ctx: LowerCtx) -> bool:
+    """Scale (and zero point, when given) are initialisers: they become scalar kernel arguments."""
+    return ctx.const(1) is not None and (not ctx.has_input(2) or ctx.const(2) is not None)
+
+
+def _scalar_launch(ctx: LowerCtx, defines: dict, sdt: np.dtype) -> Launch:
+    """Per-tensor Quantize/DequantizeLinear with constant parameters passed by value."""
+    out = ctx.outputs[0]
+    scale = sdt.type(np.asarray(ctx.const(1)).reshape(-1)[0])
+    zp = int(np.asarray(ctx.const(2)).reshape(-1)[0]) if ctx.has_input(2) else 0
+    g, l = work_size(ctx, out.size)
+    if ctx.node.op_type == "QuantizeLinear":
+        info = np.iinfo(np.dtype(out.dtype))
+        args = [ctx.buf(0), ctx.out(0), i32(out.size), scale, i32(zp), i32(info.min), i32(info.max)]
+        return Launch("quant", "quantize_scalar", g, args, l, defines, ctx.label())
+    args = [ctx.buf(0), ctx.out(0), i32(out.size), scale, sdt.type(zp)]
+    return Launch("quant", "dequantize_scalar", g, args, l, defines, ctx.label())
 
 
 def _supports_dyn(node: Node, graph: Graph, target: Target) -> Optional[str]:

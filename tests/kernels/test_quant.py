@@ -35,3 +35,21 @@ def test_quantize_dequantize(zdt, kind):
 def test_dynamic_quantize():
     x = (RNG.standard_normal((3, 7)) * 4).astype(np.float32)
     check(helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"]), {"x": x}, opset=11)
+
+
+@pytest.mark.parametrize("zdt", [np.uint8, np.int8, np.int16, np.uint16, None])
+def test_constant_per_tensor_parameters(zdt):
+    """Constant per-tensor scale and zero point: the kernels that take them by value (QDQ models'
+    activations). Ties (x/s = k + 0.5) round half to even and values far out of range saturate."""
+    s = np.array(0.5, np.float32)
+    ties = np.arange(-600, 600, dtype=np.float32) * 0.25  # x / s = k/2: every other one a tie
+    big = np.array([1e6, -1e6, 7e5, -7e5, 0.0], np.float32)  # (onnx.reference casts to int before it saturates)
+    x = np.concatenate([ties, big, (RNG.standard_normal(301) * 300).astype(np.float32)])
+    consts = {"s": s} if zdt is None else {"s": s, "z": np.array(7 if zdt in (np.uint8, np.uint16) else -3, zdt)}
+    inputs = ["x"] + list(consts)
+    check(helper.make_node("QuantizeLinear", inputs, ["y"]), {"x": x}, consts, opset=21)
+    qdt = np.uint8 if zdt is None else zdt
+    info = np.iinfo(qdt)
+    q = RNG.integers(info.min, int(info.max) + 1, 999).astype(qdt)
+    check(helper.make_node("DequantizeLinear", ["q"] + inputs[1:], ["y"]), {"q": q}, consts, opset=21,
+          rtol=1e-6, atol=1e-6)
