@@ -7,6 +7,7 @@ limit, so a crash, a hang or a memory blow-up in one model is a row of the table
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -16,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from . import catalog
+from . import catalog, export
 from .export import ensure, versions, zoo_dir
 
 REPO = str(Path(__file__).resolve().parents[2])
@@ -140,6 +141,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         models = catalog.select([n.strip() for n in args.models.split(",") if n.strip()])
     except ValueError as e:
         _say(str(e))
+        return 2
+    missing = [m for m in ("torch", "timm", "transformers", "torchvision") if importlib.util.find_spec(m) is None]
+    if missing and any(export.needs_export(m.name, args.reexport) for m in models):
+        _say(f"the zoo exports its models with {', '.join(missing)}, not installed here: "
+             'pip install -e ".[zoo]" (benchmark-only dependencies)')
         return 2
     t_start = time.perf_counter()
     load0 = os.getloadavg()[0]
