@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import pytest
 from serve_helpers import REPLICAS, close, wait_ready
 
