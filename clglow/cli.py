@@ -228,9 +228,12 @@ def _tune(args: argparse.Namespace) -> int:
     res = tune_gemm(dev, force=args.force, family=family)
     _print_family_tiles(dev, family, res)
     if not args.model:
-        _search_shapes(args, dev, family, None, args.budget)
+        if args.budget is None:
+            print("(pass a model, or --budget SECONDS, to search the per-shape kernel families)")
+        else:
+            _search_shapes(args, dev, family, None, args.budget)
         return _show_tuned(dev, family, None) if args.show else 0
-    t_end = time.monotonic() + args.budget
+    t_end = time.monotonic() + (120.0 if args.budget is None else args.budget)
     keys: dict = {}
     for _ in range(3):  # a stored path may lower to GEMM shapes not asked before: plan again, search those
         new = {k: n for k, n in _model_shapes(args, dev, family).items() if k not in keys}
@@ -436,7 +439,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(or a standard set) and store the winners in the tuning database")
     sp.add_argument("model", nargs="?", help="an .onnx file whose kernel shapes to search (default: a standard set)")
     sp.add_argument("--device", help="device selector (default: CLGLOW_DEVICE or the default device)")
-    sp.add_argument("--budget", type=float, default=120.0, metavar="SECONDS", help="search time (default 120)")
+    sp.add_argument("--budget", type=float, metavar="SECONDS",
+                    help="search time (default 120 with a model; without one, the standard shape set is "
+                    "searched only when a budget is given)")
     sp.add_argument("--family", help="search only this kernel family (gemm, xgemm, conv)")
     sp.add_argument("--show", action="store_true", help="print the stored choices and their time vs the default")
     sp.add_argument("--force", action="store_true", help="measure again even when a choice is stored")
