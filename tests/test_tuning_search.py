@@ -244,6 +244,8 @@ def test_cli_tune_model_show(fresh, tmp_path, monkeypatch, capsys):
     rows = [line for line in out.splitlines() if line.strip().startswith(("conv ", "gemm "))]
     assert rows and any("path=" in r for r in rows)
     assert not any("not measured" in r for r in rows)
+    assert cli.main(["tune", "--budget", "3", "--family", "gemm"]) == 0  # the standard shape set
+    assert "searched" in capsys.readouterr().out
     assert cli.main(["tune", "--show"]) == 0  # without a model: every stored entry
     shown = capsys.readouterr().out
     assert "entr" in shown and "path=" in shown
