@@ -16,6 +16,7 @@ from onnx import helper
 from ..dtypes import numpy_to_onnx
 from ..errors import InvalidModel, UnsupportedOperator, UnsupportedNode
 from ..ir import Graph, Node
+from .nms import non_max_suppression
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,8 @@ def _gather_elements(data: np.ndarray, indices: np.ndarray, axis: int = 0) -> np
 
 
 def _host_ops() -> list:
-    """onnx.reference kernels replaced where its own is wrong (see each function)."""
+    """onnx.reference kernels replaced where its own is wrong or far too slow (see each one;
+    NonMaxSuppression: runtime/nms.py)."""
     from onnx.reference.op_run import OpRun
 
     class GatherElements(OpRun):
@@ -82,9 +84,17 @@ def _host_ops() -> list:
         def _run(self, data, indices, axis=None):  # noqa: D401 - onnx.reference's signature
             return (_gather_elements(np.asarray(data), np.asarray(indices), int(axis or 0)),)
 
+    class NonMaxSuppression(OpRun):
+        op_domain = ""
+
+        def _run(self, boxes, scores, max_output_boxes_per_class=None, iou_threshold=None,  # noqa: D401
+                 score_threshold=None, center_point_box=None):
+            return (non_max_suppression(np.asarray(boxes), np.asarray(scores), max_output_boxes_per_class,
+                                        iou_threshold, score_threshold, int(center_point_box or 0)),)
+
     from .contrib_host import reference_ops
 
-    return [GatherElements, *reference_ops()]  # + the com.microsoft references onnx.reference lacks
+    return [GatherElements, NonMaxSuppression, *reference_ops()]  # + the com.microsoft references onnx.reference lacks
 
 
 class HostKernel:
