@@ -249,3 +249,28 @@ def test_cli_tune_model_show(fresh, tmp_path, monkeypatch, capsys):
     assert cli.main(["tune", "--show"]) == 0  # without a model: every stored entry
     shown = capsys.readouterr().out
     assert "entr" in shown and "path=" in shown
+
+
+def test_cli_profile_says_which_member_ran_and_where_from(fresh, tmp_path, monkeypatch, capsys):
+    """clglow profile: per node the tunable family member (parameters) and "db" or "default"."""
+    from clglow import cli
+    from clglow.runtime import device as device_mod
+
+    path = tmp_path / "small.onnx"
+    onnx.save(_small_cnn(), str(path))
+    monkeypatch.setattr(device_mod, "select_device", lambda selector=None: fresh)
+    monkeypatch.setenv("CLGLOW_TUNE", "0")
+    assert cli.main(["profile", str(path), "-o", str(tmp_path / "t.json")]) == 0
+    out = capsys.readouterr().out
+    assert "tunable kernels: 0 of" in out and "family member (source)" in out
+    assert any("conv path=" in line and "(default)" in line for line in out.splitlines())
+    conv_rows = [(label, v) for (label, fam), v in tunable.decisions().items() if fam == "conv"]
+    label, (ckey, params, _src) = conv_rows[-1]
+    other = next((p for p in conv_space(_target(fresh), ckey) if p != params), None)
+    if other is None:
+        return
+    fresh.tuning.set_table(_target(fresh).family, (("conv", tunable.key_str(ckey), tunable.params_items(other)),))
+    assert cli.main(["profile", str(path), "-o", str(tmp_path / "t.json")]) == 0
+    out = capsys.readouterr().out
+    assert "tunable kernels: 1 of" in out
+    assert any(tunable.format_params(other) in line and "(db)" in line for line in out.splitlines())

@@ -67,7 +67,7 @@ from .conv_nd import (ND_RANKS, NdGeometry, lower_conv_nd, lower_conv_nd_implici
 from .gemm_kernel import (ACTIVATIONS, Bias, GemmConfig, Implicit, Operand, act_params, b_unpacked_ok,
                           gemm_config, gemm_key, gemm_launch, pack_a, pack_b, transposed_config, tuned_tiles)
 from .gpu_gemm import tuned_xgemm, xgemm_applicable, xgemm_launch
-from .tunable import Family, note_request, record_decision, register, stored
+from .tunable import Family, forget, note_request, record_decision, register, stored
 from .winograd import lower_winograd, variant_name, winograd_variant
 
 log = logging.getLogger(__name__)
@@ -561,6 +561,7 @@ def tuned_path(case: ConvCase) -> Optional[ConvPath]:
 
 
 def _lower(ctx: LowerCtx) -> list:
+    forget(ctx.label())  # the profiler's record of this node's tuned choices starts again
     case = conv_case(ctx)
     if case is None:
         return []

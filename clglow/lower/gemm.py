@@ -19,6 +19,7 @@ from .common import float32_only, shape_of
 from .gemm_kernel import (Bias, GemmConfig, Operand, b_unpacked_ok, gemm_config, gemm_key, gemm_launch, pack_a, pack_b,
                           pack_b_launch, pack_rows_launch, packed_b_bytes, tuned_tiles)
 from .gpu_gemm import tuned_xgemm, xgemm_applicable, xgemm_launch
+from .tunable import forget
 
 
 # --- supports -----------------------------------------------------------------------------------------
@@ -187,5 +188,6 @@ def lower_gemm(ctx: LowerCtx) -> list:
     if m == 0 or n == 0:
         return []
     bias = _gemm_bias(ctx, m, n)
+    forget(ctx.label())  # the profiler's record of this node's tuned choices starts again
     lower = next(fn for _name, applicable, fn in GEMM_KERNELS if applicable(ctx.device) is None)
     return lower(ctx, m, n, k, ta, tb, bias)

@@ -162,6 +162,13 @@ def requests_since(mark: int, target: Optional[Target] = None) -> Dict[Tuple[str
     return out
 
 
+def forget(label: str) -> None:
+    """Drop node `label`'s recorded decisions: its lowering starts again (another Target or plan)."""
+    with _lock:
+        for k in [k for k in _decisions if k[0] == label]:
+            del _decisions[k]
+
+
 def decisions() -> Dict[Tuple[str, str], Tuple[ShapeKey, Params, str]]:
     """(node label, family) -> (shape key, parameters, "db" | "default") of the latest lowering."""
     with _lock:
@@ -182,4 +189,4 @@ def product(space: Dict[str, Sequence[Any]]) -> Iterable[Params]:
 
 
 __all__ = ["Family", "FAMILIES", "ShapeKey", "Params", "register", "choose", "stored", "key_str", "key_from_str",
-           "params_items", "note_request", "record_decision", "request_mark", "requests_since", "decisions", "format_params", "product", "target_id"]
+           "params_items", "note_request", "record_decision", "request_mark", "requests_since", "decisions", "forget", "format_params", "product", "target_id"]
