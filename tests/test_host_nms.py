@@ -57,6 +57,22 @@ def test_same_selection_as_onnx_reference(case, center):
     np.testing.assert_array_equal(got.reshape(-1, 3), expected.reshape(-1, 3))
 
 
+@pytest.mark.parametrize("center", [0, 1])
+def test_odd_boxes(center):
+    """Zero and negative extents, a NaN coordinate, boxes of very different sizes (NaN scores have no
+    defined order: onnx.reference places them wherever its sort leaves them)."""
+    rng = np.random.default_rng(11)
+    feeds = _feeds(rng, 1, 2, 90, True, 50, 0.2, None)
+    feeds["boxes"][0, 3:9, 2] = -feeds["boxes"][0, 3:9, 2]
+    feeds["boxes"][0, 10:12] = feeds["boxes"][0, 10:12][:, [0, 1, 0, 1]]  # zero extent
+    feeds["boxes"][0, 13, 1] = np.nan
+    feeds["boxes"][0, 20:30] *= 50
+    model = _model(center, False)
+    expected = ReferenceEvaluator(model).run(None, feeds)[0]
+    got = non_max_suppression(feeds["boxes"], feeds["scores"], feeds["max_out"], feeds["iou"], None, center)
+    np.testing.assert_array_equal(got.reshape(-1, 3), expected.reshape(-1, 3))
+
+
 def test_a_session_runs_it_fast_and_matches_onnxruntime():
     """Detection-head size (4 classes x 3000 boxes, all above the threshold): a second or two on the
     host path (onnx.reference's loop took minutes on such inputs), same selection as onnxruntime."""

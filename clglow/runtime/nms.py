@@ -41,16 +41,34 @@ def _overlapping(c: tuple, i: int, rest: np.ndarray, iou_threshold: np.floating)
 
 def _select(c: tuple, scores: np.ndarray, limit: int, iou_threshold: np.floating,
             score_threshold: Optional[np.floating]) -> list:
+    """Greedy selection. Only boxes whose x extent meets the kept box's can be suppressed by it:
+    with the candidates sorted by x_min, those lie in one slice (x_min in (x0 - widest, x1)), so
+    each kept box tests a neighbourhood, not every candidate (torchvision's batched NMS offsets
+    each class's boxes apart: tens of thousands of candidates, few neighbours each)."""
     idx = np.arange(scores.shape[0])
     if score_threshold is not None:
         idx = idx[scores > score_threshold]
+    if idx.size == 0 or limit == 0:
+        return []
     order = idx[np.lexsort((idx, -scores[idx]))]  # score descending, then box index ascending
+    x0, x1 = c[0], c[1]
+    by_x = idx[np.argsort(x0[idx], kind="stable")]
+    sorted_x0 = x0[by_x]
+    spans = x1[idx] - x0[idx]
+    widest = max(float(np.nanmax(spans)), 0.0) if np.isfinite(spans).any() else np.inf
+    alive = np.ones(scores.shape[0], dtype=bool)
     kept: list = []
-    while order.size and len(kept) < limit:
-        best, order = order[0], order[1:]
-        kept.append(int(best))
-        if order.size:
-            order = order[~_overlapping(c, best, order, iou_threshold)]
+    for best in order.tolist():
+        if not alive[best]:
+            continue
+        kept.append(best)
+        if len(kept) == limit:
+            break
+        lo = np.searchsorted(sorted_x0, x0[best] - 2 * widest, "left") if np.isfinite(widest) else 0
+        near = by_x[lo:np.searchsorted(sorted_x0, x1[best], "left")]
+        near = near[alive[near]]
+        if near.size:
+            alive[near[_overlapping(c, best, near, iou_threshold)]] = False
     return kept
 
 
