@@ -79,10 +79,11 @@ _last_run_end = 0.0
 
 class Gate:
     """When a background search may launch: while no session of the process runs anything, and
-    none has for `settle_s` (so a burst of runs is never interleaved with measurements); `stop` ends the
-    search (session released, budget spent, interpreter exit)."""
+    none has for `settle_s` (2 s: a benchmark alternating clglow with another runtime in one
+    process, or a serving loop, is never interleaved with measurements; an idle session is);
+    `stop` ends the search (session released, budget spent, a newer session started, exit)."""
 
-    def __init__(self, settle_s: float = 0.5) -> None:
+    def __init__(self, settle_s: float = 2.0) -> None:
         self.idle = threading.Event()
         self.idle.set()
         self.stop = threading.Event()
@@ -154,8 +155,9 @@ def start_background(device, target: Target, keys: Dict[Tuple[str, ShapeKey], in
     """Measure `keys` missing from the database in a daemon thread, only while the returned gate
     says the session is idle (after its first run), within `budget_s` seconds of search; None
     when every shape is stored already. Writes the database; the running session keeps its
-    plans (a later session uses the results). Another search already running in this process:
+    plans (a later session uses the results). Stops any older session's background search. Another search already running in this process:
     this one waits for it, then skips what it stored."""
+    _stop_all()  # only the newest session measures: an older one's search would disturb its runs
     have = {(fam, key) for fam, key, _items in target.tuned}
     missing = {k: n for k, n in keys.items() if (k[0], key_str(k[1])) not in have}
     if not ordered(missing, target):
