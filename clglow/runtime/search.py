@@ -140,6 +140,11 @@ class Gate:
 _background_lock = threading.Lock()  # one background search per process at a time
 _gates: "weakref.WeakSet[Gate]" = weakref.WeakSet()
 BACKGROUND_BUDGET_S = 30.0
+# The families a session measures on its own: single kernels, whose winner runs the same inside
+# the model. The conv family's paths are measured as one-node models, and a path that wins alone
+# can lose inside the model (two convs sharing a padded layout): only `clglow tune MODEL`, which
+# checks the whole model afterwards, searches it.
+BACKGROUND_FAMILIES = ("gemm", "xgemm")
 
 
 def _stop_all() -> None:
@@ -159,7 +164,7 @@ def start_background(device, target: Target, keys: Dict[Tuple[str, ShapeKey], in
     this one waits for it, then skips what it stored."""
     _stop_all()  # only the newest session measures: an older one's search would disturb its runs
     have = {(fam, key) for fam, key, _items in target.tuned}
-    missing = {k: n for k, n in keys.items() if (k[0], key_str(k[1])) not in have}
+    missing = {k: n for k, n in keys.items() if (k[0], key_str(k[1])) not in have and k[0] in BACKGROUND_FAMILIES}
     if not ordered(missing, target):
         return None
     gate = Gate()
@@ -368,5 +373,5 @@ def stored_results(db: TuningDB, target_family: str) -> List[SearchResult]:
     return sorted(out, key=lambda r: (FAMILIES[r.family].priority, -FAMILIES[r.family].flops(r.key)))
 
 
-__all__ = ["STANDARD_SHAPES", "BACKGROUND_BUDGET_S", "start_background", "search", "revert", "measure", "candidates", "ordered", "stored_results", "Gate",
+__all__ = ["STANDARD_SHAPES", "BACKGROUND_BUDGET_S", "BACKGROUND_FAMILIES", "start_background", "search", "revert", "measure", "candidates", "ordered", "stored_results", "Gate",
            "SearchResult", "MARGIN"]
