@@ -13,9 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.zoo import catalog, export, measure, run
-
 REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # benchmarks/ is not installed: CI runs with PYTHONSAFEPATH=1
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.zoo import catalog, export, measure, run  # noqa: E402
 
 
 def test_catalogue_names_families_and_size() -> None:
@@ -29,6 +31,7 @@ def test_catalogue_names_families_and_size() -> None:
 def test_catalogue_and_list_import_no_torch() -> None:
     code = ("import sys; import benchmarks.zoo.run as r; r.main(['--list']); "
             "print('TORCH', any(m.split('.')[0] in ('torch', 'timm', 'transformers') for m in sys.modules))")
+    code = f"import sys; sys.path.insert(0, {str(REPO)!r}); " + code
     p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "TORCH False" in p.stdout
