@@ -330,3 +330,29 @@ def test_a_run_failing_after_kernels_were_enqueued(monkeypatch):
     y, d = sess.run(None, feeds)
     np.testing.assert_allclose(y, feeds["A"] @ feeds["B"], rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(d, np.linalg.det(np.maximum(feeds["C"], 0)), rtol=1e-4, atol=1e-6)
+
+
+def test_an_output_a_host_subgraph_reads_is_not_bound():
+    """An output that a host node reads only through its subgraph (an If branch naming an outer
+    value, as torchvision's batched NMS does) stays in its device buffer: bound to the returned
+    array instead, the host node read the device buffer nothing had written, and that stale read
+    replaced the returned array too (ssdlite320's detections)."""
+    then_g = helper.make_graph([helper.make_node("Mul", ["y", "y"], ["t"])], "then", [],
+                               [helper.make_tensor_value_info("t", TensorProto.FLOAT, [64, 33])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["y"], ["e"])], "else", [],
+                               [helper.make_tensor_value_info("e", TensorProto.FLOAT, [64, 33])])
+    nodes = [helper.make_node("Add", ["x", "x"], ["y"]),
+             helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["z"], then_branch=then_g, else_branch=else_g)]
+    g = helper.make_graph(nodes, "outer_read", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 33])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 33]),
+                           helper.make_tensor_value_info("z", TensorProto.FLOAT, [64, 33])],
+                          [numpy_helper.from_array(np.array(0, np.float32), "zero")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    sess = clglow.InferenceSession(model)
+    ref = ReferenceEvaluator(model)
+    for seed in range(3):  # both branches; later runs reuse the plan and its buffers
+        x = np.random.default_rng(seed).standard_normal((64, 33)).astype(np.float32) + (0.5 - seed % 2)
+        for got, exp in zip(sess.run(None, {"x": x}), ref.run(None, {"x": x})):
+            np.testing.assert_allclose(got, exp, rtol=1e-6, atol=1e-6)

@@ -379,8 +379,8 @@ def zero_copy_binds(bp: BufferPlan) -> dict:
             for pos, a in enumerate(st.launch.args):
                 if isinstance(a, Buf):
                     uses.setdefault(a.name, []).append((k, pos, a.unaligned))
-        elif isinstance(st, HostNodeStep):
-            host_read.update(i for i in st.node.inputs if i)
+        elif isinstance(st, HostNodeStep):  # its inputs and what its subgraphs read (If/Loop/Scan)
+            host_read.update(i for i in list(st.node.inputs) + outer_scope_names(st.node) if i)
         elif isinstance(st, UploadStep):  # written from the host
             host_read.add(st.name)
     sliced = {sl.whole for sl in bp.slices.values()} | set(bp.slices)
