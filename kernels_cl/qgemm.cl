@@ -30,11 +30,11 @@
  *          times a sign/zero-extended VW-column vector of B.
  *   KC=16  MR x NR int8 accumulators over 16 k at a time: 16 k of a row of A and of a column of
  *          B widened to short16, multiplied in int32 as even and odd lanes and added in pairs
- *          (the shape of vpmaddwd / vpdpwssd: two 16-bit products summed into each int32
- *          lane), reduced across lanes at the end. Every lane is used however few columns
+ *          (the shape of a paired 16-bit multiply-add instruction: two 16-bit products summed
+ *          into each int32 lane), reduced across lanes at the end. Every lane is used however few columns
  *          there are: the CPU family takes it for products of at most 4 columns
  *          (lower/qgemm_kernel.fit_columns); wider, KC=1 measured 2-4x faster on pocl (its
- *          LLVM does not form vpmaddwd from this).
+ *          compiler does not form the paired multiply-add from this).
  *   KC=4   (GPU family) MR x NR scalar accumulators, each step a 4-wide dot product: the
  *          cl_khr_integer_dot_product builtin dot(char4/uchar4, char4/uchar4) where the device
  *          compiler defines that extension, else the same sum written out.

@@ -75,7 +75,7 @@ __kernel void qbinary(__global const T* restrict a, __global const T* restrict b
  * from the host, each operand's stride along the row as ROW_S<k> or last[k]), one element per
  * work-item in a 1-D range. Work-groups each lie in one row where the row length is a multiple of
  * the group size: no division per element, and pocl vectorises the group as in the flat case
- * (measured on pocl, AVX-512, [1, 256, 56, 56] x [1, 256, 1, 1] uchar: 0.39 ms; a 2-D range of
+ * (measured on pocl, 16-float vectors, [1, 256, 56, 56] x [1, 256, 1, 1] uchar: 0.39 ms; a 2-D range of
  * (row, column) items or ROW_VEC runs per item: 2-3.5 ms); else (ROW_DIV) one division per
  * element finds the row (1.2-1.8 ms; bcast_offsets' per-dim divisions: 13 ms). */
 __kernel void qbinary_rows(__global const T* restrict a, __global const T* restrict b, __global T* restrict c,

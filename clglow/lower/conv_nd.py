@@ -13,7 +13,7 @@ two rows of conv.py's CONV_PATHS, tried first (the 2-D rows decline it):
                gemm.cl launch.
 The weights are A, packed once per plan into MR-row panels (ctx.derived) when constant, read in
 place otherwise; bias, residual and activation run in the GEMM's epilogue as on the 2-D paths.
-Measured on pocl (AVX-512), an r3d-style net (stem 3x7x7/1x2x2, two 3x3x3 64-channel convs with
+Measured on pocl (16-float vectors), an r3d-style net (stem 3x7x7/1x2x2, two 3x3x3 64-channel convs with
 a residual, 8x56x56 clip): host fallback 303 ms, im2col nd 25.8 ms, with implicit nd 13.8 ms
 (onnxruntime 17.2 ms, allow_spinning=0).
 

@@ -64,11 +64,11 @@ class QGemmConfig:
 
 def default_qgemm_config(target: Target) -> QGemmConfig:
     """The Target family's default. CPU family: KC=1 tiles of 4 rows x 4 vectors of the float
-    vector width (16 int32 lanes on AVX-512: 16 zmm accumulators, a B row of 64 columns loaded
+    vector width (16 int32 lanes at a 16-float width: 16 vector accumulators, a B row of 64 columns loaded
     as four char16), k unrolled 4 times, one work-item per group: the best of the space on both
-    pocl devices here (AVX-512; measured under heavy load from other processes, so within noise
-    of 3 x 16 x 6 and 5 x 16 x 4; KC=16 ran 2-4x slower there: pocl's LLVM does not form
-    vpmaddwd from it). GPU family: 4 x 4 dot-product tiles (KC=4) in 8 x 8 work-groups."""
+    pocl devices measured (16-float vectors; under heavy load from other processes, so within noise
+    of 3 x 16 x 6 and 5 x 16 x 4; KC=16 ran 2-4x slower there: pocl's compiler does not form
+    the paired 16-bit multiply-add from it). GPU family: 4 x 4 dot-product tiles (KC=4) in 8 x 8 work-groups."""
     if target.is_cpu_family:
         vw = 16 if target.preferred_vector_width_float >= 16 else 8
         return QGemmConfig(4, vw, 4, 4, 1, (1, 1, 1))
