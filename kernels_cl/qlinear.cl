@@ -116,21 +116,22 @@ __kernel void qconcat_part(__global const T* restrict x, __constant T* table, __
 #endif
 }
 
+/* Where (image, channel) i's pixels start: NCHW, one map after another; channels_last, the
+ * channel's offset within the image's interleaved pixels (then a stride of `channels`). */
+inline int gap_base(const int i, const int hw, const int channels, const int channels_last) {
+    if (!channels_last) return i * hw;
+    const int img = i / channels;
+    return img * hw * channels + (i - img * channels);
+}
+
 /* QLinearGlobalAveragePool: one work-item per (image, channel); `hw` pixels `step` apart (1 for
  * NCHW, C for channels_last); an exact int sum, then round((sum - zx * hw) * scale) + zy, scale = xs / (ys * hw). */
 __kernel void qgap(__global const T* restrict x, __global T* restrict y, const int nc, const int hw,
                    const int channels, const int channels_last, const float scale, const int zx, const float zy) {
     const int i = get_global_id(0);
     if (i >= nc) return;
-    int base, step;
-    if (channels_last) {
-        const int img = i / channels;
-        base = img * hw * channels + (i - img * channels);
-        step = channels;
-    } else {
-        base = i * hw;
-        step = 1;
-    }
+    const int step = channels_last ? channels : 1;
+    const int base = gap_base(i, hw, channels, channels_last);
     int sum = 0;
     for (int p = 0; p < hw; ++p)
         sum += (int)x[base + p * step];
@@ -149,16 +150,8 @@ void qgap_group(__global const T* restrict x, __global T* restrict y, const int 
     __local int part[GAP_GROUP];
     const int i = get_group_id(0);
     const int t = get_local_id(0);
-    int base = 0, step = 1;
-    if (i < nc) {
-        if (channels_last) {
-            const int img = i / channels;
-            base = img * hw * channels + (i - img * channels);
-            step = channels;
-        } else {
-            base = i * hw;
-        }
-    }
+    const int step = channels_last ? channels : 1;
+    const int base = i < nc ? gap_base(i, hw, channels, channels_last) : 0;
     int sum = 0;
     if (i < nc)
         for (int p = t; p < hw; p += GAP_GROUP)

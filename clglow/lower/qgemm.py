@@ -36,7 +36,8 @@ from ..ir import Graph, Node
 from ..target import Target
 from .base import Arg, Launch, LowerCtx, device_op, i32
 from .common import F32, check_dtypes, dtype_of, shape_of, work_size
-from .qgemm_kernel import (EPI_FLOAT, EPI_INT, EPI_QUANT, QTYPES, UINT8, QEpilogue, QOperand, int_bytes,
+from .gemm_kernel import Operand
+from .qgemm_kernel import (EPI_FLOAT, EPI_INT, EPI_QUANT, QTYPES, UINT8, QEpilogue, int_bytes,
                            pack_b_host, panel_elems, qcolsum_launch, qgemm_launch, qpack_launch, qrowsum_launch,
                            tuned_qgemm)
 
@@ -120,9 +121,16 @@ def _zero_point(ctx: LowerCtx, i: int, per: int, batch: int, what: str) -> Optio
     if not _present(ctx, i):
         return None
     c = _const_or_none(ctx, i)
-    size = ctx.inputs[i].size
     if c is not None and not np.any(c):
         return None
+    return _indexed(ctx, i, c, per, batch, what)
+
+
+def _indexed(ctx: LowerCtx, i: int, c: Optional[np.ndarray], per: int, batch: int, what: str,
+             dtype: Optional[type] = None) -> tuple:
+    """(arg, stride) of input i holding one value or one per row / column (`per`), its constant
+    value `c` (None: live); over `batch` matrices a per-index constant is tiled, a live one refused."""
+    size = ctx.inputs[i].size
     if size == 1:
         return (ctx.buf(i), 0)
     if size != per:
@@ -132,7 +140,7 @@ def _zero_point(ctx: LowerCtx, i: int, per: int, batch: int, what: str) -> Optio
     if c is None:
         raise InvalidModel(f"a live per-index {what} with a batched operand is not supported on OpenCL",
                            node=ctx.label(), tensor=ctx.node.input(i))
-    return (ctx.const_buffer(np.tile(np.asarray(c).reshape(-1), batch)), 1)
+    return (ctx.const_buffer(np.tile(np.asarray(c, dtype).reshape(-1), batch)), 1)
 
 
 def _scale(ctx: LowerCtx, i: int, per: int, batch: int, what: str, factor: float = 1.0) -> tuple:
@@ -144,15 +152,7 @@ def _scale(ctx: LowerCtx, i: int, per: int, batch: int, what: str, factor: float
         if c is None or size != 1:
             raise InvalidModel(f"alpha != 1 with a live or per-column {what}", node=ctx.label())
         return (ctx.const_buffer(np.float32(factor) * np.asarray(c, np.float32).reshape(1)), 0)
-    if size == 1:
-        return (ctx.buf(i), 0)
-    if size != per:
-        raise InvalidModel(f"{what} has {size} values; expected 1 or {per}", node=ctx.label(), tensor=ctx.node.input(i))
-    if batch == 1:
-        return (ctx.buf(i), 1)
-    if c is None:
-        raise InvalidModel(f"a live per-column {what} with a batched B is not supported on OpenCL", node=ctx.label())
-    return (ctx.const_buffer(np.tile(np.asarray(c, np.float32).reshape(-1), batch)), 1)
+    return _indexed(ctx, i, c, per, batch, what, np.float32)
 
 
 class _Mat:
@@ -188,20 +188,20 @@ class _Mat:
 
 
 def _a_operand(ctx: LowerCtx, ia: int, mat: _Mat, ta: bool) -> tuple:
-    """(QOperand, constant A as [batch, M, K] or None): A row-major in place, a constant
+    """(Operand, constant A as [batch, M, K] or None): A row-major in place, a constant
     transposed A transposed at plan time."""
     c = _const_or_none(ctx, ia)
     if ta:
         at = np.ascontiguousarray(np.asarray(c).T)
-        return QOperand(ctx.const_buffer(at), ld=mat.k), at.reshape(1, mat.m, mat.k)
-    op = QOperand(ctx.buf(ia), s1=mat.sa, ld=mat.k)
+        return Operand(ctx.const_buffer(at), ld=mat.k), at.reshape(1, mat.m, mat.k)
+    op = Operand(ctx.buf(ia), s1=mat.sa, ld=mat.k)
     if c is None:
         return op, None
     return op, np.asarray(c).reshape(-1, mat.m, mat.k)
 
 
 def _b_operand(ctx: LowerCtx, ib: int, mat: _Mat, tb: bool, cfg, launches: list) -> tuple:
-    """(QOperand of B's panels, constant B as [batch, K, N] or None): weights packed at plan
+    """(Operand of B's panels, constant B as [batch, K, N] or None): weights packed at plan
     time, a live B packed by qpack_b (strides give B^T)."""
     c = _const_or_none(ctx, ib)
     nb = max(mat.batch if mat.sb else 1, 1)
@@ -212,13 +212,13 @@ def _b_operand(ctx: LowerCtx, ib: int, mat: _Mat, tb: bool, cfg, launches: list)
             b3 = b3.swapaxes(-1, -2)
         arg = ctx.derived(ib, f"qpackB{cfg.nr}k{cfg.kc}t{int(tb)}",
                           lambda w: pack_b_host(b3, cfg))
-        return QOperand(arg, s1=panels if mat.sb else 0), b3
+        return Operand(arg, s1=panels if mat.sb else 0), b3
     dst = ctx.scratch(panels * nb)
     tb_dt = np.dtype(ctx.inputs[ib].dtype)
     launches.append(qpack_launch(ctx.device, cfg, tb_dt, src=ctx.buf(ib), off=0, s1=mat.sb, s2=0,
                                  s_k=1 if tb else mat.n, s_n=mat.k if tb else 1, k=mat.k, n=mat.n, batch=nb, d2=1,
                                  dst=dst, label=ctx.label()))
-    return QOperand(dst, s1=panels if mat.sb else 0), None
+    return Operand(dst, s1=panels if mat.sb else 0), None
 
 
 def qmatmul_launches(ctx: LowerCtx, *, ia: int, ib: int, za: Optional[int], zb: Optional[int], epi: QEpilogue,
@@ -236,7 +236,7 @@ def qmatmul_launches(ctx: LowerCtx, *, ia: int, ib: int, za: Optional[int], zb: 
     nb = max(mat.batch, 1)
     if a_override is not None:
         a_arg, a_dt, zpa = a_override
-        a, a_const = QOperand(a_arg, s1=mat.sa, ld=mat.k), None
+        a, a_const = Operand(a_arg, s1=mat.sa, ld=mat.k), None
     else:
         a, a_const = _a_operand(ctx, ia, mat, ta)
         a_dt = np.dtype(ctx.inputs[ia].dtype)
@@ -266,7 +266,7 @@ def qmatmul_launches(ctx: LowerCtx, *, ia: int, ib: int, za: Optional[int], zb: 
                                            batch=nb if not mat.fold else 1, d2=1, dst=epi.rowsum, label=ctx.label()))
             if not mat.fold and not mat.sa:  # one A for every batch: its sums repeat (rows z*M + m)
                 epi.rs = (0, 0)
-    c = QOperand(ctx.out(0), s1=mat.m * mat.n if not mat.fold else 0, ld=mat.n)
+    c = Operand(ctx.out(0), s1=mat.m * mat.n if not mat.fold else 0, ld=mat.n)
     launches.append(qgemm_launch(cfg, (a_dt, b_dt, np.dtype(out.dtype)), m=mat.m, n=mat.n, k=mat.k, batch=nb,
                                  d2=1, a=a, b=b, c=c, epi=epi, label=ctx.label()))
     return launches

@@ -28,6 +28,7 @@ import numpy as np
 from ..target import Target
 from .base import Arg, Launch, Scratch, i32, round_up, unaligned
 from .common import grid
+from .gemm_kernel import Operand
 from .tunable import Family, Params, ShapeKey, choose, record_decision, register
 
 INT8 = np.dtype(np.int8)
@@ -147,7 +148,7 @@ def qgemm_bench(target: Target, key: ShapeKey, p: Params) -> Tuple[Launch, dict]
     m, n, k = (int(v) for v in key[:3])
     cfg = _params_config(p)
     launch = qgemm_launch(cfg, (UINT8, INT8, np.dtype(np.int32)), m=m, n=n, k=k, batch=1, d2=1,
-                          a=QOperand(Buf("A"), ld=k), b=QOperand(Buf("B")), c=QOperand(Buf("C"), ld=n),
+                          a=Operand(Buf("A"), ld=k), b=Operand(Buf("B")), c=Operand(Buf("C"), ld=n),
                           epi=QEpilogue(epi=EPI_INT))
     return launch, {"A": round_up(max(m * k, 1), 4), "B": round_up(panel_elems(cfg, k, n), 4), "C": 4 * max(m * n, 1)}
 
@@ -213,18 +214,6 @@ def pack_b_host(b: np.ndarray, cfg: QGemmConfig) -> np.ndarray:
 
 
 @dataclass
-class QOperand:
-    """A qgemm operand: buffer, offset and the two batch-level strides (z1 = z // d2, z2 = z % d2);
-    `ld` is A's row stride or C's (B is always panels)."""
-
-    arg: Arg
-    off: int = 0
-    s1: int = 0
-    s2: int = 0
-    ld: int = 0
-
-
-@dataclass
 class QEpilogue:
     """What qgemm.cl does with each int32 sum (see its header): EPI, the zero points (buffer and
     stride per row / column, None when absent or known zero), the sums they need, the bias
@@ -274,7 +263,7 @@ def qdefines(cfg: QGemmConfig, ta: np.dtype, tb: np.dtype, tc: np.dtype, epi: QE
 
 
 def qgemm_launch(cfg: QGemmConfig, types: tuple, *, m: int, n: int, k: int, batch: int, d2: int,
-                 a: QOperand, b: QOperand, c: QOperand, epi: QEpilogue, label: str = "") -> Launch:
+                 a: Operand, b: Operand, c: Operand, epi: QEpilogue, label: str = "") -> Launch:
     """C[z] = epilogue(A[z] @ B[z]) over `batch` z's; `types` = (A, B, C) numpy dtypes."""
     head = [unaligned(a.arg), i32(a.off), i32(a.s1), i32(a.s2), i32(a.ld), b.arg, i32(b.off), i32(b.s1), i32(b.s2),
             c.arg, i32(c.off), i32(c.s1), i32(c.s2), i32(c.ld)]
@@ -308,7 +297,7 @@ def qcolsum_launch(target: Target, cfg: QGemmConfig, tb: np.dtype, *, panels_arg
                   side_defines(cfg, tb, tb), label)
 
 
-def qrowsum_launch(target: Target, cfg: QGemmConfig, ta: np.dtype, *, a: QOperand, m: int, k: int, batch: int,
+def qrowsum_launch(target: Target, cfg: QGemmConfig, ta: np.dtype, *, a: Operand, m: int, k: int, batch: int,
                    d2: int, dst: Arg, label: str = "") -> Launch:
     """rowsum[z*M + m] of `batch` row-major A matrices (as qgemm reads them)."""
     gsize, ls = grid(target, (max(m, 1), max(batch, 1)), (64, 1))
@@ -322,5 +311,5 @@ def int_bytes(n: int) -> int:
 
 
 __all__ = ["INT8", "UINT8", "QTYPES", "EPI_INT", "EPI_QUANT", "EPI_FLOAT", "QGemmConfig", "default_qgemm_config",
-           "qgemm_space", "qgemm_config", "fit_columns", "qgemm_bench", "QGEMM_FAMILY", "tuned_qgemm", "kpad", "panel_elems", "pack_b_host", "QOperand", "QEpilogue", "qdefines",
+           "qgemm_space", "qgemm_config", "fit_columns", "qgemm_bench", "QGEMM_FAMILY", "tuned_qgemm", "kpad", "panel_elems", "pack_b_host", "QEpilogue", "qdefines",
            "qgemm_launch", "side_defines", "qpack_launch", "qcolsum_launch", "qrowsum_launch", "int_bytes"]

@@ -129,9 +129,12 @@ def lower_qbinary(ctx: LowerCtx) -> list:
     return [Launch("qlinear", "qbinary", g, args, l, defines, ctx.label())]
 
 
-# --- lookup-table ops ------------------------------------------------------------------------------
-def _supports_lut(node: Node, graph: Graph, target: Target) -> Optional[str]:
+# --- one quantized input, one output (x, x_scale, x_zp, y_scale, y_zp) ------------------------------
+def _supports_unary(node: Node, graph: Graph, target: Target) -> Optional[str]:
     return _check(node, graph, [0], [1, 3], [2, 4])
+
+
+# --- lookup-table ops ------------------------------------------------------------------------------
 
 
 def _lut_fn(ctx: LowerCtx) -> Callable[[np.ndarray], np.ndarray]:
@@ -140,7 +143,7 @@ def _lut_fn(ctx: LowerCtx) -> Callable[[np.ndarray], np.ndarray]:
     return qmath.leaky_relu(float(ctx.attr("alpha", 0.01)))
 
 
-@device_op("QLinearSigmoid", "QLinearLeakyRelu", supports=_supports_lut, domain=DOMAIN)
+@device_op("QLinearSigmoid", "QLinearLeakyRelu", supports=_supports_unary, domain=DOMAIN)
 def lower_qlut(ctx: LowerCtx) -> list:
     out = ctx.outputs[0]
     if out.size == 0:
@@ -155,11 +158,7 @@ def lower_qlut(ctx: LowerCtx) -> list:
 
 
 # --- pools ---------------------------------------------------------------------------------------
-def _supports_gap(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return _check(node, graph, [0], [1, 3], [2, 4])
-
-
-@device_op("QLinearGlobalAveragePool", supports=_supports_gap, domain=DOMAIN)
+@device_op("QLinearGlobalAveragePool", supports=_supports_unary, domain=DOMAIN)
 def lower_qgap(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
@@ -195,7 +194,7 @@ def _supports_avgpool(node: Node, graph: Graph, target: Target) -> Optional[str]
     shape = shape_of(graph, node.input(0))
     if shape is not None and len(shape) not in (3, 4):
         return f"QLinearAveragePool over {len(shape) - 2} spatial dims (the kernel takes 1 or 2)"
-    return _check(node, graph, [0], [1, 3], [2, 4])
+    return _supports_unary(node, graph, target)
 
 
 @device_op("QLinearAveragePool", supports=_supports_avgpool, domain=DOMAIN)
@@ -266,11 +265,7 @@ def lower_qconcat(ctx: LowerCtx) -> list:
 
 
 # --- QLinearSoftmax --------------------------------------------------------------------------------
-def _supports_softmax(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return _check(node, graph, [0], [1, 3], [2, 4])
-
-
-@device_op("QLinearSoftmax", supports=_supports_softmax, domain=DOMAIN)
+@device_op("QLinearSoftmax", supports=_supports_unary, domain=DOMAIN)
 def lower_qsoftmax(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:

@@ -7,7 +7,7 @@ a ConstantOfShape of 4 TB fails cleanly instead of trying.
 from __future__ import annotations
 
 import logging
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -83,13 +83,16 @@ def fold_node(node: Node, graph: Graph) -> Optional[list]:
         return None
 
 
-def fold_constants(graph: Graph) -> Graph:
+def fold_constants(graph: Graph, skip: Optional[Callable[[Node], bool]] = None) -> Graph:
+    """`graph` with every node whose inputs are all constant replaced by its values (graph
+    outputs stay computed; `skip`: nodes never folded, e.g. the QDQ pass's DequantizeLinear)."""
     g = graph.copy()
     keep = []
     outputs = set(g.outputs)
     for node in g.nodes:
-        outs = fold_node(node, g)
-        if outs is None or any(o in outputs for o in node.outputs):
+        held = any(o in outputs for o in node.outputs) or (skip is not None and skip(node))
+        outs = None if held else fold_node(node, g)
+        if outs is None:
             keep.append(node)
             continue
         for name, arr in zip([o for o in node.outputs if o], outs):

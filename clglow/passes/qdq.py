@@ -44,7 +44,7 @@ import numpy as np
 
 from ..ir import Graph, Node, Value
 from ..lower.base import GENERIC_TARGET, lookup
-from .fold_constants import fold_node
+from .fold_constants import fold_constants
 from .fuse_conv import in_graph_order
 from .qdq_patterns import MS, Rewrite, is_qdq, match
 
@@ -119,20 +119,7 @@ def apply(g: Graph, rw: Rewrite, node: Node, consumers: dict, require_kernel: bo
 
 def fold_except_dq(graph: Graph) -> Graph:
     """`graph` with its constant nodes folded, but for DequantizeLinear (see the module docstring)."""
-    g = graph.copy()
-    outputs = set(g.outputs)
-    keep = []
-    for node in g.nodes:
-        skip = is_qdq(node, "DequantizeLinear") or any(o in outputs for o in node.outputs)
-        outs = None if skip else fold_node(node, g)
-        if outs is None:
-            keep.append(node)
-            continue
-        for name, arr in zip([o for o in node.outputs if o], outs):
-            arr = np.asarray(arr)
-            g.values[name] = Value(name, arr.dtype, tuple(arr.shape), arr)
-    g.nodes = keep
-    return g
+    return fold_constants(graph, skip=lambda n: is_qdq(n, "DequantizeLinear"))
 
 
 def fuse_qdq(graph: Graph, require_kernel: bool = True) -> Graph:

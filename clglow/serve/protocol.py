@@ -335,19 +335,24 @@ def encode_response(model_name: str, model_version: Optional[str], request_id: O
         doc["id"] = request_id
     chunks = []
     for name, arr in outputs.items():
-        arr = np.asarray(arr)
-        entry = {"name": name, "datatype": datatype_of(arr.dtype), "shape": list(arr.shape)}
-        if binary.get(name):
-            raw = _raw_bytes(arr)
-            entry["parameters"] = {"binary_data_size": len(raw)}
-            chunks.append(raw)
-        else:
-            entry["data"] = _json_data(arr)
-        doc["outputs"].append(entry)
+        doc["outputs"].append(_tensor_entry(name, np.asarray(arr), bool(binary.get(name)), chunks))
     head = json.dumps(doc).encode()
     if not chunks:
         return head, {"Content-Type": "application/json"}
     return head + b"".join(chunks), {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(head))}
+
+
+def _tensor_entry(name: str, arr: np.ndarray, binary: bool, chunks: list) -> dict:
+    """One tensor of a request or response: its data inline as JSON, or (binary) its raw bytes
+    appended to `chunks` with their size in the entry's parameters."""
+    entry: dict = {"name": name, "datatype": datatype_of(arr.dtype), "shape": list(arr.shape)}
+    if binary:
+        raw = _raw_bytes(arr)
+        entry["parameters"] = {"binary_data_size": len(raw)}
+        chunks.append(raw)
+    else:
+        entry["data"] = _json_data(arr)
+    return entry
 
 
 # --- the client's side (the load generator, benchmarks) -----------------------------------------
@@ -359,15 +364,7 @@ def encode_request(inputs: Mapping[str, np.ndarray], binary: bool = True,
         doc["id"] = request_id
     chunks = []
     for name, arr in inputs.items():
-        arr = np.asarray(arr)
-        entry: dict = {"name": name, "shape": list(arr.shape), "datatype": datatype_of(arr.dtype)}
-        if binary:
-            raw = _raw_bytes(arr)
-            entry["parameters"] = {"binary_data_size": len(raw)}
-            chunks.append(raw)
-        else:
-            entry["data"] = _json_data(arr)
-        doc["inputs"].append(entry)
+        doc["inputs"].append(_tensor_entry(name, np.asarray(arr), binary, chunks))
     if outputs is not None:
         doc["outputs"] = [{"name": n, "parameters": {"binary_data": binary}} for n in outputs]
     else:
