@@ -147,12 +147,27 @@ BACKGROUND_BUDGET_S = 30.0
 BACKGROUND_FAMILIES = ("gemm", "xgemm")
 
 
+_threads: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
+EXIT_WAIT_S = 30.0  # longer than one program build (PyPI's pocl: ~4 s per gemm.cl candidate)
+
+
 def _stop_all() -> None:
     for g in list(_gates):
         g.stop.set()
 
 
-atexit.register(_stop_all)
+def _stop_at_exit() -> None:
+    """Stop every search and wait for it: a daemon thread left inside a driver's program build
+    when the interpreter exits can abort the process (pocl: "terminate called without an
+    active exception" after `clglow demo` had printed PASS). Each search checks the gate
+    before every build and launch, so this waits for one build at most."""
+    _stop_all()
+    deadline = time.monotonic() + EXIT_WAIT_S
+    for t in list(_threads):
+        t.join(max(0.0, deadline - time.monotonic()))
+
+
+atexit.register(_stop_at_exit)
 
 
 def start_background(device, target: Target, keys: Dict[Tuple[str, ShapeKey], int],
@@ -181,7 +196,9 @@ def start_background(device, target: Target, keys: Dict[Tuple[str, ShapeKey], in
             except Exception as e:  # noqa: BLE001 - tuning is an optimisation; the session never sees it
                 log.warning("background tuning on %s stopped: %s", target.name, e)
 
-    threading.Thread(target=work, name="clglow-tune-background", daemon=True).start()
+    thread = threading.Thread(target=work, name="clglow-tune-background", daemon=True)
+    _threads.add(thread)
+    thread.start()
     return gate
 
 
