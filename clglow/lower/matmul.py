@@ -20,6 +20,7 @@ from .common import attr_str, float32_only, shape_of
 from .gemm import a_path, b_path, pack_live_a
 from .gemm_kernel import (ACTIVATIONS, Bias, Operand, gemm_config, gemm_launch, pack_a, pack_b, pack_b_launch,
                           packed_b_bytes)
+from .gemv import gemv_applicable, gemv_launch
 from .gpu_gemm import xgemm_applicable, xgemm_config, xgemm_launch
 
 
@@ -253,6 +254,9 @@ def _lower_matmul(ctx: LowerCtx, bias: Optional[Bias] = None, res: Optional[Arg]
     if int(np.prod(bb, dtype=np.int64)) == 1 and ctx.const(0) is None:
         m, out_batch, nbatch, ba = m * nbatch, (), 1, ()
     xcfg = xgemm_config(ctx.device) if xgemm_applicable(ctx.device) is None else None
+    if xcfg is None and nbatch == 1 and gemv_applicable(ctx.device, m=m, nbatch_b=int(np.prod(bb, dtype=np.int64)),
+                                                        b_const=ctx.const(1) is not None):
+        return [gemv_launch(ctx, k=k, n=n, bias=bias, res=res, alpha=alpha, act=act)]
     # xgemm reads both operands in place (weights too); gemm.cl takes them by the path table
     a_kind = "strided" if xcfg is not None else a_path(ctx.device, cfg, const=ctx.const(0) is not None, m=m, k=k,
                                                         row_pitch=k)

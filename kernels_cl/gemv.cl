@@ -1,0 +1,80 @@
+/* Matrix-vector product with a packed constant matrix and a fused epilogue (one row of a GEMM):
+ *
+ *   y[n] = ACT(alpha * sum_k x[k] * W[k][n] + bias[n] + z[n])
+ *
+ * A decode step's projections and vocabulary head are GEMVs: every weight is used once per
+ * run, so the kernel is bound by how fast it streams W, not by its multiply-adds. gemm.cl's
+ * register tiles pad the single row to MR rows and walk K once per column tile with MR
+ * broadcasts per step; here W is packed at plan time in panels of VW columns,
+ * W[(p*K + k)*VW + c] (zero padded; gemm_kernel.pack_b with NR = VW), and work-item p reads
+ * its panel front to back as one contiguous stream of VW-float vectors, KU independent
+ * accumulators deep (a chain of dependent adds would wait on each add's latency).
+ *
+ * flags: 1 = bias (beta * bias[n * bias_sn], bias_sn 0 or 1), 2 = residual z (y's shape). x, bias and z are read in place
+ * at any alignment; y may be z (a residual updated in place: each output read, then written,
+ * by one work-item).
+ */
+#pragma OPENCL FP_CONTRACT ON
+
+#ifndef VW
+#define VW 16
+#endif
+#ifndef KU
+#define KU 4
+#endif
+
+#if VW == 4
+typedef float4 floatv;
+#elif VW == 8
+typedef float8 floatv;
+#elif VW == 16
+typedef float16 floatv;
+#else
+#error "VW must be 4, 8 or 16"
+#endif
+typedef floatv floatv_u __attribute__((aligned(4)));
+
+#include "activation.h"
+DEFINE_ACT(act_s, float)
+
+#define FLAG_BIAS 1
+#define FLAG_RES 2
+
+__kernel void gemv(const __global float* restrict x, const int x_off,
+                   const __global floatv* restrict w,
+                   __global float* y, const int y_off,
+                   const __global float* restrict bias, const int bias_off, const int bias_sn,
+                   const float beta,
+                   const __global float* z, const int z_off,
+                   const int n, const int k, const float alpha, const int flags,
+                   const float act_a, const float act_b, const float act_c) {
+    const int p = get_global_id(0);
+    if (p * VW >= n)
+        return;
+    const __global float* xp = x + x_off;
+    const __global floatv* wp = w + (long)p * k;
+    floatv acc[KU];
+    for (int u = 0; u < KU; ++u)
+        acc[u] = (floatv)0.0f;
+    int kk = 0;
+    for (; kk + KU <= k; kk += KU) {
+#pragma unroll
+        for (int u = 0; u < KU; ++u)
+            acc[u] += xp[kk + u] * wp[kk + u];
+    }
+    for (; kk < k; ++kk)
+        acc[0] += xp[kk] * wp[kk];
+    for (int u = 1; u < KU; ++u)
+        acc[0] += acc[u];
+    const float* s = (const float*)&acc[0];
+    const int c0 = p * VW;
+    const int nc = min(VW, n - c0);
+    for (int c = 0; c < nc; ++c) {
+        float v = alpha * s[c];
+        if (flags & FLAG_BIAS)
+            v += beta * bias[bias_off + (c0 + c) * bias_sn];
+        if (flags & FLAG_RES)
+            v += z[z_off + c0 + c];
+        y[y_off + c0 + c] = act_s(v, act_a, act_b, act_c);
+    }
+}
