@@ -26,6 +26,7 @@ from . import fused, resize  # noqa: F401  (registration)
 from . import recurrent  # noqa: F401  (registration)
 from . import qconv, qgemm  # noqa: F401  (registration: integer matmuls and convs, lower/qgemm_kernel.py)
 from . import qlinear  # noqa: F401  (registration: com.microsoft QLinear* ops)
+from . import spectral  # noqa: F401  (registration: DFT, STFT, windows, MelWeightMatrix, Det, SwiGLU, TensorScatter)
 from .base import REGISTRY, DeviceInfo, Launch, LowerCtx, TensorInfo, lookup
 
 __all__ = ["REGISTRY", "DeviceInfo", "Launch", "LowerCtx", "TensorInfo", "lookup"]
