@@ -12,6 +12,7 @@ from .fuse_conv import fuse_conv
 from .fuse_elementwise import fuse_elementwise
 from .fuse_layernorm import fuse_layernorm
 from .fuse_matmul import fold_transposes, fuse_matmul
+from .gemm_matmul import gemm_to_matmul
 from .identity import remove_identity
 from .qdq import fuse_qdq
 
@@ -24,6 +25,7 @@ PIPELINE: list[Callable[[Graph], Graph]] = [
     remove_dead_nodes,
     fold_batchnorm,
     fuse_conv,
+    gemm_to_matmul,  # before fuse_matmul, which fuses the bias, residual and activation
     fuse_matmul,
     fold_transposes,
     fuse_layernorm,
