@@ -1,0 +1,61 @@
+"""Lowering of Col2Im (opset 18, N-D) to OpenCL (see lower/base.py).
+
+One work-item per image element gathers the column entries whose block lands on it (col2im.cl):
+a fixed sum order and no atomics. image_shape and block_shape must be known when the node is
+lowered (constants, or graph inputs the session specialises as shape inputs).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from ..errors import InvalidModel
+from ..ir import Graph, Node
+from ..target import Target
+from .base import Launch, LowerCtx, device_op, i32
+from .common import check_dtypes, check_int32_sizes, floats, type_defines, work_size
+
+
+def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    for i in (1, 2):
+        if graph.const(node.input(i)) is None:
+            return "Col2Im with a run-time image_shape or block_shape runs on the host"
+    return check_dtypes(node, graph, floats(target), inputs=[0])
+
+
+def _geometry(ctx: LowerCtx) -> tuple:
+    """(image, block, dilations, begin pads, strides, columns per dim), checked against the input."""
+    image = [int(v) for v in np.asarray(ctx.const(1)).reshape(-1)]
+    block = [int(v) for v in np.asarray(ctx.const(2)).reshape(-1)]
+    nd = len(image)
+    dil = [int(v) for v in ctx.attr("dilations", [1] * nd)]
+    pads = [int(v) for v in ctx.attr("pads", [0] * (2 * nd))]
+    st = [int(v) for v in ctx.attr("strides", [1] * nd)]
+    if len(block) != nd or len(dil) != nd or len(st) != nd or len(pads) != 2 * nd:
+        raise InvalidModel(f"Col2Im image_shape {image}, block_shape {block}, dilations {dil}, pads {pads} and "
+                           f"strides {st} disagree in their number of dims", node=ctx.label())
+    if min(block + dil + st, default=1) < 1:
+        raise InvalidModel("Col2Im block_shape, dilations and strides must be positive", node=ctx.label())
+    cols = [(image[d] + pads[d] + pads[nd + d] - dil[d] * (block[d] - 1) - 1) // st[d] + 1 for d in range(nd)]
+    x = ctx.inputs[0]
+    k, l = int(np.prod(block)), int(np.prod(cols))
+    if len(x.shape) != 3 or int(x.shape[1]) % k or int(x.shape[2]) != l or min(cols) < 1:
+        raise InvalidModel(f"Col2Im input of shape {x.shape} does not hold blocks of {block} over {cols} positions "
+                           f"(expected [N, C * {k}, {l}])", node=ctx.label(), tensor=x.name)
+    return image, block, dil, pads[:nd], st, cols
+
+
+@device_op("Col2Im", supports=_supports)
+def lower_col2im(ctx: LowerCtx) -> list:
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    check_int32_sizes(ctx)
+    image, block, dil, pads, st, cols = _geometry(ctx)
+    meta = ctx.const_buffer(np.array(image + block + dil + pads + st + cols, np.int32))
+    defines = type_defines(T=x.dtype)
+    defines["ND"] = len(image)
+    g, l = work_size(ctx, out.size)
+    return [Launch("col2im", "col2im", g, [ctx.buf(0), ctx.out(0), i32(out.size), i32(np.prod(block)),
+                                           i32(np.prod(cols)), meta], l, defines, ctx.label())]
