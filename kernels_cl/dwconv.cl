@@ -172,8 +172,8 @@ DW_PARAMS(dwconv)
 #endif
 }
 
-/* A KxK depthwise convolution (K = DW_K: 3, 5 or 7; dilation 1; stride DW_S = 1 or 2 both ways;
- * any padding), DW_RT output rows x 16 columns per work-item: each input row is loaded once as
+/* A KxK depthwise convolution (K = DW_K: 3, 5 or 7; dilation DW_D both ways; stride DW_S = 1 or 2
+ * both ways; any padding), DW_RT output rows x 16 columns per work-item: each input row is loaded once as
  * its K tap vectors and serves every output row whose window covers it ((DW_RT - 1) * DW_S + K
  * input rows for DW_RT outputs, K*K loads per output vector in dwconv), the weights stay in
  * registers, and a tile at a row edge or in a row narrower than 16 (MobileNet's 14x14 and
@@ -183,16 +183,27 @@ DW_PARAMS(dwconv)
 #ifndef DW_K
 #define DW_K 3
 #endif
-/* Input columns a 16-output tile loads: 15 + K at stride 1; at stride 2, 31 + K (the taps in
- * pairs from two 16-float loads, even and odd lanes). */
-#define DW_SEG (DW_S == 1 ? 15 + DW_K : 31 + DW_K)
+#ifndef DW_D
+#define DW_D 1
+#endif
+/* Input columns a 16-output tile loads: 16 + (K-1)*D at stride 1; at stride 2, 32 + (K-1)*D
+ * (dilation 1: the taps in pairs from two 16-float loads, even and odd lanes); the private
+ * segment rounded up to whole 16-float vectors (the host keeps it at most 64). */
+#define DW_SEG ((DW_S == 1 ? 16 : 32) + (DW_K - 1) * DW_D)
+#define DW_SEGV ((DW_SEG + 15) / 16)
 
-/* The K tap vectors t[0 .. K) of an input row for 16 outputs: t[kw] lane j = r[kw + DW_S * j]
+/* The K tap vectors t[0 .. K) of an input row for 16 outputs: t[kw] lane j = r[kw*DW_D + DW_S*j]
  * (r in address space AS, columns r[0 .. DW_SEG) read). */
 #define DW_TAPS(r, AS, t) do {                                                            \
         if (DW_S == 1) {                                                                  \
             _Pragma("unroll") for (int kw_ = 0; kw_ < DW_K; ++kw_)                        \
-                t[kw_] = *(const AS float16_u*)((r) + kw_);                               \
+                t[kw_] = *(const AS float16_u*)((r) + kw_ * DW_D);                        \
+        } else if (DW_D > 1) {                                                            \
+            _Pragma("unroll") for (int kw_ = 0; kw_ < DW_K; ++kw_) {                      \
+                const float16 lo_ = *(const AS float16_u*)((r) + kw_ * DW_D);             \
+                const float16 hi_ = *(const AS float16_u*)((r) + kw_ * DW_D + 16);        \
+                t[kw_] = (float16)(lo_.even, hi_.even);                                   \
+            }                                                                             \
         } else {                                                                          \
             _Pragma("unroll") for (int kw_ = 0; kw_ < DW_K; kw_ += 2) {                   \
                 const float16 lo_ = *(const AS float16_u*)((r) + kw_);                    \
@@ -204,7 +215,7 @@ DW_PARAMS(dwconv)
         }                                                                                 \
     } while (0)
 
-#if DW_K == 3
+#if DW_K == 3 && DW_D == 1
 /* The same for a 3x3 tile whose first input column is -1 (a left padding of 1), from loads of
  * the row's columns 0 .. DW_SEG - 2: the padding shifted in as a zero lane. */
 #define DW_TAPS_L1(r, t) do {                                                             \
@@ -243,9 +254,9 @@ DW_PARAMS(dwconv_rows)
      * (lanes past nj may read on into the next row: computed, never stored), or, 3x3 with a
      * left padding of 1, from column 0 with the zero shifted in; both only while the loads stay
      * inside X (checked per row). Else the tile's columns through the private segment. */
-    const int last_col = DW_S * (nj - 1) + DW_K - 1;  /* of the tile's stored outputs, from iw0 */
+    const int last_col = DW_S * (nj - 1) + (DW_K - 1) * DW_D;  /* of the tile's stored outputs, from iw0 */
     const bool direct = iw0 >= 0 && iw0 + last_col < W;
-    const bool left1 = DW_K == 3 && iw0 == -1 && last_col - 1 < W;
+    const bool left1 = DW_K == 3 && DW_D == 1 && iw0 == -1 && last_col - 1 < W;
     float16 acc[DW_RT];
 #pragma unroll
     for (int r = 0; r < DW_RT; ++r)
@@ -254,15 +265,15 @@ DW_PARAMS(dwconv_rows)
      * rest stays zero: 16-float chunks (the last one ending at hi); fewer than 16 columns as one
      * vector with the lanes past hi zeroed, when those 16 floats are inside X (its last row
      * element by element). */
-    float seg[48] __attribute__((aligned(64)));
-    *(float16*)seg = (float16)0.0f;
-    *(float16*)(seg + 16) = (float16)0.0f;
-    *(float16*)(seg + 32) = (float16)0.0f;
+    float seg[16 * DW_SEGV + 16] __attribute__((aligned(64)));  /* + 16: a vector stored at seg + lo */
+#pragma unroll
+    for (int v = 0; v <= DW_SEGV; ++v)
+        *(float16*)(seg + 16 * v) = (float16)0.0f;
     const int lo = max(0, -iw0), hi = min(DW_SEG, W - iw0);
     const int x_end = (get_global_size(2) / Cout) * Cin * H * W - (int)(x - X);  /* floats of X from x on */
     const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 #pragma unroll
-    for (int i = 0; i < (DW_RT - 1) * DW_S + DW_K; ++i) {
+    for (int i = 0; i < (DW_RT - 1) * DW_S + (DW_K - 1) * DW_D + 1; ++i) {
         const int ih = oh0 * DW_S - ph + i;
         if (ih < 0 || ih >= H)
             continue;
@@ -270,7 +281,7 @@ DW_PARAMS(dwconv_rows)
         float16 t[DW_K];
         if (direct && ih * W + iw0 + DW_SEG <= x_end) {
             DW_TAPS(xr + iw0, __global, t);
-#if DW_K == 3
+#if DW_K == 3 && DW_D == 1
         } else if (left1 && ih * W + DW_SEG - 1 <= x_end) {
             DW_TAPS_L1(xr, t);
 #endif
@@ -292,11 +303,11 @@ DW_PARAMS(dwconv_rows)
             }
             DW_TAPS(seg, __private, t);
         }
-        /* Input row i is kernel row i - r * DW_S of output row r. */
+        /* Input row i is kernel row (i - r * DW_S) / DW_D of output row r (when it divides). */
 #pragma unroll
         for (int r = 0; r < DW_RT; ++r) {
-            const int kh = i - r * DW_S;
-            if (kh >= 0 && kh < DW_K) {
+            const int dk = i - r * DW_S, kh = dk / DW_D;
+            if (dk >= 0 && dk % DW_D == 0 && kh < DW_K) {
 #pragma unroll
                 for (int kw = 0; kw < DW_K; ++kw)
                     acc[r] += t[kw] * wk[kh * DW_K + kw];
