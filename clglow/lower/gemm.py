@@ -59,7 +59,8 @@ def pack_a_at_run_time(target: Target, cfg: GemmConfig, m: int, k: int, row_pitc
 #                          the GPU family, or rows a multiple of 4 KiB apart under the CPU family)
 #              "strided"   a live A read in place through its strides
 #   B (K x N)  "constant"  weights packed once into NR-column panels at plan time
-#              "in place"  a live row-major B read where it lies (b_unpacked_ok)
+#              "in place"  a live row-major B read where it lies (b_unpacked_ok; not at a
+#                          conflicting_pitch)
 #              "packed"    a live B packed at run time into NR-column panels (pack_b)
 def a_path(target: Target, cfg: GemmConfig, *, const: bool, m: int, k: int, row_pitch: int) -> str:
     """The A operand's path ("constant", "packed" or "strided"; see the table above)."""
@@ -72,7 +73,19 @@ def b_path(cfg: GemmConfig, *, const: bool, n: int, row_major: bool = True) -> s
     """The B operand's path ("constant", "in place" or "packed"; see the table above)."""
     if const:
         return "constant"
-    return "in place" if row_major and b_unpacked_ok(cfg, n) else "packed"
+    return "in place" if row_major and b_unpacked_ok(cfg, n) and not conflicting_pitch(n) else "packed"
+
+
+def conflicting_pitch(pitch: int) -> bool:
+    """Whether rows `pitch` floats apart fall on at most two line offsets of a 4 KiB page (the
+    pitch a multiple of 2 KiB): a column tile's K rows then share the few cache sets those
+    offsets index (the L1's, and most of a physically indexed L2's), its panel no longer stays
+    in L2 for the next row tiles, and every row is a new page for the prefetchers. A live B
+    read in place there is packed instead (pack_b: contiguous panels). Measured on pocl (16-float
+    vectors, 48 KiB L1, 2 MiB L2), gemm.cl alone, 1024^3 with the 12 x 32 tiles, in turns in one
+    process: B in place at pitch 1024 135 GFLOP/s, at 1536 and 2048 as slow, at 1040 and 1280
+    251, packed 281."""
+    return (4 * pitch) % 2048 == 0
 
 
 def pack_live_a(ctx: LowerCtx, cfg: GemmConfig, i: int, m: int, k: int, trans: bool, batch: int,
@@ -144,7 +157,7 @@ def _lower_gemm_tiles(ctx: LowerCtx, m: int, n: int, k: int, ta: bool, tb: bool,
     """gemm.cl: operands by the path table above (panels packed at plan or run time, or in place)."""
     cfg = gemm_config(ctx.device)
     if ctx.const(0) is not None:  # weights as A, packed: the gemm family's benchmark layout (lower/tunable.py)
-        layout = "packed" if ctx.const(1) is not None or tb else "inplace"
+        layout = "packed" if ctx.const(1) is not None or tb or conflicting_pitch(n) else "inplace"
         cfg, _ = tuned_tiles(ctx.device, gemm_key(m, n, k, layout), cfg, ctx.label())
     launches: list = []
     a = _a_operand(ctx, cfg, 0, m, k, ta, launches)

@@ -174,3 +174,17 @@ def test_fit_rows_picks_tiles_that_pad_less():
     assert fit_rows(fam, cpu, 48, 96) is cpu           # equal work: the config's tiles
     gpu = GemmConfig(4, 4, 1, (8, 8, 1))
     assert fit_rows(Target(family="gpu"), gpu, 64) is gpu  # the GPU family's tiles are left to the tuner
+
+
+def test_live_b_rows_2k_apart_packed():
+    """A live B whose rows are a multiple of 2 KiB apart is packed by pack_b (read in place, a
+    column tile's rows would share a few cache sets); at other pitches it is read in place:
+    MatMul and Gemm, vs onnx.reference."""
+    dev = dataclasses.replace(device_info().with_family("cpu"), gemm_tiles=(12, 16, 2, (1, 1, 1)))
+    for n, packed in [(512, True), (1536, True), (520, False)]:
+        a, b = rand(30, 40), rand(40, n)
+        for op in ("MatMul", "Gemm"):
+            node = helper.make_node(op, ["a", "b"], ["y"])
+            kernels = [l.kernel for l in lower(node, {"a": a, "b": b}, {}, {"y": ((30, n), np.float32)}, device=dev)]
+            assert ("pack_b" in kernels) == packed, (op, n, kernels)
+            check(node, {"a": a, "b": b}, device=dev)
