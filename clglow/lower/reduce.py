@@ -3,7 +3,9 @@
 Axes come from the attribute (older opsets) or the constant `axes` input (ReduceSum >= 13,
 the others >= 18); a run-time axes tensor that is a graph input becomes a plan constant
 (runtime.engine.SHAPE_INPUTS). One work-item per output element walks the reduced set through a
-small (dims, strides) table, so any set of axes needs no transpose.
+small (dims, strides) table, so any set of axes needs no transpose. That is the CPU family's
+row; the GPU family's (work-group reductions, lower/gpu_reduce.py) comes first in each table
+(_REDUCE_PATHS, _ARG_PATHS) where it applies.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import numpy as np
 from ..dtypes import cl_type
 from ..ir import Graph, Node
 from ..target import Target
+from . import gpu_reduce
 from .base import Launch, LowerCtx, device_op, i32
 from .common import F64, acc_type, check_dtypes, check_int32_sizes, floats, norm_axis, numeric, type_defines, work_size
 
@@ -102,29 +105,75 @@ def _empty_value(op: str, dt: np.dtype) -> str:
     return f"({int(info.min)})" if op == "MAX" else f"({int(info.max)}UL)" if dt.kind == "u" else f"({int(info.max)})"
 
 
+_ACC_BYTES = {"float": 4, "double": 8, "long": 8, "ulong": 8}  # acc_type's C types
+
+
+def _split(meta: np.ndarray, rk: int, rr: int) -> tuple:
+    """(kept dims, kept strides, reduced dims, reduced strides) of a reduce_meta table."""
+    m = [int(v) for v in meta]
+    return m[:rk], m[rk:2 * rk], m[2 * rk:2 * rk + rr], m[2 * rk + rr:]
+
+
+def _lower_reduce_wg(ctx: LowerCtx, meta: np.ndarray, rk: int, rr: int, defines: dict) -> list:
+    """The GPU family's row: one work-group per output (or per column block), gpu_reduce.cl."""
+    lay = gpu_reduce.plan(*_split(meta, rk, rr))
+    ls = gpu_reduce.choose_ls(ctx.device, lay, _ACC_BYTES[defines["ACC"]], ctx.label())
+    d = {k: v for k, v in defines.items() if k not in ("RK", "RR")}
+    if defines["ACC"] in ("float", "double"):
+        d["ACC_FLOAT"] = None
+    return [gpu_reduce.reduce_launch(ctx.device, lay, ctx.buf(0), ctx.out(0), d, ls, ctx.const_buffer(lay.meta),
+                                     ctx.label())]
+
+
+def _lower_reduce_items(ctx: LowerCtx, meta: np.ndarray, rk: int, rr: int, defines: dict) -> list:
+    """The CPU family's row: one work-item per output (reduce.cl)."""
+    x = ctx.inputs[0]
+    n_out, n_red = ctx.outputs[0].size, int(np.prod(meta[2 * rk:2 * rk + rr], dtype=np.int64))
+    g, l = work_size(ctx, n_out)
+    kernel = "reduce"
+    if rr == 1 and meta[-1] == 1 and np.dtype(x.dtype) == np.float32 and _REDUCE[ctx.node.op_type] in _ROW_SUMS:
+        kernel = "reduce_rows"  # one contiguous run per output: summed in lanes
+    return [Launch("reduce", kernel, g, [ctx.buf(0), ctx.out(0), i32(n_out), i32(n_red),
+                                         ctx.const_buffer(meta)], l, defines, ctx.label())]
+
+
+# Reduce*'s implementations, ranked: (name, applicable(target) -> None or why not, lower).
+_REDUCE_PATHS = (("work-group", gpu_reduce.applicable, _lower_reduce_wg),
+                 ("per-output", lambda target: None, _lower_reduce_items))
+
+
 @device_op(*_REDUCE, supports=_supports_reduce)
 def lower_reduce(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
         return []
     op = _REDUCE[ctx.node.op_type]
-    axes = _reduce_axes(ctx)
-    meta, rk, rr, n_out, n_red = reduce_meta(x.shape, axes)
+    meta, rk, rr, _n_out, _n_red = reduce_meta(x.shape, _reduce_axes(ctx))
     dt = np.dtype(x.dtype)
     defines = type_defines(T=dt, TO=np.dtype(out.dtype))
     defines.update({f"OP_{op}": None, "ACC": acc_type(dt), "RK": rk, "RR": rr})
     if op in ("MAX", "MIN"):
         defines["EMPTY"] = _empty_value(op, dt)
-    g, l = work_size(ctx, n_out)
-    kernel = "reduce"
-    if rr == 1 and meta[-1] == 1 and dt == np.float32 and op in _ROW_SUMS:
-        kernel = "reduce_rows"  # one contiguous run per output: summed in lanes
-    return [Launch("reduce", kernel, g, [ctx.buf(0), ctx.out(0), i32(n_out), i32(n_red),
-                                         ctx.const_buffer(meta)], l, defines, ctx.label())]
+    lower = next(fn for _name, ok, fn in _REDUCE_PATHS if ok(ctx.device) is None)
+    return lower(ctx, meta, rk, rr, defines)
 
 
 def _supports_arg(node: Node, graph: Graph, target: Target) -> Optional[str]:
     return check_dtypes(node, graph, numeric(target), [0])
+
+
+def _lower_arg_wg(ctx: LowerCtx, axis: int, defines: dict) -> list:
+    """The GPU family's row: one work-group per output (or per column block), gpu_reduce.cl."""
+    shape = [int(d) for d in ctx.inputs[0].shape]
+    st = _strides(shape)
+    keep = [a for a in range(len(shape)) if a != axis]
+    lay = gpu_reduce.plan(*_merge([shape[a] for a in keep], [st[a] for a in keep]),
+                          *_merge([shape[axis]], [st[axis]]))
+    item = np.dtype(ctx.inputs[0].dtype).itemsize + 4  # a (value, index) pair per work-item
+    ls = gpu_reduce.choose_ls(ctx.device, lay, item, ctx.label())
+    d = {k: v for k, v in defines.items() if k not in ("RK", "RR")}
+    return [gpu_reduce.arg_launch(ctx.device, lay, ctx.buf(0), ctx.out(0), d, ls, ctx.const_buffer(lay.meta),
+                                  int(ctx.attr("select_last_index", 0)), ctx.label())]
 
 
 @device_op("ArgMax", "ArgMin", supports=_supports_arg)
@@ -140,6 +189,8 @@ def lower_arg(ctx: LowerCtx) -> list:
     n_out = out.size
     defines = type_defines(T=np.dtype(x.dtype))
     defines.update({"OP_" + ctx.node.op_type.upper(): None, "RK": len(kd), "RR": 1})
+    if gpu_reduce.applicable(ctx.device) is None:
+        return _lower_arg_wg(ctx, axis, defines)
     inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
     if np.dtype(x.dtype) == np.float32 and inner >= 16 and shape[axis] > 0:
         # an inner axis: 16 adjacent outputs per work-item as vectors (reduce.cl argreduce_cols)

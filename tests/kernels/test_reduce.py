@@ -1,5 +1,7 @@
 """Reductions over contiguous runs (reduce_rows: the float32 sums summed in 16 lanes) against
-onnx.reference, with the kernel choice asserted; other layouts take the general kernel."""
+onnx.reference, with the kernel choice asserted; other layouts take the general kernel. The
+kernel-choice tests lower for the CPU family (whose rows these are) whatever CLGLOW_TARGET says;
+the GPU family's work-group reductions are tests/kernels/test_gpu_reduce.py's."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,11 +10,16 @@ from onnx import helper
 
 pytest.importorskip("pyopencl")
 try:  # tests/kernels may or may not be a package
-    from .harness import check, lower
+    from .harness import check, device_info, lower
 except ImportError:
-    from harness import check, lower  # type: ignore
+    from harness import check, device_info, lower  # type: ignore
 
 RNG = np.random.default_rng(7)
+
+
+def cpu():
+    """The test device's Target under the CPU family (reduce.cl's rows)."""
+    return device_info().with_family("cpu")
 
 CASES = [
     ("ReduceMean", (3, 5, 70), [-1]),           # a decomposed LayerNorm's mean: 4 lanes of 16 + 6
@@ -43,18 +50,19 @@ def test_reduce_rows(op, shape, axes, keepdims):
     consts = {"axes": np.array(axes, np.int64)}
     red = [a % len(shape) for a in axes]
     out = tuple(1 if i in red else d for i, d in enumerate(shape) if keepdims or i not in red)
-    kernels = [l.kernel for l in lower(node, {"x": x}, consts, {"y": (out, np.float32)}, opset=18)]
+    kernels = [l.kernel for l in lower(node, {"x": x}, consts, {"y": (out, np.float32)}, opset=18, device=cpu())]
     assert kernels == ["reduce_rows"], kernels
-    check(node, {"x": x}, consts, opset=18)
+    check(node, {"x": x}, consts, opset=18, device=cpu())
 
 
 def test_reduce_strided_run_takes_the_general_kernel():
     x = RNG.uniform(0.1, 2.0, (4, 30, 5)).astype(np.float32)
     node = helper.make_node("ReduceMean", ["x", "axes"], ["y"], keepdims=0)
     consts = {"axes": np.array([1], np.int64)}
-    kernels = [l.kernel for l in lower(node, {"x": x}, consts, {"y": ((4, 5), np.float32)}, opset=18)]
+    kernels = [l.kernel for l in lower(node, {"x": x}, consts, {"y": ((4, 5), np.float32)}, opset=18,
+                                       device=cpu())]
     assert kernels == ["reduce"], kernels
-    check(node, {"x": x}, consts, opset=18)
+    check(node, {"x": x}, consts, opset=18, device=cpu())
 
 
 @pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
@@ -64,6 +72,6 @@ def test_arg_over_inner_axis(op, select_last):
     16 outputs, ties (values rounded to a few levels) resolved first or last as asked."""
     x = np.round(RNG.uniform(0, 3, (2, 9, 37))).astype(np.float32)
     node = helper.make_node(op, ["x"], ["y"], axis=1, keepdims=0, select_last_index=select_last)
-    kernels = [l.kernel for l in lower(node, {"x": x}, {}, {"y": ((2, 37), np.int64)}, opset=13)]
+    kernels = [l.kernel for l in lower(node, {"x": x}, {}, {"y": ((2, 37), np.int64)}, opset=13, device=cpu())]
     assert kernels == ["argreduce_cols"], kernels
-    check(node, {"x": x}, opset=13)
+    check(node, {"x": x}, opset=13, device=cpu())
