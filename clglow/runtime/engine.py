@@ -41,6 +41,7 @@ SHAPE_INPUTS: dict = {
     "OneHot": (1, 2), "TopK": (1,), "Resize": (1, 2, 3), "Upsample": (1,), "CenterCropPad": (1, 2),
     "Trilu": (1,), "CumSum": (1,), "CumProd": (1,), "Dropout": (1, 2), "Col2Im": (1, 2, 3),
     "AffineGrid": (1,), "MaxUnpool": (2,), "BlackmanWindow": (0,), "HammingWindow": (0,), "HannWindow": (0,),
+    "DFT": (1, 2), "STFT": (1, 3), "MelWeightMatrix": (0, 1, 2, 3, 4),
     **{op: (1,) for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
                            "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")},
 }
