@@ -3,7 +3,7 @@
  *
  * Defines:
  *   EXPR   the expression, nested macro calls over X0..X{NIN-1}, e.g. MUL(X0,SIGMOID(X0))
- *   NIN    number of inputs (1..4)
+ *   NIN    number of inputs (1..4); scalar constants are literals LIT(bits) of EXPR
  * fused_flat: every input has the output's shape or is a single value (Sk = 1: input k is
  *   read at 0, e.g. GELU's constants), so there is no index arithmetic.
  * fused_rows: the row layout of bcast_index.h (row offsets from the host, no division per element).
@@ -56,6 +56,10 @@ inline float16 __attribute__((overloadable)) fe_erf(const float16 x) { return cl
 #define SUB(a, b) ((a) - (b))
 #define MUL(a, b) ((a) * (b))
 #define DIV(a, b) ((a) / (b))
+#define SQUARE(x) ((x) * (x))
+#define CUBE(x) ((x) * (x) * (x))
+/* a float32 constant by its bit pattern (8 hex digits): exact, and valid in a -D define */
+#define LIT(h) as_float(0x##h##u)
 
 typedef float16 fe_f16u __attribute__((aligned(4)));
 

@@ -15,13 +15,14 @@ from .common import INT32_MAX, float32_only, work_size
 from .index_space import collapse, meta_table, row_layout
 
 _MACROS = {"RELU", "SIGMOID", "TANH", "EXP", "LOG", "ABS", "NEG", "SQRT", "RECIP", "ERF",
-           "ADD", "SUB", "MUL", "DIV"}
-_TOKEN = re.compile(r"([A-Z]+)\(|X([0-3])|(,)|(\))")
+           "ADD", "SUB", "MUL", "DIV", "SQUARE", "CUBE"}
+# a macro call, an input, a comma, a closing parenthesis, a float32 literal by its bits (LIT(3f000000))
+_TOKEN = re.compile(r"(?P<lit>LIT\([0-9a-f]{8}\))|([A-Z]+)\(|X([0-3])|(,)|(\))")
 
 
 def check_expr(expr: object, n_inputs: int) -> Optional[str]:
     """Why `expr` is not a well-formed expression over X0..X{n_inputs-1}, else None. It becomes a
-    -D define, so nothing but the kernel's macros, inputs, commas and parentheses may pass."""
+    -D define, so nothing but the kernel's macros, inputs, literals, commas and parentheses may pass."""
     if not isinstance(expr, str) or not expr or len(expr) > 4096:
         return "FusedElementwise needs a non-empty 'expr' attribute"
     pos, depth = 0, 0
@@ -29,13 +30,15 @@ def check_expr(expr: object, n_inputs: int) -> Optional[str]:
         m = _TOKEN.match(expr, pos)
         if m is None:
             return f"FusedElementwise expr has an unexpected character at {pos}: {expr[pos:pos + 12]!r}"
-        if m.group(1) is not None:
-            if m.group(1) not in _MACROS:
-                return f"FusedElementwise expr uses unknown operation {m.group(1)!r}"
+        if m.group("lit") is not None:
+            pass
+        elif m.group(2) is not None:
+            if m.group(2) not in _MACROS:
+                return f"FusedElementwise expr uses unknown operation {m.group(2)!r}"
             depth += 1
-        elif m.group(2) is not None and int(m.group(2)) >= n_inputs:
-            return f"FusedElementwise expr reads X{m.group(2)} but the node has {n_inputs} input(s)"
-        elif m.group(4) is not None:
+        elif m.group(3) is not None and int(m.group(3)) >= n_inputs:
+            return f"FusedElementwise expr reads X{m.group(3)} but the node has {n_inputs} input(s)"
+        elif m.group(5) is not None:
             depth -= 1
             if depth < 0:
                 return "FusedElementwise expr has unbalanced parentheses"

@@ -8,7 +8,9 @@ recomputes anything. Broadcasting commutes with elementwise ops, so evaluating t
 each element of the final output, every external input broadcast to that shape, is exact.
 
 The node keeps the expression as a string attribute over its inputs X0..X{n-1}, e.g.
-``MUL(X0,SIGMOID(X0))``; the macros are those of kernels_cl/fused_elementwise.cl.
+``MUL(X0,SIGMOID(X0))``; the macros are those of kernels_cl/fused_elementwise.cl. Scalar float32
+constants are literals of the expression (LIT(bits)), not inputs: GPT-2's tanh GELU (x * 0.5 *
+(1 + tanh(0.7978846 * (x + 0.044715 * x^3))), eight nodes) reads one input.
 """
 from __future__ import annotations
 
@@ -24,12 +26,35 @@ UNARY = {"Relu": "RELU", "Sigmoid": "SIGMOID", "Tanh": "TANH", "Exp": "EXP", "Lo
          "Neg": "NEG", "Sqrt": "SQRT", "Reciprocal": "RECIP", "Erf": "ERF"}
 BINARY = {"Add": "ADD", "Sub": "SUB", "Mul": "MUL", "Div": "DIV"}
 MAX_INPUTS = 4  # kernel arguments X0..X3
+# Pow by these constant exponents, as products (Pow(x, 2) is x * x exactly; Pow(x, 3) within an
+# ulp of powf): GPT-2's tanh GELU and RMSNorm's mean of squares
+POWERS = {2.0: "SQUARE", 3.0: "CUBE"}
+
+
+def _scalar(graph: Graph, name: str) -> Optional[float]:
+    """The value of a one-element float32 constant, else None."""
+    c = graph.const(name) if name else None
+    if c is None or np.asarray(c).size != 1 or np.asarray(c).dtype != np.float32:
+        return None
+    return float(np.asarray(c).reshape(-1)[0])
+
+
+def literal(value: float) -> str:
+    """A float32 constant as the expression's LIT(bits) token (exact: its bit pattern)."""
+    return f"LIT({int(np.array(value, np.float32).view(np.uint32)):08x})"
 
 
 def _fusable(node: Node, graph: Graph) -> bool:
-    if node.domain not in ("", "ai.onnx") or node.op_type not in UNARY and node.op_type not in BINARY:
+    if node.domain not in ("", "ai.onnx"):
         return False
-    if len(node.outputs) != 1 or len(node.inputs) != (1 if node.op_type in UNARY else 2):
+    if node.op_type == "Pow":
+        if len(node.inputs) != 2 or _scalar(graph, node.inputs[1]) not in POWERS:
+            return False
+    elif node.op_type not in UNARY and node.op_type not in BINARY:
+        return False
+    elif len(node.inputs) != (1 if node.op_type in UNARY else 2):
+        return False
+    if len(node.outputs) != 1:
         return False
     for name in list(node.inputs) + list(node.outputs):
         v = graph.values.get(name) if name else None
@@ -66,6 +91,9 @@ def fuse_elementwise(graph: Graph) -> Graph:
 
         def expr(name: str) -> Optional[str]:
             p = inner(name)
+            lit = _scalar(g, name) if p is None else None
+            if lit is not None:  # a scalar constant: a literal of the expression, not an input
+                return literal(lit)
             if p is None:
                 if name not in ext:
                     ext.append(name)
@@ -74,6 +102,8 @@ def fuse_elementwise(graph: Graph) -> Graph:
 
         def build(n: Node) -> Optional[str]:
             members.append(n)
+            if n.op_type == "Pow":
+                return f"{POWERS[_scalar(g, n.inputs[1])]}({expr(n.inputs[0])})"
             if n.op_type in UNARY:
                 a = expr(n.inputs[0])
                 return f"{UNARY[n.op_type]}({a})"
@@ -81,7 +111,7 @@ def fuse_elementwise(graph: Graph) -> Graph:
             return f"{BINARY[n.op_type]}({a},{b})"
 
         text = build(node)
-        if len(members) < 2 or len(ext) > MAX_INPUTS:
+        if len(members) < 2 or not ext or len(ext) > MAX_INPUTS:
             continue
         fused = Node("FusedElementwise", node.name, list(ext), [node.outputs[0]], {"expr": text}, "clglow", None)
         op = lookup(fused)
