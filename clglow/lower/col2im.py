@@ -18,14 +18,18 @@ from .common import check_dtypes, check_int32_sizes, floats, type_defines, work_
 
 
 def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    for i in (1, 2):
-        if graph.const(node.input(i)) is None:
-            return "Col2Im with a run-time image_shape or block_shape runs on the host"
+    for i in (1, 2):  # a graph input here becomes a constant of each plan (runtime.engine.SHAPE_INPUTS)
+        if graph.const(node.input(i)) is None and node.input(i) not in graph.inputs:
+            return "Col2Im with a computed image_shape or block_shape runs on the host"
     return check_dtypes(node, graph, floats(target), inputs=[0])
 
 
 def _geometry(ctx: LowerCtx) -> tuple:
     """(image, block, dilations, begin pads, strides, columns per dim), checked against the input."""
+    for i in (1, 2):
+        if ctx.const(i) is None:
+            raise InvalidModel("Col2Im image_shape and block_shape must be known when the node is planned",
+                               node=ctx.label(), tensor=ctx.node.inputs[i])
     image = [int(v) for v in np.asarray(ctx.const(1)).reshape(-1)]
     block = [int(v) for v in np.asarray(ctx.const(2)).reshape(-1)]
     nd = len(image)

@@ -186,6 +186,9 @@ def _supports_upsample(node: Node, graph: Graph, target: Target) -> Optional[str
         return "Upsample without scales"
     if attr_str(view[0].attr("mode")) not in ("nearest", "linear"):
         return f"Upsample mode {attr_str(node.attr('mode'))!r}"
+    if view[0].inputs[1] in graph.inputs and graph.const(view[0].inputs[1]) is None:
+        # a graph input: a constant of each plan (runtime.engine.SHAPE_INPUTS), judged again then
+        return check_dtypes(node, graph, floats(target), inputs=[0])
     return resize._supports(*view, target)
 
 
