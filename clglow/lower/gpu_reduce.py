@@ -93,7 +93,7 @@ def plan(kd: Sequence[int], ks: Sequence[int], rd: Sequence[int], rs: Sequence[i
     return Layout("rows", _prod(kd), n_red, 1, linear, np.array(kd + ks + rd + rs, np.int32), len(kd), len(rd))
 
 
-def _group(target: Target, lay: Layout, ls: int) -> Tuple[tuple, tuple, int]:
+def group_shape(target: Target, lay: Layout, ls: int) -> Tuple[tuple, tuple, int]:
     """(gsize, lsize, lr) of `lay` on work-groups of `ls` items (lr: the rows segment width)."""
     if lay.kind == "rows":
         lr = min(ls, pow2_at_least(lay.n_red))
@@ -142,7 +142,7 @@ def reduce_defines(lay: Layout, ls: int) -> dict:
 def reduce_launch(target: Target, lay: Layout, x, y, defines: dict, ls: int, meta_arg, label: str = "") -> Launch:
     """The wg_reduce(_cols) launch of `lay`: x, y and meta_arg are the launch's arguments (meta_arg:
     any buffer when the layout is linear), `defines` the types and op (reduce.py's)."""
-    gsize, lsize, lr = _group(target, lay, ls)
+    gsize, lsize, lr = group_shape(target, lay, ls)
     d = dict(defines, **reduce_defines(lay, ls))
     if lay.kind == "rows":
         args = [x, y, i32(lay.n_hi), i32(lay.n_red), i32(lr), meta_arg]
@@ -154,7 +154,7 @@ def reduce_launch(target: Target, lay: Layout, x, y, defines: dict, ls: int, met
 def arg_launch(target: Target, lay: Layout, x, y, defines: dict, ls: int, meta_arg, select_last: int,
                label: str = "") -> Launch:
     """The wg_argreduce(_cols) launch of `lay` (ArgMax/ArgMin: `defines` has OP_ARGMAX or OP_ARGMIN)."""
-    gsize, lsize, lr = _group(target, lay, ls)
+    gsize, lsize, lr = group_shape(target, lay, ls)
     d = dict(defines, OP_ARG=None, **reduce_defines(lay, ls))
     if lay.kind == "rows":
         args = [x, y, i32(lay.n_hi), i32(lay.n_red), i32(lr), meta_arg, i32(select_last)]
@@ -196,4 +196,4 @@ WG_REDUCE_FAMILY = register(Family("wg_reduce", "gpu_reduce", _space, _default, 
                                    tolerance=1e-3))
 
 __all__ = ["LOCAL_SIZES", "Layout", "applicable", "arg_launch", "choose_ls", "linear_layout", "local_sizes", "plan",
-           "pow2_at_least", "reduce_launch", "shape_key", "WG_REDUCE_FAMILY"]
+           "group_shape", "pow2_at_least", "reduce_launch", "shape_key", "WG_REDUCE_FAMILY"]

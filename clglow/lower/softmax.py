@@ -2,7 +2,9 @@
 
 Opset < 13 flattens the input to 2-D at `axis` (default 1) and normalises each row of the
 flattened tail; opset 13+ normalises along `axis` alone (default -1). Both become rows of
-`len` elements `inner` apart for one kernel.
+`len` elements `inner` apart for one kernel. The GPU family's row (a work-group per row,
+lower/gpu_softmax.py) comes first where it applies; softmax.cl's one work-item per row is the
+CPU family's.
 """
 from __future__ import annotations
 
@@ -13,8 +15,10 @@ import numpy as np
 
 from ..ir import Graph, Node
 from ..target import Target
+from . import gpu_reduce
 from .base import Launch, LowerCtx, device_op, i32
 from .common import check_dtypes, check_int32_sizes, work_size
+from .gpu_softmax import lower_softmax_wg
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +45,9 @@ def lower_softmax(ctx: LowerCtx) -> list:
     else:
         length, inner = shape[axis], int(np.prod(shape[axis + 1:], dtype=np.int64))
     rows = x.size // length
+    if gpu_reduce.applicable(ctx.device) is None:
+        return lower_softmax_wg(ctx.device, ctx.buf(0), ctx.out(0), rows, length, inner,
+                                ctx.node.op_type == "LogSoftmax", ctx.label())
     defines = {"LOG_SOFTMAX": None} if ctx.node.op_type == "LogSoftmax" else {}
     if inner == 1 and length >= 16:  # the last axis: vector rows (see softmax_last)
         g, l = work_size(ctx, rows, cap=16)
