@@ -1,0 +1,209 @@
+/* Ops whose output size is known only after they ran (NonZero, Compress, NonMaxSuppression): each
+ * writes its outputs compactly at the start of buffers sized for the most it could produce, and
+ * the number produced into `total` (one long), which the executor reads back (runtime/engine.py).
+ *
+ * Selection by mask runs in three launches over `groups` chunks of `chunk` elements, so the
+ * order is the input's (row-major) order on any device:
+ *   mask_count   one work-item per chunk counts its selected elements -> counts[chunk]
+ *   scan_counts  one work-item: exclusive prefix sum counts -> offs, the sum -> *total
+ *   *_write      one work-item per chunk writes its selections from offs[chunk] on
+ *
+ *   TM   the mask's element type (an element is selected when it is not zero)
+ *   T    the storage type of the elements a gather moves
+ *   RANK NonZero's input rank
+ */
+#pragma OPENCL FP_CONTRACT OFF
+#ifdef USE_FP64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
+#ifndef TM
+#define TM uchar
+#endif
+#ifndef T
+#define T uint
+#endif
+#ifndef RANK
+#define RANK 1
+#endif
+#ifndef WG
+#define WG 64
+#endif
+
+__kernel void mask_count(__global const TM* mask, const int n, const int chunk, const int groups,
+                         __global int* counts) {
+    const int g = get_global_id(0);
+    if (g >= groups) return;
+    const int lo = g * chunk;
+    const int hi = min(n, lo + chunk);
+    int c = 0;
+    for (int i = lo; i < hi; ++i) c += mask[i] != (TM)0;
+    counts[g] = c;
+}
+
+__kernel void scan_counts(__global const int* counts, const int groups, __global int* offs,
+                          __global long* total) {
+    if (get_global_id(0) != 0) return;
+    int s = 0;
+    for (int g = 0; g < groups; ++g) {
+        offs[g] = s;
+        s += counts[g];
+    }
+    total[0] = s;
+}
+
+/* NonZero: out [RANK, total] int64, row d holding coordinate d of each nonzero element;
+ * dims[RANK] the input's shape. */
+__kernel void nonzero_write(__global const TM* x, const int n, const int chunk, const int groups,
+                            __global const int* offs, __global const long* total,
+                            __global const int* dims, __global long* out) {
+    const int g = get_global_id(0);
+    if (g >= groups) return;
+    const long stride = total[0];
+    int p = offs[g];
+    const int hi = min(n, g * chunk + chunk);
+    for (int i = g * chunk; i < hi; ++i) {
+        if (x[i] == (TM)0) continue;
+        int rem = i;
+        for (int d = RANK - 1; d >= 0; --d) {
+            const int q = rem / dims[d];
+            out[d * stride + p] = rem - q * dims[d];
+            rem = q;
+        }
+        ++p;
+    }
+}
+
+/* Compress: the positions of the selected entries of the condition -> sel[total] */
+__kernel void mask_positions(__global const TM* mask, const int n, const int chunk, const int groups,
+                             __global const int* offs, __global int* sel) {
+    const int g = get_global_id(0);
+    if (g >= groups) return;
+    int p = offs[g];
+    const int hi = min(n, g * chunk + chunk);
+    for (int i = g * chunk; i < hi; ++i)
+        if (mask[i] != (TM)0) sel[p++] = i;
+}
+
+/* x viewed as [outer, dim, inner]: out [outer, total, inner] = x[:, sel[:total], :]; one work-item
+ * per element of the largest output [outer, bound, inner], those past total return. */
+__kernel void compress_gather(__global const T* x, __global const int* sel, __global const long* total,
+                              const int dim, const int inner, const int bound, const int n,
+                              __global T* out) {
+    const int i = get_global_id(0);
+    if (i >= n) return;
+    const int k = (i / inner) % bound;
+    const int o = i / (inner * bound);
+    const int t = (int)total[0];
+    if (k >= t) return;
+    const int j = i % inner;
+    out[((long)o * t + k) * inner + j] = x[((long)o * dim + sel[k]) * inner + j];
+}
+
+/* --- NonMaxSuppression ------------------------------------------------------------------------ *
+ * One work-group of WG items per (batch, class): repeatedly the best live candidate (highest
+ * score, the lowest index among equal scores: the reference's order) is kept, and every live
+ * candidate whose IoU with it exceeds the threshold dies, until none lives or `limit` are kept.
+ * The IoU arithmetic is the reference's (runtime/nms.py), in float, without contraction.
+ *   boxes [B, N, 4], scores [B, C, N]; alive [B*C, N] scratch; sel [B*C, cap]; counts [B*C]
+ */
+inline void corners(__global const float* b, float* x0, float* x1, float* y0, float* y1) {
+#ifdef CENTER_POINT
+    const float hw = b[2] / 2.0f, hh = b[3] / 2.0f;
+    *x0 = b[0] - hw; *x1 = b[0] + hw; *y0 = b[1] - hh; *y1 = b[1] + hh;
+#else
+    *x0 = fmin(b[1], b[3]); *x1 = fmax(b[1], b[3]); *y0 = fmin(b[0], b[2]); *y1 = fmax(b[0], b[2]);
+#endif
+}
+
+inline int overlaps(__global const float* a, __global const float* b, const float thr) {
+    float ax0, ax1, ay0, ay1, bx0, bx1, by0, by1;
+    corners(a, &ax0, &ax1, &ay0, &ay1);
+    corners(b, &bx0, &bx1, &by0, &by1);
+    const float ix0 = fmax(ax0, bx0), ix1 = fmin(ax1, bx1);
+    const float iy0 = fmax(ay0, by0), iy1 = fmin(ay1, by1);
+    const float w = ix1 - ix0, h = iy1 - iy0;
+    const float inter = w * h;
+    const float wa = ax1 - ax0, ha = ay1 - ay0, wb = bx1 - bx0, hb = by1 - by0;
+    const float area_a = wa * ha;
+    const float area_b = wb * hb;
+    const float sum = area_a + area_b;
+    const float uni = sum - inter;
+    if (!(ix1 > ix0 && iy1 > iy0 && inter > 0.0f && area_a > 0.0f && area_b > 0.0f && uni > 0.0f)) return 0;
+    return inter / uni > thr;
+}
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void nms_select(__global const float* boxes, __global const float* scores, const int classes, const int n,
+                const int cap, __global const long* max_per_class, __global const float* iou_threshold,
+                __global const float* score_threshold, __global uchar* alive, __global int* sel,
+                __global int* counts) {
+#ifdef HAS_MAX
+    const int limit = (int)min((long)cap, max(max_per_class[0], 0L));
+#else
+    const int limit = 0;
+#endif
+#ifdef HAS_IOU
+    const float iou_thr = iou_threshold[0];
+#else
+    const float iou_thr = 0.0f;
+#endif
+    __local float best_s[WG];
+    __local int best_i[WG];
+    const int bc = get_group_id(0);
+    const int lid = get_local_id(0);
+    const int b = bc / classes;
+    __global const float* sc = scores + (long)bc * n;
+    __global const float* bx = boxes + (long)b * n * 4;
+    __global uchar* live = alive + (long)bc * n;
+#ifdef HAS_SCORE
+    const float score_thr = score_threshold[0];
+    for (int i = lid; i < n; i += WG) live[i] = sc[i] > score_thr;
+#else
+    for (int i = lid; i < n; i += WG) live[i] = 1;
+#endif
+    barrier(CLK_GLOBAL_MEM_FENCE);
+    int kept = 0;
+    while (kept < limit) {
+        float s = 0.0f;
+        int k = -1;
+        for (int i = lid; i < n; i += WG)
+            if (live[i] && (k < 0 || sc[i] > s)) { s = sc[i]; k = i; }
+        best_s[lid] = s;
+        best_i[lid] = k;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int w = WG / 2; w > 0; w >>= 1) {
+            if (lid < w) {
+                const int ko = best_i[lid + w];
+                const float so = best_s[lid + w];
+                const int km = best_i[lid];
+                if (ko >= 0 && (km < 0 || so > best_s[lid] || (so == best_s[lid] && ko < km))) {
+                    best_s[lid] = so;
+                    best_i[lid] = ko;
+                }
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        const int best = best_i[0];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (best < 0) break;
+        if (lid == 0) sel[(long)bc * cap + kept] = best;
+        ++kept;
+        for (int i = lid; i < n; i += WG)
+            if (live[i] && (i == best || overlaps(bx + (long)best * 4, bx + (long)i * 4, iou_thr))) live[i] = 0;
+        barrier(CLK_GLOBAL_MEM_FENCE);
+    }
+    if (lid == 0) counts[bc] = kept;
+}
+
+/* selected_indices [total, 3] int64 rows (batch, class, box), per (batch, class) in order */
+__kernel void nms_write(__global const int* sel, __global const int* counts, __global const int* offs,
+                        const int classes, const int cap, const int n, __global long* out) {
+    const int i = get_global_id(0);
+    if (i >= n) return;
+    const int bc = i / cap, k = i % cap;
+    if (k >= counts[bc]) return;
+    __global long* row = out + (long)(offs[bc] + k) * 3;
+    row[0] = bc / classes;
+    row[1] = bc % classes;
+    row[2] = sel[i];
+}
