@@ -26,6 +26,7 @@ from . import fused, resize  # noqa: F401  (registration)
 from . import recurrent  # noqa: F401  (registration)
 from . import qconv, qgemm  # noqa: F401  (registration: integer matmuls and convs, lower/qgemm_kernel.py)
 from . import qlinear  # noqa: F401  (registration: com.microsoft QLinear* ops)
+from . import select  # noqa: F401  (registration: NonZero, Compress, NonMaxSuppression sized at run time)
 from . import spectral  # noqa: F401  (registration: DFT, STFT, windows, MelWeightMatrix, Det, SwiGLU, TensorScatter)
 from . import col2im, deform_conv, roialign, spatial  # noqa: F401  (registration: issue 21 part 3 ops)
 from .base import REGISTRY, DeviceInfo, Launch, LowerCtx, TensorInfo, lookup
