@@ -270,10 +270,18 @@ def test_outputs_sharing_a_buffer_and_bool_outputs():
     assert bound == ({"A", "B", "C", "Z", "Z_relu", "Z_pos"} if sess._engine.last_plan.zero_copy else set())
 
 
-def test_run_waits_for_outputs_written_in_place_after_a_host_step():
+def _det_on_the_host(monkeypatch) -> None:
+    """Det as a host-fallback node (it has an OpenCL kernel too): these tests need a host step."""
+    from clglow.lower import REGISTRY
+
+    monkeypatch.delitem(REGISTRY, ("", "Det"))
+
+
+def test_run_waits_for_outputs_written_in_place_after_a_host_step(monkeypatch):
     """A host-fallback node (Det) reads a device value with a blocking read in the middle of the
     run; the MatMul after it writes its output straight into the returned array. The run must
     wait for that kernel, not only for the reads it made (they were all done before it)."""
+    _det_on_the_host(monkeypatch)
     nodes = [helper.make_node("Relu", ["C"], ["r"]),
              helper.make_node("Det", ["r"], ["d"]),
              helper.make_node("MatMul", ["A", "B"], ["Y"])]
@@ -300,6 +308,8 @@ def test_a_run_failing_after_kernels_were_enqueued(monkeypatch):
     """A host step that raises after a MatMul writing in place was enqueued: the error reaches
     the caller once those kernels are done with the run's arrays, and the session stays usable."""
     from clglow.runtime.host import HostKernel
+
+    _det_on_the_host(monkeypatch)
 
     nodes = [helper.make_node("MatMul", ["A", "B"], ["Y"]),
              helper.make_node("Relu", ["C"], ["r"]),

@@ -113,8 +113,19 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
     policy and `options` allow it. `memo`: derived constants computed earlier for it (prewarm)."""
     staged = stage(graph, stop, outputs, target, options)
     lower = NodeLowerer(staged.graph, device, target, options, {} if memo is None else memo)
+    sized = staged.sized
+    if sized is not None:  # the count lives to the end, as outputs do; read back before them
+        outputs = list(outputs) + [sized.count]
     bp = plan_buffers(staged, outputs, lower, target, zero_copy=target.zero_copy and options.zero_copy)
-    return bind(bp, staged, stop, device, weights, target)
+    if sized is not None and bp.zero_copy:
+        # outputs sized at run time are read back in part, after the count: never bound to an
+        # array of their bound shape
+        for name in [sized.count, *sized.outputs]:
+            bp.zero_copy.pop(name, None)
+        bp.bind_outputs_at = min((s for o in outputs if o in bp.zero_copy for s, _ in bp.zero_copy[o]), default=-1)
+    plan = bind(bp, staged, stop, device, weights, target)
+    plan.sized = sized
+    return plan
 
 
 # --- running ---------------------------------------------------------------------------------------
@@ -308,8 +319,14 @@ def _collect_outputs(run: _Run) -> tuple[dict, list]:
     blocking (or copied into a caller's cl.Buffer), outputs written in place as they are."""
     plan, queue, graph, feeds, events = run.plan, run.queue, run.plan.graph, run.feeds, run.events
     results: dict = {}
+    real = _sized_shapes(run) if plan.sized is not None else {}
     for name in plan.outputs:
-        if name in feeds and feeds[name] is not None:
+        if name in real:
+            if real[name] is not None:
+                v = graph.values[name]
+                out = np.empty(real[name], dtype=np.uint8 if np.dtype(v.dtype) == np.bool_ else v.dtype)
+                results[name] = _read(plan, queue, name, events, wait=False, out=out)
+        elif name in feeds and feeds[name] is not None:
             results[name] = feeds[name]
         elif name in run.values:
             results[name] = run.values[name]
@@ -336,6 +353,26 @@ def _collect_outputs(run: _Run) -> tuple[dict, list]:
         # is (the reads in `pending` may all have come before it: a host step's blocking read).
         pending.append(cl_call("enqueueing a marker", cl.enqueue_marker, queue))
     return results, pending
+
+
+def _sized_shapes(run: _Run) -> dict:
+    """The real shapes of a stage's outputs sized at run time (the count None: not handed over),
+    from their count, read back now: the sync point of such an op (lower/select.py). Their
+    writers put each output's elements first in its buffer, so the read of the real shape reads
+    them alone."""
+    sized = run.plan.sized
+    cnt = np.zeros(1, dtype=np.int64)
+    rt = run.plan.root.get(sized.count, sized.count)
+    cl_call(f"reading the count of {sized.node!r}", cl.enqueue_copy, run.queue, cnt,
+            run.plan.device_tensors[sized.count], is_blocking=True,
+            wait_for=[run.events[rt]] if rt in run.events else None)
+    count = int(cnt[0])
+    shapes: dict = {sized.count: None}
+    for name, so in sized.outputs.items():
+        if so.axis is not None and not 0 <= count <= so.bound[so.axis]:
+            raise DeviceError(f"node {sized.node!r} counted {count} elements, outside [0, {so.bound[so.axis]}]")
+        shapes[name] = so.real(count)
+    return shapes
 
 
 def _read(plan: Plan, queue: cl.CommandQueue, name: str, events: dict, wait: bool,

@@ -33,8 +33,9 @@ from typing import Optional, Sequence, Union
 
 from ..config import PlanOptions
 from ..errors import OutOfDeviceMemory, UnsupportedNode, UnsupportedOperator
-from ..ir import Graph, Node
+from ..ir import Graph, Node, Value
 from ..lower.base import Buf, Launch, Scratch
+from ..lower.select import COUNT_DTYPE, SizedOutput, count_name, sized_at_run_time
 from ..partition import DEVICE, HOST, Placement, place
 from ..target import Target
 from . import sub_batch
@@ -79,6 +80,19 @@ Step = Union[UploadStep, KernelLaunchStep, HostNodeStep, NoopStep]
 
 
 # --- staging: placement and sub-batches ----------------------------------------------------------
+@dataclass(frozen=True)
+class SizedEnd:
+    """A stage ending at a device op whose outputs are sized at run time (lower/select.py): its
+    count tensor and each output's bound and counted axis."""
+
+    node: str
+    count: str
+    outputs: dict  # output name -> SizedOutput
+
+    def real_shapes(self, count: int) -> dict:
+        return {name: so.real(count) for name, so in self.outputs.items()}
+
+
 @dataclass
 class Staged:
     """A specialised graph (nodes[:stop] when staged) placed on the target, maybe sub-batched."""
@@ -87,23 +101,30 @@ class Staged:
     placement: list  # [Placement] of the nodes before any sub-batch split (the placement report)
     where: dict  # node name -> DEVICE | HOST, sub-batch pieces included
     slices: dict = field(default_factory=dict)  # sub-batch piece tensor -> Slice of its whole tensor
+    sized: Optional[SizedEnd] = None  # the device op sized at run time that ends the stage
 
 
 def stage(graph: Graph, stop: Optional[int], outputs: Sequence[str], target: Target,
           options: PlanOptions) -> Staged:
-    """Place nodes[:stop] (all when stop is None) on `target`; the last node of a stage runs on
-    the host (its output shapes depend on data); a static plan's per-image stretches are split
-    into sub-batch pieces where sub_batch.budget(target, options) allows."""
+    """Place nodes[:stop] (all when stop is None) on `target`; the last node of a stage (its
+    output shapes depend on data) runs on the device when it is an op sized at run time
+    (`SizedEnd`), else on the host; a static plan's per-image stretches are split into
+    sub-batch pieces where sub_batch.budget(target, options) allows."""
     nodes = graph.nodes if stop is None else graph.nodes[:stop]
     sub = Graph(nodes, graph.values, graph.inputs, list(outputs), graph.opsets, graph.name, graph.ir_version)
     placement = place(sub, target, options.host_fallback)
+    sized = None
     if stop is not None and placement and placement[-1].where == DEVICE:
         last_node = nodes[-1]
-        if not options.host_fallback:
+        rule = sized_at_run_time(last_node)
+        if rule is not None:
+            sub, sized = _sized_end(sub, last_node, rule(last_node, sub))
+        elif not options.host_fallback:
             raise UnsupportedOperator([UnsupportedNode(last_node.name, last_node.op_type, last_node.domain,
                                                        graph.opset(last_node.domain),
                                                        "output shape depends on data; host fallback is disabled")])
-        placement[-1] = Placement(last_node.name, last_node.op_type, HOST, "output shape depends on data")
+        else:
+            placement[-1] = Placement(last_node.name, last_node.op_type, HOST, "output shape depends on data")
     where = {p.node: p.where for p in placement}
     if stop is None:
         split_graph, slices = sub_batch.split(sub, {n for n, w in where.items() if w == DEVICE}, outputs,
@@ -111,7 +132,23 @@ def stage(graph: Graph, stop: Optional[int], outputs: Sequence[str], target: Tar
         if slices:
             where = {n.name: where[n.name] if n.name in where else DEVICE for n in split_graph.nodes}
             return Staged(split_graph, placement, where, slices)
-    return Staged(sub, placement, where)
+    return Staged(sub, placement, where, sized=sized)
+
+
+def _sized_end(sub: Graph, node: Node, sized: list) -> tuple:
+    """(`sub` with its last node's outputs at their bound shapes and the count tensor added as
+    its last output, the SizedEnd); the graph's values are copied, not edited."""
+    values = dict(sub.values)
+    outs = [o for o in node.outputs if o]
+    for o, so in zip(outs, sized):
+        values[o] = Value(o, values[o].dtype, tuple(so.bound), None)
+    cn = count_name(node)
+    values[cn] = Value(cn, COUNT_DTYPE, (1,), None)
+    end = Node(node.op_type, node.name, list(node.inputs), list(node.outputs) + [cn], dict(node.attrs),
+               node.domain, node.proto, node.unfused)
+    g = Graph(sub.nodes[:-1] + [end], values, sub.inputs, list(sub.outputs) + [cn], sub.opsets, sub.name,
+              sub.ir_version)
+    return g, SizedEnd(node.name, cn, {o: so for o, so in zip(outs, sized) if isinstance(so, SizedOutput)})
 
 
 # --- the plan --------------------------------------------------------------------------------------

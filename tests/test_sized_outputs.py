@@ -1,0 +1,186 @@
+"""Device ops whose outputs are sized at run time (lower/select.py, runtime/planning.SizedEnd):
+NonZero, Compress and NonMaxSuppression run on OpenCL with host fallback off, their outputs
+planned at an upper bound and read back at the real size from a count the device computed.
+Every case is checked against onnx.reference (NMS: and against an SSD-style graph run by
+onnxruntime), including empty results, everything selected and tied scores; the GPU kernel
+family (target="gpu") too.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import clglow
+
+sys.path.insert(0, os.path.dirname(__file__))
+import models  # noqa: E402  (tests/models.py: ort_run)
+
+TARGETS = [None, "gpu"]
+
+
+def _model(nodes, inputs, outputs, inits=(), opset: int = 13) -> onnx.ModelProto:
+    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    onnx.checker.check_model(m)
+    return m
+
+
+def _session(model: onnx.ModelProto, target=None) -> clglow.InferenceSession:
+    return clglow.InferenceSession(model.SerializeToString(),
+                                   sess_options=clglow.SessionOptions(host_fallback=False, target=target))
+
+
+def _check(model: onnx.ModelProto, feeds_list: list, op: str, target=None) -> None:
+    """Every feed run by one session equals onnx.reference exactly, `op` placed on OpenCL."""
+    sess = _session(model, target)
+    ref = ReferenceEvaluator(model)
+    for feeds in feeds_list:
+        got = sess.run(None, feeds)
+        want = ref.run(None, feeds)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape, (g.shape, w.shape)
+            np.testing.assert_array_equal(g, w)
+        assert all(p.where == "opencl" for p in sess.placement if p.op_type == op), sess.explain()
+
+
+# --- NonZero ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype,shape", [(np.float32, (3, 4, 5)), (np.int32, (2000,)), (np.bool_, (7, 300)),
+                                         (np.int64, (1, 1, 1, 3))])
+def test_nonzero_matches_reference(dtype, shape, target):
+    elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    model = _model([helper.make_node("NonZero", ["x"], ["y"])], [helper.make_tensor_value_info("x", elem, shape)],
+                   [helper.make_tensor_value_info("y", T.INT64, [len(shape), "n"])])
+    rng = np.random.default_rng(1)
+    feeds = []
+    for p in (0.0, 0.01, 0.5, 1.0):  # none, few, half, all selected
+        x = (rng.random(shape) < p) * rng.integers(1, 5, shape)
+        if dtype == np.float32:
+            x = x * rng.standard_normal(shape)
+            x[x == 0] = -0.0 if p > 0.4 else 0.0  # -0.0 is zero
+        feeds.append({"x": x.astype(dtype)})
+    _check(model, feeds, "NonZero", target)
+
+
+def test_nonzero_feeds_the_rest_of_the_graph():
+    """The count is a sync point, not an end: GatherND of the nonzeros runs after it at the real size."""
+    nodes = [helper.make_node("NonZero", ["x"], ["nz"]), helper.make_node("Transpose", ["nz"], ["idx"], perm=[1, 0]),
+             helper.make_node("GatherND", ["x", "idx"], ["vals"]), helper.make_node("Neg", ["vals"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", T.FLOAT, [6, 9])],
+                   [helper.make_tensor_value_info("y", T.FLOAT, ["n"])])
+    rng = np.random.default_rng(2)
+    feeds = [{"x": (rng.standard_normal((6, 9)) * (rng.random((6, 9)) < p)).astype(np.float32)}
+             for p in (0.0, 0.3, 1.0)]
+    _check(model, feeds, "NonZero")
+
+
+# --- Compress ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("axis,clen", [(None, 24), (None, 10), (0, 2), (1, 3), (-1, 2), (2, 1)])
+def test_compress_matches_reference(axis, clen, target):
+    shape = (2, 3, 4)
+    attrs = {} if axis is None else {"axis": axis}
+    model = _model([helper.make_node("Compress", ["x", "c"], ["y"], **attrs)],
+                   [helper.make_tensor_value_info("x", T.FLOAT, shape), helper.make_tensor_value_info("c", T.BOOL, [clen])],
+                   [helper.make_tensor_value_info("y", T.FLOAT, ["n"] if axis is None else [None] * 3)], opset=11)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(shape).astype(np.float32)
+    feeds = [{"x": x, "c": np.zeros(clen, bool)}, {"x": x, "c": np.ones(clen, bool)},
+             {"x": x, "c": rng.random(clen) < 0.5}]
+    _check(model, feeds, "Compress", target)
+
+
+# --- NonMaxSuppression ---------------------------------------------------------------------------------
+def _nms_model(center: int, b: int, c: int, n: int, consts: bool) -> onnx.ModelProto:
+    inputs = [helper.make_tensor_value_info("boxes", T.FLOAT, [b, n, 4]),
+              helper.make_tensor_value_info("scores", T.FLOAT, [b, c, n])]
+    inits = []
+    params = [("max", T.INT64, [1]), ("iou", T.FLOAT, [1]), ("sthr", T.FLOAT, [1])]
+    if not consts:
+        inputs += [helper.make_tensor_value_info(k, e, s) for k, e, s in params]
+    node = helper.make_node("NonMaxSuppression", ["boxes", "scores", "max", "iou", "sthr"], ["sel"],
+                            center_point_box=center)
+    return _model([node], inputs, [helper.make_tensor_value_info("sel", T.INT64, ["k", 3])], inits, opset=11)
+
+
+def _boxes(rng, b: int, n: int, center: int) -> np.ndarray:
+    xy = rng.random((b, n, 2)) * 10
+    wh = rng.random((b, n, 2)) * 4
+    if center:
+        return np.concatenate([xy, wh], -1).astype(np.float32)
+    corners = np.concatenate([xy, xy + wh], -1)
+    swap = rng.random((b, n)) < 0.3  # corners in either order
+    corners[swap] = corners[swap][:, [2, 3, 0, 1]]
+    return corners.astype(np.float32)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("center", [0, 1])
+def test_nms_matches_reference(center, target):
+    b, c, n = 2, 3, 70
+    model = _nms_model(center, b, c, n, consts=False)
+    rng = np.random.default_rng(4 + center)
+    feeds = []
+    for limit, iou, sthr in ((5, 0.5, 0.2), (100, 0.3, 0.0), (0, 0.5, 0.0), (10, 0.5, 2.0), (100, 1.0, -1.0),
+                             (3, 0.0, 0.5)):
+        scores = rng.random((b, c, n)).astype(np.float32)
+        scores[:, :, ::7] = scores[:, :, 3:4]  # ties: the lower box index first
+        boxes = _boxes(rng, b, n, center)
+        boxes[:, 5] = boxes[:, 6]  # identical boxes
+        feeds.append({"boxes": boxes, "scores": scores, "max": np.array([limit], np.int64),
+                      "iou": np.array([iou], np.float32), "sthr": np.array([sthr], np.float32)})
+    _check(model, feeds, "NonMaxSuppression", target)
+
+
+def test_nms_without_optional_inputs_selects_nothing():
+    node = helper.make_node("NonMaxSuppression", ["boxes", "scores"], ["sel"])
+    model = _model([node], [helper.make_tensor_value_info("boxes", T.FLOAT, [1, 8, 4]),
+                            helper.make_tensor_value_info("scores", T.FLOAT, [1, 2, 8])],
+                   [helper.make_tensor_value_info("sel", T.INT64, ["k", 3])], opset=11)
+    rng = np.random.default_rng(6)
+    # max_output_boxes_per_class defaults to 0 (the spec; onnx.reference cannot run without it)
+    out = _session(model).run(None, {"boxes": _boxes(rng, 1, 8, 0), "scores": rng.random((1, 2, 8)).astype(np.float32)})
+    assert out[0].dtype == np.int64 and out[0].shape == (0, 3)
+
+
+def _c(name: str, a, dtype=np.float32) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(a, dtype=dtype), name)
+
+
+def test_ssd_style_graph_matches_onnxruntime():
+    """boxes decoded -> NonMaxSuppression (constant thresholds) -> Gather of the kept boxes and
+    GatherND of their scores, with host fallback off: same detections as onnxruntime."""
+    a, classes = 200, 4
+    nodes = [helper.make_node("Mul", ["deltas", "var"], ["dv"]), helper.make_node("Add", ["anchors", "dv"], ["boxes"]),
+             helper.make_node("Sigmoid", ["logits"], ["scores"]),
+             helper.make_node("NonMaxSuppression", ["boxes", "scores", "maxo", "iou", "sthr"], ["sel"]),
+             helper.make_node("Gather", ["sel", "two"], ["bidx"], axis=1),
+             helper.make_node("Gather", ["sel", "one"], ["labels"], axis=1),
+             helper.make_node("Squeeze", ["boxes", "ax0"], ["b2"]),
+             helper.make_node("Gather", ["b2", "bidx"], ["kept"], axis=0),
+             helper.make_node("GatherND", ["scores", "sel"], ["ksc"])]
+    rng = np.random.default_rng(7)
+    anchors = _boxes(rng, 1, a, 0)
+    inits = [_c("var", 0.1), _c("anchors", anchors), _c("maxo", [20], np.int64), _c("iou", [0.45]),
+             _c("sthr", [0.6]), _c("two", 2, np.int64), _c("one", 1, np.int64), _c("ax0", [0], np.int64)]
+    model = _model(nodes, [helper.make_tensor_value_info("deltas", T.FLOAT, [1, a, 4]),
+                           helper.make_tensor_value_info("logits", T.FLOAT, [1, classes, a])],
+                   [helper.make_tensor_value_info("kept", T.FLOAT, ["n", 4]),
+                    helper.make_tensor_value_info("labels", T.INT64, ["n"]),
+                    helper.make_tensor_value_info("ksc", T.FLOAT, ["n"])], inits)
+    sess = _session(model)
+    for shift in (0.0, -20.0):  # -20: no score above the threshold, nothing kept
+        feeds = {"deltas": rng.standard_normal((1, a, 4)).astype(np.float32),
+                 "logits": (rng.standard_normal((1, classes, a)) + shift).astype(np.float32)}
+        got = sess.run(None, feeds)
+        want = models.ort_run(model, feeds)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+    assert all(p.where == "opencl" for p in sess.placement), sess.explain()
