@@ -14,6 +14,7 @@ from .fuse_layernorm import fuse_layernorm
 from .fuse_matmul import fold_transposes, fuse_matmul
 from .gemm_matmul import gemm_to_matmul
 from .identity import remove_identity
+from .refine_shapes import refine_shapes
 from .qdq import fuse_qdq
 
 log = logging.getLogger(__name__)
@@ -22,6 +23,7 @@ PIPELINE: list[Callable[[Graph], Graph]] = [
     remove_identity,
     fuse_qdq,  # before fold_constants, which would turn the weights' DequantizeLinear into floats
     fold_constants,
+    refine_shapes,  # the dims folding made known (masks, reshape targets): static shapes for the fusions
     remove_dead_nodes,
     fold_batchnorm,
     fuse_conv,
