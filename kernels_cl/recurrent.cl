@@ -16,7 +16,9 @@
  *          width (its driver runs a group's work-items one after another), 1 on GPUs (a unit per
  *          work-item: consecutive work-items read consecutive units of R^T, coalesced)
  *   R_T    1: R^T packed per direction as [hidden][G][HPU] (HPU = hidden rounded up to VU, zero
- *          padded: whole-vector loads); 0: R as the node has it, [G * hidden][hidden] (a live R)
+ *          padded: whole-vector loads; consecutive work-items on consecutive units); 2: as
+ *          [HPU / VU][hidden][G][VU], each work-item's units one contiguous run (streamed by one
+ *          thread: the CPU family); 0: R as the node has it, [G * hidden][hidden] (a live R)
  *   LBR    GRU linear_before_reset; INPUT_FORGET (LSTM: f = 1 - i); CLIP (clip the gates'
  *          pre-activations to [-clip, clip])
  *   ACT_F0 ACT_G0 ACT_H0 (direction 0) and ACT_F1 ACT_G1 ACT_H1 (direction 1): activation codes
@@ -41,6 +43,9 @@
 #endif
 #ifndef R_T
 #define R_T 1
+#endif
+#ifndef KS
+#define KS 1
 #endif
 #ifndef LBR
 #define LBR 0
@@ -149,6 +154,17 @@ inline floatv act(const int code, const floatv x, const float a, const float b) 
 #define CLAMP(x) (x)
 #endif
 
+/* acc[gi * BB + bb] += rk[gi * gstep ..] * hv[bb * HP + k], gi < ng: one k of gate_dots */
+inline void r_dots(const __global float* restrict rk, const int gstep, const __local float* hv, const int k,
+                   const int ng, floatv* acc) {
+    float h[BB];
+    for (int bb = 0; bb < BB; ++bb) h[bb] = hv[bb * HP + k];
+    for (int gi = 0; gi < ng; ++gi) {
+        const floatv w = VLOAD(rk + gi * gstep);
+        for (int bb = 0; bb < BB; ++bb) acc[gi * BB + bb] = mad(w, (floatv)h[bb], acc[gi * BB + bb]);
+    }
+}
+
 /* acc[gi * BB + bb] = sum_k hv[bb * HP + k] * R[d][(g0 + gi) * hidden + j0 + i][k], i < VU, for ng
  * gates (ng a constant at each call: the loops unroll, the accumulators stay in registers) */
 inline void gate_dots(const __global float* restrict rw, const __local float* hv, const int d,
@@ -156,16 +172,30 @@ inline void gate_dots(const __global float* restrict rw, const __local float* hv
                       const int ng, floatv* acc) {
     for (int i = 0; i < ng * BB; ++i) acc[i] = (floatv)0.0f;
 #if R_T
+#if R_T == 2
+    /* this work-item's units as one contiguous run: [hidden][G][VU] */
+    const __global float* rt = rw + (size_t)d * hidden * G * hpu + (size_t)j0 * hidden * G + g0 * VU;
+#define R_KSTEP (G * VU)
+#define R_GSTEP VU
+#else
     const __global float* rt = rw + (size_t)d * hidden * G * hpu + g0 * hpu + j0;
-    for (int k = 0; k < hidden; ++k) {
-        const __global float* rk = rt + (size_t)k * G * hpu;
-        float h[BB];
-        for (int bb = 0; bb < BB; ++bb) h[bb] = hv[bb * HP + k];
-        for (int gi = 0; gi < ng; ++gi) {
-            const floatv w = VLOAD(rk + gi * hpu);
-            for (int bb = 0; bb < BB; ++bb) acc[gi * BB + bb] = mad(w, (floatv)h[bb], acc[gi * BB + bb]);
-        }
+#define R_KSTEP (G * hpu)
+#define R_GSTEP hpu
+#endif
+#if KS == 2
+    /* even and odd k into two sets of accumulators: two multiply-add chains per gate in flight */
+    floatv acc2[G * BB];
+    for (int i = 0; i < ng * BB; ++i) acc2[i] = (floatv)0.0f;
+    int k = 0;
+    for (; k + 1 < hidden; k += 2) {
+        r_dots(rt + (size_t)k * R_KSTEP, R_GSTEP, hv, k, ng, acc);
+        r_dots(rt + (size_t)(k + 1) * R_KSTEP, R_GSTEP, hv, k + 1, ng, acc2);
     }
+    if (k < hidden) r_dots(rt + (size_t)k * R_KSTEP, R_GSTEP, hv, k, ng, acc);
+    for (int i = 0; i < ng * BB; ++i) acc[i] += acc2[i];
+#else
+    for (int k = 0; k < hidden; ++k) r_dots(rt + (size_t)k * R_KSTEP, R_GSTEP, hv, k, ng, acc);
+#endif
 #else
     const __global float* rr = rw + ((size_t)(d * G + g0) * hidden + j0) * hidden;
     for (int k = 0; k < hidden; ++k) {

@@ -14,11 +14,18 @@ lowers the node; a new device family is a new row):
             activations in vector math, R^T rows read as whole vectors). CPU family: its driver
             runs a group's work-items one after another on one thread. Measured on pocl (2-layer
             LSTM LM, hidden 128, seq 20, batch 1): 0.49 ms against 1.37 ms for a unit per
-            work-item with the k loop in vectors.
+            work-item with the k loop in vectors. A constant R is packed so that each
+            work-item's units are one contiguous run (R_T 2: one stream per work-item, where
+            [hidden][gates][units] strode by a row per k), the k loop in two chains of
+            multiply-adds (KS 2): the zoo's 2-layer LSTM (hidden 256, 64 steps) 2.95 -> 2.47 (R_T
+            2) -> 2.33 ms of recurrent kernel time on pocl 0:0, under load. That is ~64 GB/s of R
+            read from the cache by one thread: the time grows with hidden^2 (the k loop cut to a
+            quarter: 0.72 ms), so a further step needs R read by more than one thread per step.
   units     a unit per work-item, consecutive work-items on consecutive units of R^T (coalesced
             loads). Any family (the GPU family's).
 A constant R is packed once per plan as R^T [direction][hidden][gates][hidden rounded up to the
-vector] (ctx.derived); a live R (the ONNX node suite feeds weights as inputs) is read as it lies.
+vector] (the units path), or [direction][unit blocks][hidden][gates][vector] (the vectors path)
+(ctx.derived); a live R (the ONNX node suite feeds weights as inputs) is read as it lies.
 
 Covered: direction forward / reverse / bidirectional; every ONNX activation with its alpha/beta
 (consumed in the order of the activations, onnxruntime's reading); clip; LSTM input_forget and
@@ -155,6 +162,7 @@ class RecurrentPath:
     applicable: Callable[[RecurrentCase], bool]
     vu: Callable[[RecurrentCase], int]
     group: Callable[[RecurrentCase, int], int]
+    stream: bool = False  # a constant R packed per work-item's units (R_T 2) and two k chains (KS 2)
 
 
 def _vector_units(case: RecurrentCase) -> int:
@@ -166,7 +174,7 @@ def _vector_units(case: RecurrentCase) -> int:
 RECURRENT_PATHS = (
     # CPU family: a driver runs a group's work-items one after another on one thread, so each
     # work-item takes a vector of units (gates and activations in vector math, no horizontal sums)
-    RecurrentPath("vectors", lambda c: c.target.is_cpu_family, _vector_units, lambda c, n: min(n, 256)),
+    RecurrentPath("vectors", lambda c: c.target.is_cpu_family, _vector_units, lambda c, n: min(n, 256), stream=True),
     # any other family: a unit per work-item, consecutive work-items on consecutive units of R^T
     RecurrentPath("units", lambda c: True, lambda c: 1, lambda c, n: min(round_up(n, 32), 256)),
 )
@@ -249,18 +257,22 @@ def _projection(ctx: LowerCtx, dm: Dims, launches: list) -> Operand:
     return xw
 
 
-def _r_operand(ctx: LowerCtx, hpu: int, dm: Dims):
+def _r_operand(ctx: LowerCtx, hpu: int, dm: Dims, vu: int, stream: bool):
     """R as recurrent.cl reads it: a constant R packed once per plan as R^T [dir][hidden][gates][hpu]
-    (zero padded units: whole-vector loads), a live one as it lies (R_T = 0)."""
+    (zero padded units: whole-vector loads; R_T = 1), or with `stream` as [dir][hpu / vu][hidden]
+    [gates][vu] (each work-item's block of units one contiguous run; R_T = 2); a live one as it
+    lies (R_T = 0)."""
     if ctx.const(2) is None:
         return ctx.buf(2)
 
     def pack(r: np.ndarray) -> np.ndarray:
         r4 = np.asarray(r, np.float32).reshape(dm.ndir, dm.gates, dm.hidden, dm.hidden)  # [d, g, j, k]
-        rt = r4.transpose(0, 3, 1, 2)  # [d, k, g, j]
-        return np.pad(rt, ((0, 0), (0, 0), (0, 0), (0, hpu - dm.hidden)))
+        rt = np.pad(r4.transpose(0, 3, 1, 2), ((0, 0), (0, 0), (0, 0), (0, hpu - dm.hidden)))  # [d, k, g, j]
+        if not stream:
+            return rt
+        return rt.reshape(dm.ndir, dm.hidden, dm.gates, hpu // vu, vu).transpose(0, 3, 1, 2, 4)  # [d, blk, k, g, v]
 
-    return ctx.derived(2, f"rnnRT{hpu}", pack)
+    return ctx.derived(2, f"rnnRT{hpu}{'s%d' % vu if stream else ''}", pack)
 
 
 def _strides(dm: Dims) -> tuple:
@@ -271,11 +283,13 @@ def _strides(dm: Dims) -> tuple:
     return n, s * n, h, nd * h, nd * h, h, s * nd * h  # X [batch, seq, in], Y [batch, seq, dir, h]
 
 
-def _defines(ctx: LowerCtx, dm: Dims, vu: int, bb: int, acts: list) -> dict:
+def _defines(ctx: LowerCtx, dm: Dims, vu: int, bb: int, acts: list, stream: bool) -> dict:
     """The -D defines of the node's recurrent.cl program."""
     op = ctx.node.op_type
-    defines = {"CELL": dm.gates, "HP": state_capacity(dm.hidden), "BB": bb, "VU": vu,
-               "R_T": int(ctx.const(2) is not None)}
+    r_t = (2 if stream else 1) if ctx.const(2) is not None else 0
+    defines = {"CELL": dm.gates, "HP": state_capacity(dm.hidden), "BB": bb, "VU": vu, "R_T": r_t}
+    if stream:
+        defines["KS"] = 2
     if op == "GRU" and int(ctx.attr("linear_before_reset", 0)):
         defines["LBR"] = 1
     if op == "LSTM" and int(ctx.attr("input_forget", 0)):
@@ -306,6 +320,7 @@ def lower_recurrent(ctx: LowerCtx) -> list:
     path = recurrent_path(case)
     vu = path.vu(case)
     hpu = round_up(dm.hidden, vu)
+    stream = path.stream and vu > 1
     bb = batch_rows(ctx.device, dm.batch, ctx.node.op_type, dm.hidden)
     xs_t, xs_b, s_d, s_b, y_t, y_d, y_b = _strides(dm)
     present = {i: bool(ctx.node.input(i)) for i in range(8)}
@@ -326,13 +341,13 @@ def lower_recurrent(ctx: LowerCtx) -> list:
     ab = [f32(v) for _, a, b in acts for v in (a, b)]
     per_dir = len(DEFAULT_ACTS[ctx.node.op_type])
     ab = _pad_slots(ab, per_dir, dm.ndir)
-    head = [xw, i32(xs_t), i32(xs_b), _r_operand(ctx, hpu, dm), opt(3), opt(4), opt(5), opt(6), i32(s_d),
+    head = [xw, i32(xs_t), i32(xs_b), _r_operand(ctx, hpu, dm, vu, stream), opt(3), opt(4), opt(5), opt(6), i32(s_d),
             i32(s_b), opt(7), out(0), i32(y_t), i32(y_d), i32(y_b), out(1), out(2), i32(flags), i32(dm.seq)]
     tail = [i32(dm.hidden), i32(hpu), f32(float(ctx.attr("clip", 0.0) or 0.0))] + ab
     ls = ctx.device.fit_group((path.group(case, -(-dm.hidden // vu)), 1, 1))
     gsize = (ls[0], -(-dm.batch // bb), dm.ndir)
     launches.append(Launch("recurrent", "recurrent", gsize, head + [i32(dm.batch)] + tail, ls,
-                           _defines(ctx, dm, vu, bb, acts), ctx.label(),
+                           _defines(ctx, dm, vu, bb, acts, stream), ctx.label(),
                            noop_args=head + [i32(0)] + tail))
     log.debug("%s: %s path, BB %d, VU %d, %d launches", ctx.label(), path.name, bb, vu, len(launches))
     return launches
