@@ -110,7 +110,7 @@ def infer_node(node: Node, graph: Graph) -> dict:
         if tp is not None:
             types[name] = tp
         if v.const is not None and v.const.size <= _SMALL_CONST and v.const.dtype != object:
-            data[name] = numpy_helper.from_array(np.ascontiguousarray(v.const), name)
+            data[name] = numpy_helper.from_array(np.array(v.const, order="C"), name)
     opsets = [helper.make_opsetid(d, ver) for d, ver in graph.opsets.items()]
     try:
         out = shape_inference.infer_node_outputs(schema, proto_node.to_proto(), types, data, None, opsets,
