@@ -24,11 +24,14 @@
 #define CIN 1
 #endif
 
-/* cos and sin of 2 pi m / n for 0 <= m < n */
+/* cos and sin of 2 pi m / n for 0 <= m < n, with the phase folded into [-1, 1] half-turns so
+ * sinpi/cospi give the quarter and half turns exactly (a real input's Nyquist bin has an
+ * imaginary part of exactly 0, as an FFT gives) */
 inline T twiddle(int m, int n, T* s) {
-    T c;
-    *s = sincos((T)TWO_PI * (T)m / (T)n, &c);
-    return c;
+    const int m2 = 2 * m > n ? 2 * m - 2 * n : 2 * m;
+    const T h = (T)m2 / (T)n;
+    *s = sinpi(h);
+    return cospi(h);
 }
 
 /* the complex value at element offset `at` (in elements of CIN values) */

@@ -98,6 +98,10 @@ def _supports_stft(node: Node, graph: Graph, target: Target) -> Optional[str]:
     shape = shape_of(graph, node.input(0))
     if reason is None and shape is not None and len(shape) != 3:
         reason = f"STFT signal of rank {len(shape)} (the schema's [batch, length, 1 or 2])"
+    if reason is None and "onesided" not in node.attrs:
+        # onnx's shape inference takes an absent onesided as 0, its schema and reference as 1:
+        # the planned output would have the wrong number of bins
+        reason = "STFT without an explicit onesided (onnx's shape inference and schema disagree on its default)"
     return reason
 
 
