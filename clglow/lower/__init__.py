@@ -27,7 +27,7 @@ from . import recurrent  # noqa: F401  (registration)
 from . import qconv, qgemm  # noqa: F401  (registration: integer matmuls and convs, lower/qgemm_kernel.py)
 from . import qlinear  # noqa: F401  (registration: com.microsoft QLinear* ops)
 from . import select  # noqa: F401  (registration: NonZero, Compress, NonMaxSuppression sized at run time)
-from . import spectral  # noqa: F401  (registration: DFT, STFT, windows, MelWeightMatrix, Det, SwiGLU, TensorScatter)
+from . import linalg, spectral, swiglu, tensor_scatter, windows  # noqa: F401  (registration: issue 21 part 5 ops)
 from . import col2im, deform_conv, roialign, spatial  # noqa: F401  (registration: issue 21 part 3 ops)
 from .base import REGISTRY, DeviceInfo, Launch, LowerCtx, TensorInfo, lookup
 
