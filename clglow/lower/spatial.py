@@ -22,7 +22,7 @@ from ..errors import InvalidModel
 from ..ir import Graph, Node, Value
 from ..target import Target
 from . import resize
-from .base import Launch, LowerCtx, device_op, i32
+from .base import Launch, LowerCtx, device_op, i32, lookup
 from .common import (INDEX, attr_str, check_dtypes, check_int32_sizes, fill_bits, floats, norm_axis,
                      shape_of, storage_type, type_defines, work_size)
 from .index_space import contiguous_strides
@@ -189,7 +189,7 @@ def _supports_upsample(node: Node, graph: Graph, target: Target) -> Optional[str
     if view[0].inputs[1] in graph.inputs and graph.const(view[0].inputs[1]) is None:
         # a graph input: a constant of each plan (runtime.engine.SHAPE_INPUTS), judged again then
         return check_dtypes(node, graph, floats(target), inputs=[0])
-    return resize._supports(*view, target)
+    return lookup(view[0]).supports(*view, target)  # Resize's own judgement of its view
 
 
 @device_op("Upsample", supports=_supports_upsample)
