@@ -20,6 +20,7 @@ EXCLUDED: list = [
     # --- environment / nondeterminism ----------------------------------------------------------------
     (r"^test_image_decoder_", "onnx.reference's ImageDecoder needs Pillow (not a clglow dependency)"),
     (r"^test_bernoulli", "random output: compared with a different random draw"),
+    (r"^test_dft_inverse_(opset19_)?cpu", "expected = numpy's float32 FFT noise (imag 1.9e-7, exact 0) > atol 1e-7"),
     # --- expanded function bodies that the host fallback (onnx.reference, one node at a time) cannot run:
     #     their Loop/If bodies read function-local outer-scope names that shape inference drops
     (r"^test_(affine_grid_\w+|blackmanwindow\w*|hammingwindow\w*|hannwindow\w*|center_crop_pad_\w+)_expanded_",
