@@ -22,7 +22,8 @@ fastest (`Target.xgemm_tiles`, which `xgemm_config` returns).
 
 Why a module of its own: gemm_kernel.py owns gemm.cl's family; this one owns xgemm.cl's, and Gemm
 (gemm.py), MatMul/FusedMatMul (matmul.py) and the convolutions (conv.py) choose between them.
-It imports no other lowering module but base.py and gemm_kernel.py's operand records.
+It imports no other lowering module but base.py, gemm_kernel.py's operand records and gpu_gemv.py
+(the skinny GEMMs that `xgemm_launch` hands over: 1 to 4 rows).
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from ..errors import InvalidModel
 from ..target import Target
 from .base import Launch, f32, i32, unaligned
 from .gemm_kernel import ACTIVATIONS, Bias, Operand, act_params
+from .gpu_gemv import gemv_applicable, gemv_launch
 from .tunable import Family, Params, ShapeKey, choose, register
 
 
@@ -167,10 +169,24 @@ def xgemm_defines(cfg: XgemmConfig, *, a_kfast: bool, b_nfast: bool, b_panel: bo
 def xgemm_launch(cfg: XgemmConfig, *, m: int, n: int, k: int, batch: int, d2: int, a: Operand, b: Operand,
                  c: Operand, bias: Optional[Bias] = None, res: Optional[Operand] = None, alpha: float = 1.0,
                  act: str = "", act_alpha: float = 0.0, act_beta: float = 0.0, label: str = "") -> Launch:
-    """The xgemm.cl launch for C[z] = act(alpha * A[z] @ B[z] + bias + res) over `batch` z's.
+    """The GPU family's GEMM launch for C[z] = act(alpha * A[z] @ B[z] + bias + res) over `batch` z's:
+    xgemm.cl's tiles, or for a skinny GEMM (1 to 4 rows, B unpacked) gpu_gemv.cl (lower/gpu_gemv.py)
+    within the work-group shape of `cfg`, which the device runs.
 
     Operands as gemm_kernel.Operand: A at a.ld * m + a.ld2 * k; B at b.ld * k + b.ld2 * n, or, packed,
     im2col panels of cfg.nwg columns; C (and res) rows c.ld apart. A packed A is not read here."""
+    if gemv_applicable(m, b) is None and not a.packed:
+        return gemv_launch(m=m, n=n, k=k, batch=batch, d2=d2, a=a, b=b, c=c, limits=(cfg.ndimc, cfg.mdimc),
+                           bias=bias, res=res, alpha=alpha, act=act, act_alpha=act_alpha, act_beta=act_beta,
+                           label=label)
+    return tiled_launch(cfg, m=m, n=n, k=k, batch=batch, d2=d2, a=a, b=b, c=c, bias=bias, res=res, alpha=alpha,
+                        act=act, act_alpha=act_alpha, act_beta=act_beta, label=label)
+
+
+def tiled_launch(cfg: XgemmConfig, *, m: int, n: int, k: int, batch: int, d2: int, a: Operand, b: Operand,
+                 c: Operand, bias: Optional[Bias] = None, res: Optional[Operand] = None, alpha: float = 1.0,
+                 act: str = "", act_alpha: float = 0.0, act_beta: float = 0.0, label: str = "") -> Launch:
+    """The xgemm.cl launch itself (any M; what the tuner times for a configuration)."""
     if act not in ACTIVATIONS:
         raise InvalidModel(f"unsupported fused activation {act!r}", node=label or None)
     if a.packed:
@@ -219,7 +235,7 @@ def xgemm_bench(target: Target, key: ShapeKey, p: Params) -> Tuple[Launch, dict]
     packed = layout == "packed"
     nb = 4 * k * (-(-n // cfg.nwg) * cfg.nwg) if packed else 4 * k * n
     b = Operand(Buf("B"), packed=True) if packed else Operand(Buf("B"), ld=n)
-    launch = xgemm_launch(cfg, m=m, n=n, k=k, batch=1, d2=1, a=Operand(Buf("A"), ld=k), b=b,
+    launch = tiled_launch(cfg, m=m, n=n, k=k, batch=1, d2=1, a=Operand(Buf("A"), ld=k), b=b,
                           c=Operand(Buf("C"), ld=n), act="Relu")
     return launch, {"A": 4 * m * k, "B": nb, "C": 4 * m * n}
 
@@ -245,4 +261,4 @@ def tuned_xgemm(target: Target, key: ShapeKey, label: str = "") -> Optional[Xgem
 
 
 __all__ = ["XgemmConfig", "tuned_xgemm", "XGEMM_FAMILY", "SEARCH_SPACE", "search_space", "xgemm_config", "xgemm_applicable", "xgemm_defines",
-           "xgemm_launch"]
+           "xgemm_launch", "tiled_launch"]
