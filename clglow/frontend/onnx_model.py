@@ -25,10 +25,11 @@ log = logging.getLogger(__name__)
 ModelLike = Union[str, bytes, os.PathLike, onnx.ModelProto]
 
 
-def load_model(model: ModelLike) -> tuple[onnx.ModelProto, Optional[str]]:
+def load_model(model: ModelLike, external: Optional[list] = None) -> tuple[onnx.ModelProto, Optional[str]]:
     """Parse `model` (path, bytes or ModelProto) and resolve external data safely.
 
-    Returns the ModelProto and the folder it came from (None for bytes/protos).
+    Returns the ModelProto and the folder it came from (None for bytes/protos); the paths of the
+    external-data files read are appended to `external` when given (frontend.graph_cache).
     """
     base_dir: Optional[str] = None
     if isinstance(model, onnx.ModelProto):
@@ -45,7 +46,7 @@ def load_model(model: ModelLike) -> tuple[onnx.ModelProto, Optional[str]]:
         base_dir = os.path.dirname(os.path.abspath(path))
     else:
         raise InvalidModel(f"expected a path, bytes or onnx.ModelProto, got {type(model).__name__}")
-    _load_external_data(proto, base_dir)
+    _load_external_data(proto, base_dir, external)
     return proto, base_dir
 
 
@@ -75,7 +76,7 @@ def _iter_tensors(graph: onnx.GraphProto):
                     yield from _iter_tensors(g)
 
 
-def _load_external_data(proto: onnx.ModelProto, base_dir: Optional[str]) -> None:
+def _load_external_data(proto: onnx.ModelProto, base_dir: Optional[str], read: Optional[list] = None) -> None:
     """Read external tensor data, refusing any location outside the model's folder."""
     from onnx.external_data_helper import uses_external_data
 
@@ -100,6 +101,8 @@ def _load_external_data(proto: onnx.ModelProto, base_dir: Optional[str]) -> None
         if offset < 0 or length < 0 or offset + length > size:
             raise InvalidModel(f"external data range offset={offset} length={length} is past the end of "
                                f"{loc!r} ({size} bytes)", tensor=t.name)
+        if read is not None and target not in read:
+            read.append(target)
         with open(target, "rb") as f:
             f.seek(offset)
             t.raw_data = f.read(length)
