@@ -25,6 +25,7 @@ from . import config
 from .config import PlanOptions
 from .dtypes import onnx_type_string
 from .errors import InvalidArgument
+from .frontend import graph_cache
 from .frontend.onnx_model import ModelLike, import_model, load_model
 from .ir import Graph
 from .partition import Placement, format_placement, place
@@ -152,14 +153,11 @@ class InferenceSession:
         tuning = threading.Thread(target=self.device.ensure_tuned, args=(plan_options.target, tune),
                                   name="clglow-tune", daemon=True)
         tuning.start()
-        proto, self._base_dir = load_model(model)
-        self._proto_meta = {"producer": proto.producer_name, "graph": proto.graph.name,
-                            "opsets": {o.domain or "ai.onnx": o.version for o in proto.opset_import}}
-        imported = import_model(proto, weights, max_tensor_bytes=self.options.max_tensor_bytes)
-        self._declared = {name: imported.values[name] for name in imported.inputs + imported.outputs}
-        self._input_args = [self._node_arg(n, imported) for n in imported.inputs]
-        self._output_args = [self._node_arg(n, imported, named=True) for n in imported.outputs]
-        self.graph: Graph = optimize(imported, enabled=self.options.graph_optimization_level > 0)
+        loaded = self._load(model, weights)
+        self._base_dir, self._proto_meta, self._declared = loaded.base_dir, loaded.meta, loaded.declared
+        self._input_args = [self._node_arg(n, loaded.declared) for n in loaded.inputs]
+        self._output_args = [self._node_arg(n, loaded.declared, named=True) for n in loaded.outputs]
+        self.graph: Graph = loaded.graph
         self.host_fallback = plan_options.host_fallback
         mark = request_mark()  # the tunable shapes lowering asks for from here on (lower/tunable.py)
         self._engine = Engine(self.graph, self.device, plan_options, self.options.enable_profiling)
@@ -183,13 +181,34 @@ class InferenceSession:
         log.info("loaded %s in %.2fs on %s", self._proto_meta["graph"], time.perf_counter() - t0,
                  getattr(self.device, "name", self.device))
 
+    def _load(self, model: ModelLike, weights: Optional[Mapping[str, np.ndarray]]) -> graph_cache.Loaded:
+        """Parse, import and optimize `model`, or read the result a previous process stored
+        (frontend.graph_cache: large models given as a path or bytes, without `weights`)."""
+        cap = self.options.max_tensor_bytes
+        key = graph_cache.model_key(model, weights, (self.options.graph_optimization_level > 0, cap,
+                                                     config.max_tensor_bytes()))
+        loaded = graph_cache.load(key)
+        if loaded is not None:
+            return loaded
+        external: list = []
+        proto, base_dir = load_model(model, external)
+        meta = {"producer": proto.producer_name, "graph": proto.graph.name,
+                "opsets": {o.domain or "ai.onnx": o.version for o in proto.opset_import}}
+        imported = import_model(proto, weights, max_tensor_bytes=cap)
+        del proto
+        declared = {name: imported.values[name] for name in imported.inputs + imported.outputs}
+        graph = optimize(imported, enabled=self.options.graph_optimization_level > 0)
+        loaded = graph_cache.Loaded(graph, declared, list(imported.inputs), list(imported.outputs), meta, base_dir)
+        graph_cache.save(key, loaded, external)
+        return loaded
+
     # -- model description -------------------------------------------------------------------------
     @staticmethod
-    def _node_arg(name: str, g: Graph, named: bool = False) -> NodeArg:
+    def _node_arg(name: str, values: Mapping[str, Any], named: bool = False) -> NodeArg:
         """`name`'s NodeArg: ints for static dims, onnx's symbolic names (the model's, or shape
         inference's unk__N); a dim nothing names is "?", or with `named` (outputs, whose size may
         only be known after a run: NonZero, NonMaxSuppression) '<output>_dim_<i>'."""
-        v = g.values[name]
+        v = values[name]
         shape = [] if v.shape is None else [d if d is not None else (f"{name}_dim_{i}" if named else "?")
                                             for i, d in enumerate(v.shape)]
         tstr = onnx_type_string(v.dtype) if v.dtype is not None else "unknown"

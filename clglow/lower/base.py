@@ -22,6 +22,7 @@ import numpy as np
 
 from ..ir import Graph, Node
 from ..config import PlanOptions
+from ..runtime import derived_cache
 from ..target import Target
 
 
@@ -208,7 +209,7 @@ class LowerCtx:
         key = f"{self.node.inputs[i]}@{id(src):x}#{tag}"
         arr = None if self.derived_memo is None else self.derived_memo.get(key)
         if arr is None:
-            arr = np.ascontiguousarray(fn(src))
+            arr = derived_cache.compute(src, tag, fn)  # from disk when a previous process packed it
             if self.derived_memo is not None:
                 self.derived_memo[key] = arr
         return ConstBuf(key, arr)
