@@ -16,6 +16,7 @@ from ..target import Target
 from .base import Launch, LowerCtx, device_op, i32, view_op
 from .common import STORAGE_CL, attr_str, check_int32_sizes, dtype_of, fill_bits, grid, storage_type, work_size
 from .index_space import ROW_GROUP, ROW_VEC, collapse, collapse_copy, contiguous_strides, row_layout
+from .parts import parts_launch
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,11 @@ def lower_concat(ctx: LowerCtx) -> list:
     axis = int(ctx.attr("axis", 1 if ctx.opset < 4 else 0))
     axis = axis + r if axis < 0 else axis
     ost = contiguous_strides(out.shape)
+    present = [i for i, t in enumerate(ctx.inputs) if t is not None and t.size]
+    one = parts_launch(ctx, "concat_parts", ctx.out(0), [ctx.buf(i) for i in present],
+                       [tuple(ctx.inputs[i].shape) for i in present], axis, out.dtype)
+    if one is not None:
+        return [one]
     launches, pos = [], 0
     for i, t in enumerate(ctx.inputs):
         if t is None:
@@ -108,6 +114,11 @@ def lower_split(ctx: LowerCtx) -> list:
     axis = int(ctx.attr("axis", 0))
     axis = axis + r if axis < 0 else axis
     ist = contiguous_strides(x.shape)
+    if all(t is not None for t in ctx.outputs) and x.size:
+        one = parts_launch(ctx, "split_parts", ctx.buf(0), [ctx.out(j) for j in range(len(ctx.outputs))],
+                           [tuple(t.shape) for t in ctx.outputs], axis, x.dtype)
+        if one is not None:
+            return [one]
     launches, pos = [], 0
     for j, t in enumerate(ctx.outputs):
         if t is None:
