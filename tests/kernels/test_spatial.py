@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from onnx import helper
 
@@ -20,8 +21,10 @@ RNG = np.random.default_rng(21)
 @pytest.mark.parametrize("shape,target,axes", [
     ((20, 8, 3), (10, 10, 3), None), ((20, 8, 3), (10, 7), [0, 1]), ((3, 20, 8), (10, 9), [-2, -1]),
     ((5, 7, 4), (9, 3), [0, 2]), ((5, 7), (5, 7), None), ((2, 3), (6, 8), None)])
-@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8, "bfloat16"])
 def test_center_crop_pad(shape, target, axes, dtype):
+    if dtype == "bfloat16":
+        dtype = helper.tensor_dtype_to_np_dtype(onnx.TensorProto.BFLOAT16)
     x = (RNG.standard_normal(shape) * 50).astype(dtype)
     kw = {} if axes is None else {"axes": axes}
     check(helper.make_node("CenterCropPad", ["x", "s"], ["y"], **kw), {"x": x},
@@ -31,8 +34,11 @@ def test_center_crop_pad(shape, target, axes, dtype):
 @pytest.mark.parametrize("shape,time_axis,batch_axis", [((4, 4), 0, 1), ((4, 4), 1, 0), ((5, 3, 2), 0, 1),
                                                        ((3, 6, 4), 1, 0)])
 @pytest.mark.parametrize("lens_dtype", [np.int64, np.int32])
-def test_reverse_sequence(shape, time_axis, batch_axis, lens_dtype):
-    x = RNG.standard_normal(shape).astype(np.float32)
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.float64, "bfloat16"])
+def test_reverse_sequence(shape, time_axis, batch_axis, lens_dtype, dtype):
+    if dtype == "bfloat16":
+        dtype = helper.tensor_dtype_to_np_dtype(onnx.TensorProto.BFLOAT16)
+    x = (RNG.standard_normal(shape) * 20).astype(dtype)
     lens = RNG.integers(0, shape[time_axis] + 1, shape[batch_axis]).astype(lens_dtype)
     check(helper.make_node("ReverseSequence", ["x", "l"], ["y"], time_axis=time_axis, batch_axis=batch_axis),
           {"x": x, "l": lens}, opset=10)
