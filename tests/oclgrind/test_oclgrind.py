@@ -171,6 +171,20 @@ def test_pool_kernels(oclgrind_env):
     run_checked(oclgrind_env, pytest_args("tests/kernels/test_pool.py::test_pool"), uninitialized=False)
 
 
+def test_gpu_reduction_kernels(oclgrind_env):
+    """The GPU family's work-group reductions (Reduce*, ArgMax/ArgMin) and global pooling: local-
+    memory trees with a barrier per step, segments of several outputs per group, items past the
+    outputs; every checker on (races, bounds, uninitialised values). About 15 s."""
+    run_checked(oclgrind_env, pytest_args("tests/kernels/test_gpu_reduce.py", "tests/kernels/test_gpu_pool.py"))
+
+
+def test_gpu_softmax_gemv_kernels(oclgrind_env):
+    """The GPU family's work-group Softmax/LogSoftmax and skinny GEMM (K split over the group,
+    reduced in local memory), every checker on; a process of their own (Oclgrind's checker has
+    crashed after a few hundred kernels in one). About 10 s."""
+    run_checked(oclgrind_env, pytest_args("tests/kernels/test_gpu_softmax.py", "tests/kernels/test_gpu_gemv.py"))
+
+
 def test_small_model(oclgrind_env):
     out = run_checked(oclgrind_env, ["tests/oclgrind/run_model.py"], uninitialized=False)
     assert "ok" in out
