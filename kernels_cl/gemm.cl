@@ -66,6 +66,13 @@
 #ifndef TC_VEC
 #define TC_VEC 1
 #endif
+/* PFB: an in-place B's row PFB k steps ahead is prefetched, every cache line of its NR floats
+ * (0: none). Rows read in place are a pitch apart, each on a new page for pitches above 4 KiB:
+ * the hardware prefetchers, which follow a stream within a page, miss the first row tile's
+ * walk of every panel (a GEMM with few row tiles, e.g. 64 x 3136 columns, pays it on each). */
+#ifndef PFB
+#define PFB 0
+#endif
 /* The implicit GEMM is a run-time flag of the in-place-B programs, not a define: it shares their
  * code generation at a cold start (two programs fewer for ResNet-50). */
 #define HAS_IMPLICIT (!B_PACKED && !C_TRANS)
@@ -338,10 +345,19 @@ __kernel void gemm(
     }
 #else
     const __global float* pb = B + offB + z1 * sB1 + z2 * sB2 + n0;
+/* Every 64-byte line of W floats at p (p need not be aligned: its last float too). */
+#define PREFETCH_B_ROW(p, W) do {                               \
+        const __global float* p_ = (p);                         \
+        _Pragma("unroll") for (int i_ = 0; i_ < (W); i_ += 16)  \
+            __builtin_prefetch(p_ + i_);                        \
+        __builtin_prefetch(p_ + (W) - 1);                       \
+    } while (0)
 #if HAS_IMPLICIT
     if (flags & FLAG_IMPLICIT) {
         for (int k = 0; k < K; ++k) {
             floatv b[NV];
+            if (PFB && k + PFB < K)
+                PREFETCH_B_ROW(pb + koff[k + PFB], NR);
             LOAD_B(b, pb + koff[k], floatv_u);
             FMA_STEP(b);
         }
@@ -350,6 +366,8 @@ __kernel void gemm(
     if (tail1) {
         for (int k = 0; k < K; ++k) {  /* the first vector of accumulators only */
             floatv b[1];
+            if (PFB && k + PFB < K)
+                PREFETCH_B_ROW(pb + PFB * ldb, VW);
             LOAD_B_N(b, pb, floatv_u, 1);
             pb += ldb;
             FMA_TILE_N(b, A_AT, 1);
@@ -358,6 +376,8 @@ __kernel void gemm(
     } else if (n0 + NR <= N) {
         for (int k = 0; k < K; ++k) {
             floatv b[NV];
+            if (PFB && k + PFB < K)
+                PREFETCH_B_ROW(pb + PFB * ldb, NR);
             LOAD_B(b, pb, floatv_u);
             pb += ldb;
             FMA_STEP(b);

@@ -14,7 +14,7 @@ base.py and common.py.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import List, Optional, Tuple
 
 import numpy as np
@@ -52,12 +52,14 @@ def act_params(act: str, alpha: float = 0.0, beta: float = 0.0) -> tuple:
 
 @dataclass(frozen=True)
 class GemmConfig:
-    """Tile sizes for one device: each work-item computes MR rows x (VW*NV) columns."""
+    """Tile sizes for one device: each work-item computes MR rows x (VW*NV) columns; pfb is
+    gemm.cl's PFB, how many k rows ahead an in-place B is prefetched (0: not)."""
 
     mr: int
     vw: int
     nv: int
     lsize: tuple
+    pfb: int = 0
 
     @property
     def nr(self) -> int:
@@ -73,21 +75,29 @@ def default_gemm_config(target: Target) -> GemmConfig:
     measured on pocl (AVX-512): within the noise on ResNet-50 as a whole, its 28x28 implicit 3x3
     convs 25% slower with 4 row tiles per group (alone, back to back with waits, small-K GEMMs
     ran 2x faster with 4: a benchmark artefact of waking pocl's threads per launch).
+    The CPU family prefetches an in-place B's rows CPU_PFB k steps ahead (gemm.cl PFB): measured
+    on pocl, both drivers (16-float vectors), gemm.cl alone in turns, 64x576x3136 with B in
+    place (8 x 48 tiles) 120 -> 163 GFLOP/s (Debian's pocl 3.1) and 71 -> 93 (PyPI's 3.0), under
+    load; 4 and 16 close behind (the search tries them).
     GPU family: small 4 x 4 tiles in 8 x 8 work-groups (within the device's work-group limit);
-    correct anywhere, tuned by measurement.
+    correct anywhere, tuned by measurement; no prefetch (unmeasured).
     """
     if target.is_cpu_family:
         if target.preferred_vector_width_float >= 16:
-            return GemmConfig(12, 16, 2, (1, 1, 1))
-        return GemmConfig(6, 8, 2, (1, 1, 1))
+            return GemmConfig(12, 16, 2, (1, 1, 1), CPU_PFB)
+        return GemmConfig(6, 8, 2, (1, 1, 1), CPU_PFB)
     return GemmConfig(4, 4, 1, target.fit_group((8, 8, 1)))
+
+
+CPU_PFB = 8
+PFB_VALUES = (0, 4, 8, 16)
 
 
 def gemm_config(target: Target) -> GemmConfig:
     """The tiles to lower with: the Target's tuned choice (runtime.tuning) when it has one."""
     if target.gemm_tiles is not None:
         mr, vw, nv, ls = target.gemm_tiles
-        return GemmConfig(mr, vw, nv, tuple(ls))
+        return GemmConfig(mr, vw, nv, tuple(ls), default_gemm_config(target).pfb)
     return default_gemm_config(target)
 
 
@@ -172,6 +182,8 @@ def gemm_defines(cfg: GemmConfig, *, a_packed: bool, b_packed: bool, act_code: i
     """The -D defines of one gemm.cl program: what changes its code (everything else is a
     run-time argument)."""
     defines = {"MR": cfg.mr, "VW": cfg.vw, "NV": cfg.nv, "A_PACKED": int(a_packed), "B_PACKED": int(b_packed)}
+    if cfg.pfb and not b_packed:  # only in-place B loops prefetch: no program of its own otherwise
+        defines["PFB"] = cfg.pfb
     if act_code:
         defines["ACT"] = act_code
     if c_trans:
@@ -281,7 +293,7 @@ def fit_rows(target: Target, cfg: GemmConfig, m: int, n: Optional[int] = None) -
 
 def narrow_rows(cfg: GemmConfig) -> GemmConfig:
     """The 8-row tiles fit_rows may choose instead of the config's (8 x 48 with 16-float vectors)."""
-    return GemmConfig(8, cfg.vw, 3 if cfg.vw >= 16 and cfg.nv == 2 else cfg.nv, cfg.lsize)
+    return replace(cfg, mr=8, nv=3 if cfg.vw >= 16 and cfg.nv == 2 else cfg.nv)
 
 
 def in_place_columns(cfg: GemmConfig, n: int) -> int:
@@ -304,7 +316,7 @@ def transposed_config(target: Target, cfg: GemmConfig, m: int, n: int) -> Option
     FLOPs on padding (ResNet-50: layer4 N = 49 and layer3 N = 196 with MR = 7). Under the CPU
     family only (its tiles: work-groups along the row tiles, which the transposed programs need).
     """
-    cfg = GemmConfig(cfg.mr, cfg.vw, 2, cfg.lsize)  # conv.py's transposed path takes NR = 2 x VW
+    cfg = replace(cfg, nv=2)  # conv.py's transposed path takes NR = 2 x VW
     if not target.is_cpu_family or n > 8 * cfg.nr or m < 2 * cfg.nr:
         return None
     pad_n = round_up(n, cfg.nr) / n
@@ -315,7 +327,7 @@ def transposed_config(target: Target, cfg: GemmConfig, m: int, n: int) -> Option
             best = (waste, mr)
     if best is None or best[0] > 0.9 * pad_n:
         return None
-    return GemmConfig(best[1], cfg.vw, cfg.nv, cfg.lsize)
+    return replace(cfg, mr=best[1])
 
 
 def b_unpacked_ok(cfg: GemmConfig, n: int) -> bool:
@@ -343,11 +355,12 @@ def gemm_key(m: int, n: int, k: int, b_layout: str) -> ShapeKey:
 
 
 def config_params(cfg: GemmConfig) -> Params:
-    return {"mr": cfg.mr, "vw": cfg.vw, "nv": cfg.nv, "lsize": tuple(cfg.lsize)}
+    return {"mr": cfg.mr, "vw": cfg.vw, "nv": cfg.nv, "lsize": tuple(cfg.lsize), "pfb": cfg.pfb}
 
 
 def params_config(p: Params) -> GemmConfig:
-    return GemmConfig(int(p["mr"]), int(p["vw"]), int(p["nv"]), tuple(int(x) for x in p["lsize"]))
+    return GemmConfig(int(p["mr"]), int(p["vw"]), int(p["nv"]), tuple(int(x) for x in p["lsize"]),
+                      int(p.get("pfb", 0)))
 
 
 def gemm_space(target: Target, key: ShapeKey = ()) -> List[Params]:
@@ -355,19 +368,21 @@ def gemm_space(target: Target, key: ShapeKey = ()) -> List[Params]:
 
     CPU family: one work-item per group; VW the device's preferred float width or half of it
     (gemm.cl: 4, 8 or 16); MR x NV vector accumulators between 4 and 28 (what the register file
-    holds is the device's business: the measurement decides). GPU family: VW 4, small MR x NV,
-    square-ish work-groups fitted to the device's limits."""
+    holds is the device's business: the measurement decides); an in-place B's prefetch distance
+    PFB_VALUES (a B layout "packed" key: 0 only, the define is not used there). GPU family: VW 4,
+    small MR x NV, square-ish work-groups fitted to the device's limits, no prefetch."""
     d = config_params(gemm_config(target))
     out: List[Params] = [d]
+    inplace = not key or key[3] != "packed"
     if target.is_cpu_family:
         w = target.preferred_vector_width_float
         widths = [v for v in (16, 8, 4) if v <= max(w, 4) and v >= max(w, 4) // 2]
-        pts = [(mr, vw, nv, (1, 1, 1)) for vw in widths for mr in GEMM_ROWS for nv in GEMM_VECTORS
-               if 4 <= mr * nv <= 28]
+        pts = [(mr, vw, nv, (1, 1, 1), pfb) for vw in widths for mr in GEMM_ROWS for nv in GEMM_VECTORS
+               for pfb in (PFB_VALUES if inplace else (d["pfb"],)) if 4 <= mr * nv <= 28]
     else:
-        pts = [(mr, 4, nv, target.fit_group(ls)) for ls in GPU_GROUPS for mr in (2, 4, 8) for nv in (1, 2)]
-    for mr, vw, nv, ls in pts:
-        p = {"mr": mr, "vw": vw, "nv": nv, "lsize": tuple(ls)}
+        pts = [(mr, 4, nv, target.fit_group(ls), 0) for ls in GPU_GROUPS for mr in (2, 4, 8) for nv in (1, 2)]
+    for mr, vw, nv, ls, pfb in pts:
+        p = {"mr": mr, "vw": vw, "nv": nv, "lsize": tuple(ls), "pfb": pfb}
         if p not in out:
             out.append(p)
     return out
@@ -408,7 +423,8 @@ def tuned_tiles(target: Target, key: ShapeKey, fallback: GemmConfig, label: str 
             cfg = params_config(p)
         except (KeyError, TypeError, ValueError):
             return False
-        return cfg.vw in (4, 8, 16) and cfg.mr > 0 and cfg.nv > 0 and (valid is None or bool(valid(cfg)))
+        return (cfg.vw in (4, 8, 16) and cfg.mr > 0 and cfg.nv > 0 and cfg.pfb >= 0
+                and (valid is None or bool(valid(cfg))))
 
     p, source = choose(target, "gemm", key, valid=ok)
     cfg = params_config(p) if source == "db" else fallback
