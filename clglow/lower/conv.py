@@ -18,6 +18,9 @@ shape tests are in lower/conv_gemm.py and lower/winograd.py, the tiles come from
   depthwise   Cin/groups == 1, groups > 1: dwconv.cl, one launch: dwconv_rows (8 rows x 16
               columns per work-item) for 3x3, 5x5 and 7x7 with stride 1 or 2, dwconv (16
               columns of one row) otherwise. Any family.
+  gemv        a single-group 1x1 conv of a 1x1 map (SE blocks' FCs, a head after pooling): one
+              conv_gemv.cl launch over weight panels of 16 output channels (lower/conv_gemv.py).
+              CPU family.
   winograd    single-group 3x3 stride-1 convs with constant weights and enough tiles:
               F(4x4) / F(2x2) (lower/winograd.py). CPU family, PlanOptions.winograd.
   transposed  few output pixels (N <= 8 column tiles, gemm_kernel.transposed_config): Y^T = cols^T
@@ -64,6 +67,7 @@ from .conv_gemm import (fit_tiles, implicit_ok, implicit_rows_ok, padded_output,
                         pixel_panels)
 from .conv_nd import (ND_RANKS, NdGeometry, lower_conv_nd, lower_conv_nd_implicit, nd_applicable, nd_geometry,
                       nd_implicit_applicable)
+from .conv_gemv import gemv_applicable, lower_gemv
 from .conv_taps import TapsCtx, pruned_geometry
 from .gemm_kernel import (ACTIVATIONS, Bias, GemmConfig, Implicit, Operand, act_params, b_unpacked_ok,
                           gemm_config, gemm_key, gemm_launch, pack_a, pack_b, transposed_config, tuned_tiles)
@@ -453,6 +457,7 @@ CONV_PATHS = (
     ConvPath("implicit nd", nd_implicit_applicable, lower_conv_nd_implicit),  # first two: 3-D convs (the rows
     ConvPath("im2col nd", nd_applicable, lower_conv_nd),                      # below read a 2-D geometry)
     ConvPath("depthwise", _depthwise_applicable, _lower_depthwise, gemm=False),
+    ConvPath("gemv", gemv_applicable, lower_gemv, gemm=False),  # 1x1 of a 1x1 map (lower/conv_gemv.py)
     ConvPath("winograd", _winograd_applicable, _lower_winograd),
     ConvPath("transposed", _transposed_applicable, _lower_transposed),
     ConvPath("xgemm pointwise", _xgemm_pointwise_applicable, _lower_xgemm_pointwise),
