@@ -15,6 +15,7 @@ from .fuse_matmul import fold_transposes, fuse_matmul
 from .gemm_matmul import gemm_to_matmul
 from .identity import remove_identity
 from .refine_shapes import refine_shapes
+from .trivial_moves import remove_trivial_moves
 from .qdq import fuse_qdq
 
 log = logging.getLogger(__name__)
@@ -24,6 +25,7 @@ PIPELINE: list[Callable[[Graph], Graph]] = [
     fuse_qdq,  # before fold_constants, which would turn the weights' DequantizeLinear into floats
     fold_constants,
     refine_shapes,  # the dims folding made known (masks, reshape targets): static shapes for the fusions
+    remove_trivial_moves,
     remove_dead_nodes,
     fold_batchnorm,
     fuse_conv,

@@ -1,0 +1,69 @@
+"""Data movement that moves nothing: a Cast to the dtype its input already has is dropped, and
+a Transpose that only moves axes of size 1 becomes a Reshape (a view: no launch).
+
+A decode step's head split transposes [1, 1, H, D] to [1, H, 1, D] (the same bytes in the same
+order) and its attention casts float32 probabilities to float32: each was a launch on every
+run. Static shapes only (the Transpose); graph outputs are left as they are.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from ..dtypes import onnx_to_numpy
+from ..ir import Graph, Node, Value
+
+
+def _same_dtype_cast(node: Node, g: Graph) -> bool:
+    if node.op_type != "Cast" or len(node.inputs) != 1:
+        return False
+    v = g.values.get(node.inputs[0])
+    to = node.attr("to")
+    if v is None or v.dtype is None or to is None:
+        return False
+    try:
+        return np.dtype(onnx_to_numpy(int(to))) == np.dtype(v.dtype)
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def _moves_only_ones(node: Node, g: Graph) -> Optional[tuple]:
+    """The output shape of a Transpose whose axes of size > 1 keep their order, else None."""
+    if node.op_type != "Transpose":
+        return None
+    v = g.values.get(node.input(0))
+    if v is None or not v.is_static:
+        return None
+    shape = tuple(v.shape)
+    perm = [int(p) for p in (node.attr("perm") or list(range(len(shape)))[::-1])]
+    if sorted(perm) != list(range(len(shape))):
+        return None
+    big = [p for p in perm if shape[p] != 1]
+    return tuple(shape[p] for p in perm) if big == sorted(big) else None
+
+
+def remove_trivial_moves(graph: Graph) -> Graph:
+    """`graph` without same-dtype Casts and with size-1-only Transposes as Reshapes."""
+    g = graph.copy()
+    outputs = set(g.outputs)
+    rename: dict = {}
+    keep = []
+    for node in g.nodes:
+        node.inputs = [rename.get(i, i) for i in node.inputs]
+        if node.domain not in ("", "ai.onnx") or node.outputs[0] in outputs:
+            keep.append(node)
+            continue
+        if _same_dtype_cast(node, g):
+            rename[node.outputs[0]] = node.inputs[0]
+            g.values.pop(node.outputs[0], None)
+            continue
+        shape = _moves_only_ones(node, g)
+        if shape is not None:
+            target = g.unique_name(node.outputs[0] + "_shape")
+            arr = np.array(shape, np.int64)
+            g.values[target] = Value(target, arr.dtype, arr.shape, arr)
+            node = Node("Reshape", node.name, [node.inputs[0], target], list(node.outputs))
+        keep.append(node)
+    g.nodes = keep
+    return g

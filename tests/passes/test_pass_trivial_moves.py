@@ -1,0 +1,55 @@
+"""passes/trivial_moves.py: a Cast to its input's dtype is dropped and a Transpose that only
+moves axes of size 1 becomes a Reshape (a view); a real transpose, a real cast and a graph
+output stay; results against onnxruntime."""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+from onnx import TensorProto as T, helper
+
+import clglow
+from clglow.frontend.onnx_model import import_model
+from clglow.passes.trivial_moves import remove_trivial_moves
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import models  # noqa: E402  (tests/models.py: ort_run)
+
+RNG = np.random.default_rng(5)
+
+
+def _model(shape, perm, to, out_shape, out_type=T.FLOAT):
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=perm), helper.make_node("Cast", ["t"], ["c"], to=to),
+             helper.make_node("Relu" if out_type == T.FLOAT else "Identity", ["c"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, list(shape))],
+                          [helper.make_tensor_value_info("y", out_type, list(out_shape))])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("shape,perm,to,ops", [
+    ((1, 1, 4, 64), [0, 2, 1, 3], T.FLOAT, ["Reshape", "Relu"]),          # a decode step's head split
+    ((3, 1, 5), [1, 0, 2], T.FLOAT, ["Reshape", "Relu"]),
+    ((2, 1, 5), [2, 1, 0], T.FLOAT, ["Transpose", "Relu"]),              # 2 and 5 swap: a real transpose
+    ((1, 1, 4, 64), [0, 2, 1, 3], T.DOUBLE, ["Reshape", "Cast", "Relu"]),  # a real cast
+])
+def test_trivial_moves(shape, perm, to, ops):
+    out_shape = tuple(shape[p] for p in perm)
+    m = _model(shape, perm, to, out_shape, T.DOUBLE if to == T.DOUBLE else T.FLOAT)
+    if to == T.DOUBLE:
+        ops = ["Reshape", "Cast", "Identity"]
+    g = remove_trivial_moves(import_model(m))
+    assert [n.op_type for n in g.nodes] == ops
+    x = RNG.standard_normal(shape).astype(np.float32)
+    got = clglow.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, models.ort_run(m, {"x": x})[0], rtol=1e-6)
+
+
+def test_graph_output_stays():
+    g = helper.make_graph([helper.make_node("Cast", ["x"], ["y"], to=T.FLOAT)], "g",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [3])], [helper.make_tensor_value_info("y", T.FLOAT, [3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    assert [n.op_type for n in remove_trivial_moves(import_model(m)).nodes] == ["Cast"]
+    x = RNG.standard_normal(3).astype(np.float32)
+    np.testing.assert_array_equal(clglow.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0], x)
