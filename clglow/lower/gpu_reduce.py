@@ -11,6 +11,8 @@ segment of neighbouring work-items per output reads the run side by side, severa
 group when runs are short. When it is kept, `cols`: neighbouring work-items take neighbouring
 outputs (coalesced columns) and the group's second dimension splits the reduced set.
 
+Where (`applicable`): the GPU family on a device with dedicated local memory (real GPUs,
+Oclgrind), like xgemm.cl; elsewhere, pocl under CLGLOW_TARGET=gpu included, the per-output rows.
 The work-group size (`LS`, the local arrays' size) is a tunable family ("wg_reduce"): its
 declared space is LOCAL_SIZES within the device's work-group and local-memory limits, the
 default the first that fits; runtime.search measures it where a model's shapes ask for it.
@@ -49,9 +51,14 @@ def local_sizes(target: Target, item_bytes: int = 8) -> List[int]:
 
 def applicable(target: Target) -> Optional[str]:
     """None when the work-group reductions apply on `target`, else why not: the GPU family (whose
-    devices run a group's items side by side) and a work-group size within its limits."""
+    devices run a group's items side by side), dedicated local memory for the trees (as xgemm.cl
+    needs: on pocl, whose local memory is emulated in global memory and whose groups run item
+    after item, these kernels took 10-46x the time of the per-output ones), and a work-group
+    size within its limits."""
     if target.is_cpu_family:
         return "the CPU family (one work-item per output, reduce.cl)"
+    if not target.has_local_memory:
+        return f"no dedicated local memory (type {target.local_mem_type!r}): one work-item per output"
     if not local_sizes(target):
         return "no work-group size of LOCAL_SIZES fits the device's limits"
     return None

@@ -4,6 +4,7 @@ the test device under the GPU family. Planes shorter than, equal to and longer t
 1-D to 3-D, one element. XGEMM_SMALL=1 (tests/oclgrind): the small shapes only."""
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
@@ -32,7 +33,7 @@ def _run(op: str, x: np.ndarray) -> np.ndarray:
     out = x.shape[:2] + (1,) * (x.ndim - 2)
     node = helper.make_node(op, ["x"], ["y"])
     _op, lctx = lower_ctx(node, {"x": x}, {}, {"y": (out, np.float32)}, opset=13,
-                          device=device_info().with_family("gpu"))
+                          device=dataclasses.replace(device_info().with_family("gpu"), local_mem_type="local"))
     launches = lower_global_pool_wg(lctx)
     assert [ln.kernel for ln in launches] == ["wg_reduce"]
     return execute(launches, {"x": x}, {"y": np.empty(out, np.float32)})["y"]

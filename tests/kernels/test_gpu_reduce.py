@@ -9,6 +9,7 @@ SMALL=1 (tests/oclgrind): only the small shapes (a simulator runs every work-ite
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
@@ -28,8 +29,9 @@ SMALL = os.environ.get("XGEMM_SMALL") == "1"
 
 
 def gpu():
-    """The test device's Target under the GPU family."""
-    return device_info().with_family("gpu")
+    """The test device's Target under the GPU family, told its local memory is dedicated (what a
+    GPU and Oclgrind report; pocl's emulated one keeps the per-output kernels)."""
+    return dataclasses.replace(device_info().with_family("gpu"), local_mem_type="local")
 
 
 # (shape, axes, kernel): every mapping; the large ones are left out on a simulator.
@@ -186,9 +188,27 @@ def test_plan_layouts():
     assert (lay.kind, lay.inner, lay.linear) == ("cols", 6, False)
 
 
-def test_cpu_family_keeps_reduce_cl():
-    """The CPU family's row stays reduce.cl (one work-item per output)."""
+@pytest.mark.parametrize("where", ["cpu family", "emulated local memory"])
+def test_other_targets_keep_reduce_cl(where):
+    """The CPU family, and the GPU family where local memory is emulated (pocl under
+    CLGLOW_TARGET=gpu), keep reduce.cl (one work-item per output)."""
+    target = device_info().with_family("cpu") if where == "cpu family" else \
+        dataclasses.replace(gpu(), local_mem_type="global")
+    assert gpu_reduce.applicable(target) is not None
     x = _data("ReduceSum", (3, 70))
     launches = lower(_node("ReduceSum"), {"x": x}, {"axes": np.array([1], np.int64)}, {"y": ((3, 1), np.float32)},
-                     opset=18, device=device_info().with_family("cpu"))
+                     opset=18, device=target)
     assert [ln.program for ln in launches] == ["reduce"]
+
+
+def test_wg_reduce_family_measures():
+    """The tunable family's benchmark runs each point of its space on the device (runtime.search)."""
+    from clglow.lower.tunable import FAMILIES
+    from clglow.runtime import search
+    from clglow.runtime.device import select_device
+
+    for fam, key in (("wg_reduce", ("rows", 6, 1000, 1)), ("wg_reduce", ("cols", 2, 50, 70)),
+                     ("wg_softmax", ("rows", 6, 300, 1))):
+        points = FAMILIES[fam].space(gpu(), key)[:2]
+        times = search.measure(select_device(), gpu(), fam, key, points, rounds=1)
+        assert sorted(times) == list(range(len(points))) and all(t > 0 for t in times.values())
