@@ -23,6 +23,10 @@ shape tests are in lower/conv_gemm.py and lower/winograd.py, the tiles come from
               CPU family.
   winograd    single-group 3x3 stride-1 convs with constant weights and enough tiles:
               F(4x4) / F(2x2) (lower/winograd.py). CPU family, PlanOptions.winograd.
+  regions     border outputs that read the image with few of their taps (a dilated conv on a
+              small map, DeepLabV3's ASPP rate 12): per region of constant live taps, im2col of
+              its pixels and taps + its GEMM, then a scatter into Y (lower/conv_regions.py).
+              CPU family, constant weights, one group, no residual.
   transposed  few output pixels (N <= 8 column tiles, gemm_kernel.transposed_config): Y^T = cols^T
               W^T with the pixels as the MR tile rows, read in place (X for a 1x1, phase images
               otherwise; gemm.cl flag 8) when the output has at most 8 column tiles
@@ -68,6 +72,7 @@ from .conv_gemm import (fit_tiles, implicit_ok, implicit_rows_ok, padded_output,
 from .conv_nd import (ND_RANKS, NdGeometry, lower_conv_nd, lower_conv_nd_implicit, nd_applicable, nd_geometry,
                       nd_implicit_applicable)
 from .conv_gemv import gemv_applicable, lower_gemv
+from .conv_regions import lower_regions, regions_applicable
 from .conv_taps import TapsCtx, pruned_geometry
 from .gemm_kernel import (ACTIVATIONS, Bias, GemmConfig, Implicit, Operand, act_params, b_unpacked_ok,
                           gemm_config, gemm_key, gemm_launch, pack_a, pack_b, transposed_config, tuned_tiles)
@@ -459,6 +464,7 @@ CONV_PATHS = (
     ConvPath("depthwise", _depthwise_applicable, _lower_depthwise, gemm=False),
     ConvPath("gemv", gemv_applicable, lower_gemv, gemm=False),  # 1x1 of a 1x1 map (lower/conv_gemv.py)
     ConvPath("winograd", _winograd_applicable, _lower_winograd),
+    ConvPath("regions", regions_applicable, lower_regions, gemm=False),  # lower/conv_regions.py
     ConvPath("transposed", _transposed_applicable, _lower_transposed),
     ConvPath("xgemm pointwise", _xgemm_pointwise_applicable, _lower_xgemm_pointwise),
     ConvPath("xgemm im2col", lambda c: xgemm_applicable(c.target), _lower_xgemm_im2col),

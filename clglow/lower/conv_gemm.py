@@ -65,16 +65,25 @@ def im2col_table(geom: ConvGeometry, np_: int, nr: int) -> np.ndarray:
     r = np.arange(g.kh * g.kw)
     ih = o_h[None, :] * g.sh - g.ph + (r // g.kw)[:, None] * g.dh
     iw = o_w[None, :] * g.sw - g.pw + (r % g.kw)[:, None] * g.dw
-    ok = (ih >= 0) & (ih < g.h) & (iw >= 0) & (iw < g.w) & (n < g.npix)[None, :]
-    tab = np.where(ok, ih * g.w + iw, -1).astype(np.int32)
+    return table_of_reads(ih, iw, (n < g.npix)[None, :], g.h, g.w, nr)
+
+
+def table_of_reads(ih: np.ndarray, iw: np.ndarray, real: np.ndarray, h: int, w: int, nr: int) -> np.ndarray:
+    """im2col.cl's table (see im2col_table) from the input row and column that each tap (rows)
+    reads at each panel column (columns, a whole number of PV runs); `real` marks the columns
+    that are output pixels (the rest, and reads outside the h x w plane, are padding)."""
+    ok = (ih >= 0) & (ih < h) & (iw >= 0) & (iw < w) & real
+    tab = np.where(ok, ih * w + iw, -1).astype(np.int32)
     pv = panel_vector_width(nr)
-    runs = tab.reshape(g.kh * g.kw, np_ // pv, pv)
+    ntap, np_ = tab.shape
+    hw = h * w
+    runs = tab.reshape(ntap, np_ // pv, pv)
     start = runs[..., 0]
     contiguous = (start >= 0) & np.all(runs - runs[..., :1] == np.arange(pv), axis=-1)
     # stride-2 runs (strided convs) read 2*PV consecutive inputs and keep the even ones; only
     # where those stay inside the channel's plane (never past the end of the tensor)
     every_other = ((start >= 0) & np.all(runs - runs[..., :1] == 2 * np.arange(pv), axis=-1)
-                   & (start + 2 * pv <= g.hw) & (pv > 1))
+                   & (start + 2 * pv <= hw) & (pv > 1))
     fast = np.where(contiguous, start, np.where(every_other, -(start + 2), -1)).astype(np.int32)
     return np.concatenate([tab.ravel(), fast.ravel()])
 
@@ -242,6 +251,7 @@ def fit_tiles(target: Target, cfg: GemmConfig, geom: ConvGeometry) -> GemmConfig
     return fit_rows(target, cfg, m, npix)
 
 
-__all__ = ["SCRATCH_CAP", "IMPLICIT_WASTE", "pieces", "panel_vector_width", "im2col_table", "pixel_panels",
+__all__ = ["SCRATCH_CAP", "IMPLICIT_WASTE", "pieces", "panel_vector_width", "im2col_table", "table_of_reads",
+           "pixel_panels",
            "phases_read", "phases_ok", "phase_geometry", "implicit_ok", "implicit_rows_ok", "implicit_offsets",
            "padded_output", "phase_pieces", "fit_tiles"]

@@ -103,3 +103,42 @@ def test_rate_24_reads_x_in_place():
     launches = lower(node, {"x": rand(1, 16, 20, 20)}, {"w": rand(32, 16, 3, 3), "b": rand(32)},
                      {"y": ((1, 32, 20, 20), np.float32)})
     assert [la.kernel for la in launches] == ["gemm"], [la.kernel for la in launches]
+
+
+# --- the regions path (lower/conv_regions.py): border outputs with fewer live taps -----------------
+REGION_CASES = [
+    ((1, 6, 20, 20), (5, 6, 3, 3), dict(dilations=[12, 12], pads=[12, 12, 12, 12])),  # ASPP rate 12 (3 x 3 regions)
+    ((2, 5, 9, 11), (7, 5, 3, 3), dict(dilations=[6, 5], pads=[6, 5, 6, 5])),         # two images, ragged regions
+    ((1, 4, 13, 9), (3, 4, 3, 3), dict(dilations=[8, 1], pads=[8, 1, 8, 1])),         # regions along rows only
+    ((1, 3, 16, 16), (4, 3, 5, 5), dict(dilations=[5, 5], pads=[10, 10, 10, 10])),    # 5x5: 5 segments an axis
+    ((1, 3, 15, 15), (4, 3, 3, 3), dict(dilations=[7, 7], pads=[7, 7, 7, 7], strides=[2, 2])),  # strided
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", REGION_CASES, ids=[str(i) for i in range(len(REGION_CASES))])
+def test_regions_path(x_shape, w_shape, attrs):
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
+    x, w, b = rand(*x_shape), rand(*w_shape), rand(w_shape[0])
+    y = reference(node, {"x": x}, {"w": w, "b": b}, 17)[0]
+    launches = lower(node, {"x": x}, {"w": w, "b": b}, {"y": (y.shape, np.float32)})
+    assert launches[-1].kernel == "scatter_pixels", [la.kernel for la in launches]
+    check(node, {"x": x}, {"w": w, "b": b})
+
+
+def test_regions_fused_activation():
+    x, w, b = rand(1, 6, 20, 20), rand(5, 6, 3, 3), rand(5)
+    attrs = dict(dilations=[12, 12], pads=[12, 12, 12, 12])
+    y = reference(helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs), {"x": x}, {"w": w, "b": b}, 17)[0]
+    node = helper.make_node("FusedConv", ["x", "w", "b", ""], ["y"], domain="clglow", activation="Relu", **attrs)
+    check(node, {"x": x}, {"w": w, "b": b}, expected=[np.maximum(y, 0)])
+
+
+def test_regions_work():
+    """ASPP rate 12 at 20x20: 9 regions doing 36% of im2col's multiply-adds; a 3x3 pad-1 conv on
+    a 56x56 map keeps im2col's single pass (the borders save too little)."""
+    from clglow.lower.conv_regions import conv_regions
+    g = ConvGeometry(20, 20, 20, 20, 3, 3, ph=12, pw=12, dh=12, dw=12, cin=8, cout=4)
+    regs = conv_regions(g)
+    assert len(regs) == 9
+    assert sum(r.npix * r.taps for r in regs) / (g.npix * 9) == pytest.approx(0.36)
+    assert sum(r.npix for r in regs) == g.npix
