@@ -23,32 +23,30 @@
 #define SD 2
 #endif
 
-/* One work-item per element: along the time axis, the first seq_lens[b] steps of batch entry b
- * are read in reverse order, the rest copied. tstride/bstride: element strides of the axes. */
-__kernel void reverse_sequence(__global const T* x, __global const TI* seq_lens, __global T* y, const int n,
-                               const int tlen, const int tstride, const int blen, const int bstride) {
-    const int i = get_global_id(0);
-    if (i >= n) return;
-    const int t = (i / tstride) % tlen;
-    const int b = (i / bstride) % blen;
+/* gsize = (inner, batch, time): work-item (k, b, t) writes y[t * tstride + b * bstride + k], read
+ * from step len - 1 - t of its batch entry when t < len = seq_lens[b], else from step t (inner:
+ * the contiguous elements after both axes; no division per element). */
+__kernel void reverse_sequence(__global const T* x, __global const TI* seq_lens, __global T* y, const int inner,
+                               const int blen, const int tlen, const int tstride, const int bstride) {
+    const int k = get_global_id(0), b = get_global_id(1), t = get_global_id(2);
+    if (k >= inner || b >= blen || t >= tlen) return;
     const int len = (int)clamp(seq_lens[b], (TI)0, (TI)tlen);
-    const int src = t < len ? i + (len - 1 - 2 * t) * tstride : i;
-    y[i] = x[src];
+    const int ts = t < len ? len - 1 - t : t;
+    y[t * tstride + b * bstride + k] = x[ts * tstride + b * bstride + k];
 }
 
 /* MaxUnpool: x[i] goes to flat position idx[i] of the inferred output shape, placed in the
  * output (which may be larger: output_shape) by its coordinates. meta (int32): inferred
  * dims[RANK], output strides[RANK]. The output was zero-filled before; indices outside the
  * inferred shape are ignored. */
-__kernel void max_unpool(__global const T* x, __global const TI* idx, __global T* y, const int n,
+__kernel void max_unpool(__global const T* x, __global const TI* idx, __global T* y, const int n, const int total,
                          __global const int* restrict meta) {
     const int i = get_global_id(0);
     if (i >= n) return;
-    long rem = (long)idx[i];
-    long total = 1;
-    for (int d = 0; d < RANK; ++d) total *= meta[d];
-    if (rem < 0 || rem >= total) return;
-    long off = 0;
+    const TI v = idx[i];
+    if (v < 0 || v >= (TI)total) return;
+    int rem = (int)v;  /* int arithmetic: the tensors are below 2^31 elements (lowering checks) */
+    int off = 0;
     for (int d = RANK - 1; d >= 0; --d) {
         const int od = meta[d];
         off += (rem % od) * meta[RANK + d];
@@ -57,9 +55,9 @@ __kernel void max_unpool(__global const T* x, __global const TI* idx, __global T
     y[off] = x[i];
 }
 
-/* AffineGrid: one work-item per output point (n, [d,] h, w); grid = theta[n] @ (x, y, [z,] 1)
- * with x along W, y along H, z along D, normalised to [-1, 1] (pixel centres unless ALIGN).
- * dims = [N, (D,) H, W]. */
+/* AffineGrid: gsize = (W, H, N * D): work-item (w, h, n * D + d) writes grid point (n, [d,] h, w):
+ * theta[n] @ (x, y, [z,] 1) with x along W, y along H, z along D, normalised to [-1, 1] (pixel
+ * centres unless ALIGN). dims = [N, D, H, W] (D = 1 for a 2-D grid). */
 inline F ag_coord(int i, int s) {
 #ifdef ALIGN
     return s > 1 ? (F)(-1) + (F)(2 * i) / (F)(s - 1) : (F)(-1);
@@ -68,21 +66,20 @@ inline F ag_coord(int i, int s) {
 #endif
 }
 
-__kernel void affine_grid(__global const F* theta, __global F* grid, const int n_pts,
-                          __global const int* restrict dims) {
-    const int p = get_global_id(0);
-    if (p >= n_pts) return;
-    int rem = p;
-    F base[SD + 1];
-    for (int k = 0; k < SD; ++k) {  /* k = 0: W (x), 1: H (y), 2: D (z) */
-        const int s = dims[SD - k];
-        base[k] = ag_coord(rem % s, s);
-        rem /= s;
-    }
+__kernel void affine_grid(__global const F* theta, __global F* grid, const int N, const int D, const int H,
+                          const int W) {
+    const int w = get_global_id(0), h = get_global_id(1), nd = get_global_id(2);
+    if (w >= W || h >= H || nd >= N * D) return;
+    const int n = nd / D, d = nd - n * D;
+    F base[4];
+    base[0] = ag_coord(w, W);
+    base[1] = ag_coord(h, H);
+#if SD == 3
+    base[2] = ag_coord(d, D);
+#endif
     base[SD] = (F)1;
-    const int n = rem;
     __global const F* th = theta + (long)n * SD * (SD + 1);
-    __global F* g = grid + (long)p * SD;
+    __global F* g = grid + (((long)nd * H + h) * W + w) * SD;
     for (int r = 0; r < SD; ++r) {
         F acc = (F)0;
         for (int c = 0; c <= SD; ++c) acc += th[r * (SD + 1) + c] * base[c];

@@ -1,7 +1,8 @@
 """Lowering of Col2Im (opset 18, N-D) to OpenCL (see lower/base.py).
 
 One work-item per image element gathers the column entries whose block lands on it (col2im.cl):
-a fixed sum order and no atomics. image_shape and block_shape must be known when the node is
+the reference's sum order and no atomics; 2-D images by rows of pixels (col2im_2d), other ranks
+through per-dim lists of the covering taps (col2im). image_shape and block_shape must be known when the node is
 lowered (constants, or graph inputs the session specialises as shape inputs).
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ from ..errors import InvalidModel
 from ..ir import Graph, Node
 from ..target import Target
 from .base import Launch, LowerCtx, device_op, i32
-from .common import check_dtypes, check_int32_sizes, floats, type_defines, work_size
+from .common import check_dtypes, check_int32_sizes, floats, grid, type_defines, work_size
 
 
 def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
@@ -57,9 +58,14 @@ def lower_col2im(ctx: LowerCtx) -> list:
         return []
     check_int32_sizes(ctx)
     image, block, dil, pads, st, cols = _geometry(ctx)
-    meta = ctx.const_buffer(np.array(image + block + dil + pads + st + cols, np.int32))
     defines = type_defines(T=x.dtype)
-    defines["ND"] = len(image)
+    meta = ctx.const_buffer(np.array(image + block + dil + pads + st + cols, np.int32))
+    if len(image) == 2:  # rows of pixels, uniform tap loops (4.6 ms against the N-D kernel's 22, under load)
+        planes = out.size // (image[0] * image[1])
+        gsize, ls = grid(ctx.device, (image[1], image[0], planes), (64, 1, 1))
+        return [Launch("col2im", "col2im_2d", gsize, [ctx.buf(0), ctx.out(0), i32(planes), meta], ls, defines,
+                       ctx.label())]
+    defines.update(ND=len(image), MAXK=max(block))
     g, l = work_size(ctx, out.size)
     return [Launch("col2im", "col2im", g, [ctx.buf(0), ctx.out(0), i32(out.size), i32(np.prod(block)),
                                            i32(np.prod(cols)), meta], l, defines, ctx.label())]

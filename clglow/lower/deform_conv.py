@@ -15,8 +15,10 @@ import numpy as np
 from ..errors import InvalidModel
 from ..ir import Graph, Node
 from ..target import Target
-from .base import Launch, LowerCtx, device_op, i32
-from .common import check_dtypes, check_int32_sizes, floats, shape_of, type_defines, work_size
+from .base import Launch, LowerCtx, device_op
+from .common import check_dtypes, check_int32_sizes, floats, grid, shape_of, type_defines
+
+_OCB = 4  # output channels per work-item of deform_gemm (each column load serves them all)
 
 
 def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
@@ -77,9 +79,13 @@ def lower_deform_conv(ctx: LowerCtx) -> list:
     meta = ctx.const_buffer(np.array(dims, np.int32))
     mask = ctx.buf(4) if ctx.has_input(4) else ctx.buf(0)
     bias = ctx.buf(3) if ctx.has_input(3) else ctx.buf(0)
-    g1, l1 = work_size(ctx, ncols)
-    g2, l2 = work_size(ctx, out.size)
-    return [Launch("deform_conv", "deform_im2col", g1, [ctx.buf(0), ctx.buf(2), mask, cols, i32(ncols), meta], l1,
-                   defines, ctx.label()),
-            Launch("deform_conv", "deform_gemm", g2, [cols, ctx.buf(1), bias, ctx.out(0), i32(out.size), meta], l2,
-                   defines, ctx.label())]
+    p = oh * ow
+    g1, l1 = grid(ctx.device, (p, kh * kw, n * ic), (64, 1, 1))
+    oc, groups = dims[16], dims[15]
+    blocks = groups * -(-(oc // groups) // _OCB)
+    g2, l2 = grid(ctx.device, (p, blocks, n), (64, 1, 1))
+    defines2 = dict(defines, OCB=_OCB)
+    return [Launch("deform_conv", "deform_im2col", g1, [ctx.buf(0), ctx.buf(2), mask, cols, meta], l1, defines,
+                   ctx.label()),
+            Launch("deform_conv", "deform_gemm", g2, [cols, ctx.buf(1), bias, ctx.out(0), meta], l2, defines2,
+                   ctx.label())]

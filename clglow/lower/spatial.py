@@ -24,7 +24,7 @@ from ..target import Target
 from . import resize
 from .base import Launch, LowerCtx, device_op, i32, lookup
 from .common import (INDEX, STORAGE_CL, attr_str, check_dtypes, check_int32_sizes, dtype_of, fill_bits, floats,
-                     norm_axis, shape_of, storage_type, type_defines, work_size)
+                     grid, norm_axis, shape_of, storage_type, type_defines, work_size)
 from .index_space import contiguous_strides
 from .movement import copy_launches
 
@@ -92,16 +92,18 @@ def lower_reverse_sequence(ctx: LowerCtx) -> list:
     if r < 2:
         raise InvalidModel(f"ReverseSequence input of rank {r}; at least 2 required", node=ctx.label())
     ta, ba = norm_axis(ctx.attr("time_axis", 0), r), norm_axis(ctx.attr("batch_axis", 1), r)
-    if ta == ba:
-        raise InvalidModel(f"ReverseSequence time_axis and batch_axis are both {ta}", node=ctx.label())
+    if {ta, ba} != {0, 1}:
+        raise InvalidModel(f"ReverseSequence time_axis {ta} and batch_axis {ba}: the spec allows 0 and 1",
+                           node=ctx.label())
     if lens.size != int(x.shape[ba]):
         raise InvalidModel(f"sequence_lens has {lens.size} entries for a batch of {x.shape[ba]}",
                            node=ctx.label(), tensor=lens.name)
     st = contiguous_strides(x.shape)
-    g, l = work_size(ctx, out.size)
-    return [Launch("spatial", "reverse_sequence", g,
-                   [ctx.buf(0), ctx.buf(1), ctx.out(0), i32(out.size), i32(x.shape[ta]), i32(st[ta]),
-                    i32(x.shape[ba]), i32(st[ba])], l,
+    inner = int(np.prod(x.shape[2:], dtype=np.int64))
+    gsize, ls = grid(ctx.device, (inner, int(x.shape[ba]), int(x.shape[ta])), (64, 1, 1))
+    return [Launch("spatial", "reverse_sequence", gsize,
+                   [ctx.buf(0), ctx.buf(1), ctx.out(0), i32(inner), i32(x.shape[ba]), i32(x.shape[ta]), i32(st[ta]),
+                    i32(st[ba])], ls,
                    {"T": storage_type(x.dtype), "TI": "int" if lens.dtype == np.int32 else "long"}, ctx.label())]
 
 
@@ -140,7 +142,8 @@ def lower_max_unpool(ctx: LowerCtx) -> list:
     if x.size:
         meta = ctx.const_buffer(np.array(inferred + contiguous_strides(out.shape), np.int32))
         g, l = work_size(ctx, x.size)
-        launches.append(Launch("spatial", "max_unpool", g, [ctx.buf(0), ctx.buf(1), ctx.out(0), i32(x.size), meta],
+        args = [ctx.buf(0), ctx.buf(1), ctx.out(0), i32(x.size), i32(np.prod(inferred)), meta]
+        launches.append(Launch("spatial", "max_unpool", g, args,
                                l, {"T": storage_type(x.dtype), "TI": "int" if ind.dtype == np.int32 else "long",
                                    "RANK": len(inferred)}, ctx.label()))
     return launches
@@ -168,11 +171,11 @@ def lower_affine_grid(ctx: LowerCtx) -> list:
     defines["SD"] = sd
     if int(ctx.attr("align_corners", 0)):
         defines["ALIGN"] = None
-    n_pts = out.size // sd
-    g, l = work_size(ctx, n_pts)
-    dims = ctx.const_buffer(np.array([int(d) for d in out.shape[:-1]], np.int32))
-    return [Launch("spatial", "affine_grid", g, [ctx.buf(0), ctx.out(0), i32(n_pts), dims], l, defines,
-                   ctx.label())]
+    n, w, h = int(out.shape[0]), int(out.shape[-2]), int(out.shape[-3])
+    d = int(out.shape[1]) if sd == 3 else 1
+    gsize, ls = grid(ctx.device, (w, h, n * d), (64, 1, 1))
+    return [Launch("spatial", "affine_grid", gsize, [ctx.buf(0), ctx.out(0), i32(n), i32(d), i32(h), i32(w)], ls,
+                   defines, ctx.label())]
 
 
 # --- Upsample ------------------------------------------------------------------------------------
