@@ -31,6 +31,7 @@ from .ir import Graph
 from .partition import Placement, format_placement, place
 from .passes.pipeline import optimize
 from .runtime.binding import HostStep
+from .runtime.cache import disk_key
 from .lower.tunable import request_mark, requests_since
 from .runtime.engine import Engine
 from .runtime.search import start_background
@@ -153,7 +154,12 @@ class InferenceSession:
         tuning = threading.Thread(target=self.device.ensure_tuned, args=(plan_options.target, tune),
                                   name="clglow-tune", daemon=True)
         tuning.start()
-        loaded = self._load(model, weights)
+        key = graph_cache.model_key(model, weights, (self.options.graph_optimization_level > 0,
+                                                     self.options.max_tensor_bytes, config.max_tensor_bytes()))
+        programs_key = graph_cache.programs_key(key, disk_key("", (), self.device.cl_device), (plan_options,))
+        known_programs = graph_cache.load_programs(programs_key)
+        self.device.prefetch(known_programs)  # a warm start: the programs build while the model loads
+        loaded = self._load(model, weights, key)
         self._base_dir, self._proto_meta, self._declared = loaded.base_dir, loaded.meta, loaded.declared
         self._input_args = [self._node_arg(n, loaded.declared) for n in loaded.inputs]
         self._output_args = [self._node_arg(n, loaded.declared, named=True) for n in loaded.outputs]
@@ -173,7 +179,9 @@ class InferenceSession:
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._profile_start = time.time()
         if static:
-            self._last_plan = self._engine.plan(self._input_types_static())
+            with self.device.recording() as used:
+                self._last_plan = self._engine.plan(self._input_types_static())
+            graph_cache.save_programs(programs_key, used, known_programs)
         # database misses among this model's shapes: measured in the background between runs
         # (runtime/search.py: after the first run, only while idle, bounded), for later sessions
         self._tune_gate = start_background(self.device, self._engine.target,
@@ -181,12 +189,11 @@ class InferenceSession:
         log.info("loaded %s in %.2fs on %s", self._proto_meta["graph"], time.perf_counter() - t0,
                  getattr(self.device, "name", self.device))
 
-    def _load(self, model: ModelLike, weights: Optional[Mapping[str, np.ndarray]]) -> graph_cache.Loaded:
-        """Parse, import and optimize `model`, or read the result a previous process stored
-        (frontend.graph_cache: large models given as a path or bytes, without `weights`)."""
+    def _load(self, model: ModelLike, weights: Optional[Mapping[str, np.ndarray]],
+              key: Optional[str]) -> graph_cache.Loaded:
+        """Parse, import and optimize `model`, or read the result a previous process stored under
+        `key` (frontend.graph_cache: large models given as a path or bytes, without `weights`)."""
         cap = self.options.max_tensor_bytes
-        key = graph_cache.model_key(model, weights, (self.options.graph_optimization_level > 0, cap,
-                                                     config.max_tensor_bytes()))
         loaded = graph_cache.load(key)
         if loaded is not None:
             return loaded

@@ -31,7 +31,7 @@ def cache_dir(tmp_path, monkeypatch) -> Path:
 def _damage(path: Path, how: str) -> None:
     data = bytearray(path.read_bytes())
     if how == "flip_data":
-        data[-300] ^= 0x10
+        data[max(len(data) - 300, len(data) // 2)] ^= 0x10
     elif how == "flip_header":
         data[20] ^= 0x01
     elif how == "truncated":
@@ -251,3 +251,20 @@ def test_graph_cache_skips_weights_overrides_and_small_models(cache_dir, monkeyp
     monkeypatch.setattr(graph_cache, "MIN_MODEL_BYTES", 0)
     assert graph_cache.model_key(data, {"w": np.zeros(1)}, ()) is None
     assert graph_cache.model_key(_model(4), None, ()) is None  # a ModelProto
+
+
+def test_warm_start_prefetches_the_programs_of_the_last_plan(cache_dir, device, tmp_path, monkeypatch):
+    monkeypatch.setattr(graph_cache, "MIN_MODEL_BYTES", 0)
+    path = tmp_path / "m.onnx"
+    onnx.save(_model(8), str(path))
+    x = np.random.default_rng(8).standard_normal((1, 32, 8, 8)).astype(np.float32)
+    asked: list = []
+    real = type(device).prefetch
+    monkeypatch.setattr(type(device), "prefetch", lambda self, programs: (asked.append(list(programs)),
+                                                                         real(self, programs)))
+    with device.recording() as used:
+        first = _run(path, device, x)
+    second = _run(path, device, x)
+    assert asked[0] == [] and asked[1]  # nothing known at the first start; the plan's list then
+    assert set(asked[1]) <= set(used) and all(isinstance(o, tuple) for _, o in asked[1])
+    np.testing.assert_array_equal(second, first)

@@ -30,7 +30,7 @@ import os
 import pickle
 import sys
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
@@ -141,4 +141,32 @@ def save(key: Optional[str], loaded: Loaded, external: List[str]) -> None:
     _store.put(key, {"deps": deps, "digests": digests}, [body] + views)
 
 
-__all__ = ["Loaded", "model_key", "load", "save", "stats", "store", "MIN_MODEL_BYTES", "MAX_BYTES"]
+# --- the programs a model's plan asked for (warm starts build them while the model loads) -------
+def programs_key(key: Optional[str], device_identity: str, options: tuple) -> Optional[str]:
+    """The key of the program list of graph `key` on one device with `options` (plan options)."""
+    if key is None:
+        return None
+    return hashlib.sha256("\n".join([key, device_identity, repr(options)]).encode()).hexdigest()
+
+
+def load_programs(key: Optional[str]) -> List[Tuple[str, Tuple[str, ...]]]:
+    """The (program, options) pairs stored under `key` (empty when none)."""
+    hit = _store.get(key) if key is not None else None
+    if hit is None:
+        return []
+    try:
+        return [(str(n), tuple(str(o) for o in opts)) for n, opts in hit[0]["programs"]]
+    except (KeyError, TypeError, ValueError):
+        return []
+
+
+def save_programs(key: Optional[str], programs: Sequence[Tuple[str, Sequence[str]]],
+                  known: Sequence[Tuple[str, Sequence[str]]] = ()) -> None:
+    """Store the program list under `key` unless it is the one already `known` there."""
+    programs = [(n, tuple(o)) for n, o in programs]
+    if key is None or not programs or programs == [(n, tuple(o)) for n, o in known]:
+        return
+    _store.put(key, {"programs": [[n, list(o)] for n, o in programs]}, [])
+
+
+__all__ = ["Loaded", "model_key", "load", "save", "programs_key", "load_programs", "save_programs", "stats", "store", "MIN_MODEL_BYTES", "MAX_BYTES"]

@@ -22,11 +22,12 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
 import weakref
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import pyopencl as cl
 
@@ -64,6 +65,7 @@ class Device:
         self._targets: Dict[str, Target] = {}  # family -> Target with that family's tiles
         self._profiling_queue: Optional[cl.CommandQueue] = None
         self._build_lock = threading.RLock()  # builds one at a time where the driver needs it
+        self._recording = threading.local()  # recording(): the (name, options) this thread asks for
 
     @classmethod
     def from_context(cls, ctx: Union[cl.Context, int], device: Optional[cl.Device] = None) -> "Device":
@@ -175,6 +177,9 @@ class Device:
         or does not exist.
         """
         options = tuple(options)
+        for rec in getattr(self._recording, "stack", ()):
+            if (name, options) not in rec:
+                rec.append((name, options))
         self.preparation.wait_remote(name, options)  # a helper building it: load it from pocl's cache
         options = self.device_options(options)
         try:
@@ -186,7 +191,25 @@ class Device:
                 return self.cache.get(name, source, options)
         return self.cache.get(name, source, options)
 
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[List[Tuple[str, Tuple[str, ...]]]]:
+        """Collect the (program, options) pairs this thread asks `program()` for inside the block,
+        in first-asked order (a session records its plan's programs: frontend.graph_cache); an
+        enclosing block records them too."""
+        rec: List[Tuple[str, Tuple[str, ...]]] = []
+        stack = self._recording.__dict__.setdefault("stack", [])
+        stack.append(rec)
+        try:
+            yield rec
+        finally:
+            del stack[next(i for i, r in enumerate(stack) if r is rec)]  # by identity: lists compare equal
+
     # -- background preparation (runtime.preparation) ----------------------------------------
+    def prefetch(self, programs: Sequence[Tuple[str, Sequence[str]]]) -> None:
+        """Start building `programs` in the background now (Preparer.prefetch): a warm start
+        asks for the programs its model used last time before the model is even loaded."""
+        self.preparation.prefetch(programs)
+
     def prepare(self, program: str, options: Sequence[str], kernel: str, lsize: Optional[tuple],
                 noop_args: Optional[list]) -> None:
         """Start building a program in the background and generating `kernel`'s code for
