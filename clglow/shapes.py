@@ -84,6 +84,9 @@ def infer_node(node: Node, graph: Graph) -> dict:
     if (domain, op_type) == ("clglow", "FusedMatMul") and any(
             node.attrs.get(k) for k in ("perm_a", "perm_b", "perm_c")):
         return _permuted_matmul(node, graph)
+    if (domain, op_type) == ("clglow", "FusedAttention"):  # its rule lives with the pass that makes it
+        from .passes.fuse_attention import output_shape
+        return output_shape(node, graph)
     if domain == contrib_ops.DOMAIN:  # onnx has no schemas for onnxruntime's contrib ops
         return contrib_ops.infer(node, graph)
     proto_node = node
