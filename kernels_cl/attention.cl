@@ -4,6 +4,8 @@
  *   HAS_NONPAD nonpad_kv_seqlen given (int64, per batch)
  *   CAUSAL     is_causal
  *   QK_MODE    0..3: what qk_out receives (scaled/softcapped scores, + bias, softmax); QK_OUT if wanted
+ *   SOFTMAX_PLAIN  ONNX Softmax's semantics (clglow.FusedAttention: MatMul, Softmax, MatMul
+ *              fused): no zeroed rows, a row of -inf scores only gives NaN as Softmax does
  * dims = [B, QH, KVH, SQ, SKV, HD, HDV, PAST, MASK_LEN, LEFT, RIGHT]
  * st   = strides (b, h, s) of Q, K, V, Y (elements; the d stride is 1), then mask (b, h, q, k).
  * p is scratch of B*QH*SQ*SKV elements (the row's probabilities).
@@ -96,13 +98,22 @@ __kernel void attention(__global const T* q, __global const T* k, __global const
         m = fmax(m, s);
     }
     T sum = 0;
+#ifdef SOFTMAX_PLAIN
+    const T mm = m;  /* ONNX Softmax: a row of -inf only is NaN */
+#else
     const T mm = (m == -INFINITY) ? (T)0 : m;
+#endif
     for (int j = 0; j < SKV; ++j) {
         const T e = exp(pr[j] - mm);
         pr[j] = e;
         sum += e;
     }
+#ifdef SOFTMAX_PLAIN
+    const T inv = (T)1 / sum;
+    any_allowed = 1;
+#else
     const T inv = (sum == 0) ? (T)1 : (T)1 / sum;
+#endif
     for (int j = 0; j < SKV; ++j) {
         const T pj = any_allowed ? pr[j] * inv : (T)0;
         pr[j] = pj;
@@ -161,3 +172,80 @@ __kernel void rotary(__global const T* x, __global const T* cosc, __global const
     const T sn = sinc[row * hr + j];
     y[base + d] = is_im ? sn * x1 + c * x2 : c * x1 - sn * x2;
 }
+
+/* clglow.FusedAttention's row kernel: the attention of one (batch, head, query) row per work-item
+ * (work-groups of one: a CPU driver runs each group on a thread), head sizes in VW-float vectors
+ * (HD, HDV multiples of VW; HDV / VW accumulators: NV_MAX at most). q . k_j is VW-lane products
+ * summed once per key; the context walks V's contiguous rows, p_j times a row per key, instead
+ * of a strided column per output. ONNX Softmax semantics (a row of -inf only gives NaN).
+ * dims and st as in attention above (float32; no causal/window/nonpad). */
+#ifdef ROW_VW
+#if ROW_VW == 16
+typedef float16 rowv;
+#define RV_SUM(v) (((v).s0 + (v).s1 + (v).s2 + (v).s3) + ((v).s4 + (v).s5 + (v).s6 + (v).s7) + \
+                   ((v).s8 + (v).s9 + (v).sa + (v).sb) + ((v).sc + (v).sd + (v).se + (v).sf))
+#elif ROW_VW == 8
+typedef float8 rowv;
+#define RV_SUM(v) (((v).s0 + (v).s1 + (v).s2 + (v).s3) + ((v).s4 + (v).s5 + (v).s6 + (v).s7))
+#else
+typedef float4 rowv;
+#define RV_SUM(v) (((v).s0 + (v).s1) + ((v).s2 + (v).s3))
+#endif
+typedef rowv rowv_u __attribute__((aligned(4)));
+#ifndef NV_MAX
+#define NV_MAX 16
+#endif
+
+__kernel void attention_rows(__global const float* q, __global const float* k, __global const float* v,
+#ifdef MASK_FLOAT
+                             __global const float* mask,
+#endif
+                             __global float* y, __global float* p,
+                             __global const int* restrict dims, __global const int* restrict st,
+                             const float scale, const int rows) {
+    const int row = get_global_id(0);
+    if (row >= rows) return;
+    const int QH = dims[1], SQ = dims[3], SKV = dims[4], HD = dims[5], HDV = dims[6];
+    const int i = row % SQ, h = (row / SQ) % QH, b = row / (SQ * QH);
+    __global const float* qr = q + (long)b * st[0] + (long)h * st[1] + (long)i * st[2];
+    __global const float* kb = k + (long)b * st[3] + (long)h * st[4];
+    __global const float* vb = v + (long)b * st[6] + (long)h * st[7];
+    __global float* pr = p + (long)row * SKV;
+    const int nq = HD / ROW_VW, nv = HDV / ROW_VW;
+    rowv qv[NV_MAX];
+    for (int d = 0; d < nq; ++d)
+        qv[d] = *(const __global rowv_u*)(qr + d * ROW_VW);
+    float m = -INFINITY;
+    for (int j = 0; j < SKV; ++j) {
+        __global const float* kr = kb + (long)j * st[5];
+        rowv acc = qv[0] * *(const __global rowv_u*)kr;
+        for (int d = 1; d < nq; ++d)
+            acc += qv[d] * *(const __global rowv_u*)(kr + d * ROW_VW);
+        float s = RV_SUM(acc) * scale;
+#ifdef MASK_FLOAT
+        s += mask[(long)b * st[12] + (long)h * st[13] + (long)i * st[14] + (long)j * st[15]];
+#endif
+        pr[j] = s;
+        m = fmax(m, s);
+    }
+    float sum = 0.0f;
+    for (int j = 0; j < SKV; ++j) {
+        const float e = exp(pr[j] - m);
+        pr[j] = e;
+        sum += e;
+    }
+    const float inv = 1.0f / sum;
+    rowv o[NV_MAX];
+    for (int d = 0; d < nv; ++d)
+        o[d] = (rowv)0.0f;
+    for (int j = 0; j < SKV; ++j) {
+        __global const float* vr = vb + (long)j * st[8];
+        const float pj = pr[j];
+        for (int d = 0; d < nv; ++d)
+            o[d] += pj * *(const __global rowv_u*)(vr + d * ROW_VW);
+    }
+    __global float* yr = y + (long)b * st[9] + (long)h * st[10] + (long)i * st[11];
+    for (int d = 0; d < nv; ++d)
+        *(__global rowv_u*)(yr + d * ROW_VW) = o[d] * inv;
+}
+#endif

@@ -13,10 +13,11 @@ from typing import Optional
 
 import numpy as np
 
+from ..errors import InvalidModel
 from ..ir import Graph, Node
 from ..target import Target
 from .base import Launch, LowerCtx, device_op, i32
-from .common import BOOL, check_dtypes, check_int32_sizes, dtype_of, floats, type_defines, work_size
+from .common import BOOL, check_dtypes, check_int32_sizes, dtype_of, floats, grid, type_defines, work_size
 from .index_space import contiguous_strides
 from .movement import copy_launches
 
@@ -159,3 +160,82 @@ def lower_rotary(ctx: LowerCtx) -> list:
                                                      ctx.const_buffer(np.array(dims, np.int32)),
                                                      i32(int(ctx.attr("interleaved", 0)))], l, defines,
                    ctx.label())]
+
+
+# --- clglow.FusedAttention (passes/fuse_attention.py) -------------------------------------------------
+def _supports_fused_attention(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    r = check_dtypes(node, graph, {np.dtype(np.float32)}, inputs=[0, 1, 2, 3])
+    if r:
+        return r
+    if float(node.attrs.get("scale", 1.0)) <= 0:
+        return "FusedAttention takes a positive scale"
+    return None
+
+
+def _view_strides(shape: tuple, perm: list) -> tuple:
+    """(logical shape, element strides) of transpose(X, perm) for a contiguous X."""
+    st = contiguous_strides(shape)
+    if not perm:
+        return tuple(shape), list(st)
+    return tuple(shape[p] for p in perm), [st[p] for p in perm]
+
+
+@device_op("FusedAttention", domain="clglow", supports=_supports_fused_attention)
+def lower_fused_attention(ctx: LowerCtx) -> list:
+    """softmax(scale * Q K^T + mask) V with Q (through perm_q) [B, H, S, D], K [B, H, T, D] and V
+    [B, H, T, Dv] contiguous, Y stored through perm_y: attention.cl's kernel, ONNX Softmax."""
+    check_int32_sizes(ctx)
+    label = ctx.label()
+    pq, py = [int(p) for p in ctx.attr("perm_q") or []], [int(p) for p in ctx.attr("perm_y") or []]
+    (B, H, SQ, HD), qst = _view_strides(tuple(int(d) for d in ctx.inputs[0].shape), pq)
+    K, V = (tuple(int(d) for d in ctx.inputs[i].shape) for i in (1, 2))
+    if len(K) != 4 or len(V) != 4 or K[:2] != (B, H) or K[3] != HD or V[:3] != K[:3] or qst[3] != 1:
+        raise InvalidModel(f"FusedAttention Q {(B, H, SQ, HD)}, K {K}, V {V} do not match", node=label)
+    SKV, HDV = K[2], V[3]
+    y_shape = tuple(int(d) for d in ctx.outputs[0].shape)
+    y_st = contiguous_strides(y_shape)
+    yst = [0] * 4
+    for j, p in enumerate(py or range(4)):
+        yst[p] = y_st[j]
+    rows = B * H * SQ
+    if rows == 0 or HDV == 0:
+        return []
+    defines = type_defines(T=np.dtype(np.float32))
+    defines["SOFTMAX_PLAIN"] = None
+    args = [ctx.buf(0), ctx.buf(1), ctx.buf(2)]
+    mst, mlen = [0, 0, 0, 0], SKV
+    if ctx.has_input(3) and ctx.node.input(3):
+        m = tuple(int(d) for d in ctx.inputs[3].shape)
+        if len(m) > 4:
+            raise InvalidModel(f"FusedAttention mask of rank {len(m)}", node=label, tensor=ctx.node.input(3))
+        shape = (1,) * (4 - len(m)) + m
+        if any(d not in (1, full) for d, full in zip(shape, (B, H, SQ, SKV))):
+            raise InvalidModel(f"FusedAttention mask {m} does not broadcast to {(B, H, SQ, SKV)}", node=label)
+        cst = contiguous_strides(shape)
+        mst = [0 if shape[a] == 1 else cst[a] for a in range(4)]
+        defines["MASK_FLOAT"] = None
+        args.append(ctx.buf(3))
+    args += [ctx.out(0), ctx.scratch(rows * SKV * 4)]
+    dims = [B, H, H, SQ, SKV, HD, HDV, 0, mlen, -1, -1]
+    st = qst[:3] + list(contiguous_strides(K)[:3]) + list(contiguous_strides(V)[:3]) + yst[:3] + mst
+    meta = [ctx.const_buffer(np.array(dims, np.int32)), ctx.const_buffer(np.array(st, np.int32))]
+    vw = _row_width(ctx.device, HD, HDV)
+    if vw:  # head sizes in whole vectors: the row kernel (vector dot products, V walked by rows)
+        defines.pop("SOFTMAX_PLAIN")
+        defines.update({"ROW_VW": vw, "NV_MAX": max(HD, HDV) // vw})
+        gsize, ls = grid(ctx.device, (rows,), (1,))
+        return [Launch("attention", "attention_rows", gsize, args + meta + [np.float32(ctx.attr("scale", 1.0)),
+                                                                              i32(rows)], ls, defines, label)]
+    g, l = work_size(ctx, rows, cap=64)
+    sc = np.float32(np.sqrt(float(ctx.attr("scale", 1.0))))
+    return [Launch("attention", "attention", g, args + meta + [sc, np.float32(0.0), i32(rows)], l, defines, label)]
+
+
+def _row_width(target: Target, hd: int, hdv: int) -> int:
+    """The row kernel's vector width (the device's preferred float width, 4 to 16) when both head
+    sizes are whole vectors of it and the accumulators stay few (16 vectors), else 0."""
+    w = int(target.preferred_vector_width_float or 4)
+    for vw in (16, 8, 4):
+        if vw <= max(w, 4) and hd % vw == 0 and hdv % vw == 0 and max(hd, hdv) // vw <= 16:
+            return vw
+    return 0

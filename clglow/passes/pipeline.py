@@ -9,6 +9,7 @@ from .batchnorm import fold_batchnorm
 from .dead_code import remove_dead_nodes
 from .fold_constants import fold_constants
 from .fuse_conv import fuse_conv
+from .fuse_attention import fuse_attention
 from .fuse_elementwise import fuse_elementwise
 from .fuse_layernorm import fuse_layernorm
 from .fuse_matmul import fold_transposes, fuse_matmul
@@ -32,6 +33,7 @@ PIPELINE: list[Callable[[Graph], Graph]] = [
     gemm_to_matmul,  # before fuse_matmul, which fuses the bias, residual and activation
     fuse_matmul,
     fold_transposes,
+    fuse_attention,  # after the scores' FusedMatMul (mask, scale, transposed views) exists
     fuse_layernorm,
     fuse_elementwise,
     remove_dead_nodes,
