@@ -18,7 +18,7 @@ from onnx import defs, helper, numpy_helper, shape_inference
 from .dtypes import numpy_to_onnx
 from .errors import InvalidArgument, InvalidModel
 from .frontend import contrib_ops
-from .frontend.onnx_model import type_to_dtype_shape
+from .frontend.onnx_model import attribute_value, constant_node_value, type_to_dtype_shape
 from .ir import Graph, Node, Value
 from .passes.fold_constants import fold_node
 
@@ -176,7 +176,8 @@ def check_node(node: Node, graph: Graph) -> None:
                                f"{dims}", node=node.name, tensor=node.input(1))
 
 
-def _fold_shape_op(node: Node, graph: Graph) -> Optional[np.ndarray]:
+def fold_shape_op(node: Node, graph: Graph) -> Optional[np.ndarray]:
+    """Shape / Size of a value whose shape is known, as a constant; None otherwise."""
     if node.domain not in ("", "ai.onnx"):
         return None
     v = graph.values.get(node.input(0))
@@ -195,6 +196,55 @@ def _fold_shape_op(node: Node, graph: Graph) -> Optional[np.ndarray]:
     return None
 
 
+_fold_shape_op = fold_shape_op  # the old private name (passes/refine_shapes.py imports it)
+
+
+def _has_subgraph(n: onnx.NodeProto) -> bool:
+    return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute)
+
+
+def inline_if(node: Node, g: Graph) -> Optional[list]:
+    """The nodes of the branch an If with a constant condition takes, renamed into the outer
+    graph (`g` gets the branch's constants), ending in Identity nodes that write the If's
+    outputs; None when the condition is not known or the branch has subgraphs of its own. Why:
+    torchvision's detection heads guard NonMaxSuppression with `If(numel == 0)`, which staging
+    makes constant; inlined, the branch's nodes run on the device instead of onnx.reference."""
+    if node.op_type != "If" or node.domain not in ("", "ai.onnx"):
+        return None
+    cond = g.const(node.input(0))
+    if cond is None or cond.size != 1:
+        return None
+    branch = node.attrs.get("then_branch" if bool(cond.reshape(-1)[0]) else "else_branch")
+    if not isinstance(branch, onnx.GraphProto) or any(_has_subgraph(n) for n in branch.node):
+        return None
+    prefix = f"{node.name}/"
+    local = {t.name for t in branch.initializer} | {o for n in branch.node for o in n.output if o}
+
+    def rename(name: str) -> str:
+        return prefix + name if name in local else name
+
+    for t in branch.initializer:
+        arr = numpy_helper.to_array(t)
+        g.values[rename(t.name)] = Value(rename(t.name), arr.dtype, tuple(arr.shape), arr)
+    nodes: list = []
+    for k, n in enumerate(branch.node):
+        outs = [rename(o) if o else "" for o in n.output]
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+            arr = constant_node_value(n)
+            g.values[outs[0]] = Value(outs[0], arr.dtype, tuple(arr.shape), arr)
+            continue
+        ins = [rename(i) if i else "" for i in n.input]
+        for v in ins + outs:
+            if v and v not in g.values:
+                g.values[v] = Value(v)
+        nodes.append(Node(n.op_type, prefix + (n.name or f"{n.op_type}_{k}"), ins, outs,
+                          {a.name: attribute_value(a) for a in n.attribute}, n.domain, n))
+    for k, (vi, out) in enumerate(zip(branch.output, node.outputs)):
+        if out:
+            nodes.append(Node("Identity", f"{prefix}output_{k}", [rename(vi.name)], [out]))
+    return nodes
+
+
 def specialize(graph: Graph, input_types: Mapping[str, tuple]) -> tuple[Graph, Optional[int]]:
     """Copy of `graph` with concrete shapes for `input_types` {name: (dtype, shape)}.
 
@@ -208,8 +258,16 @@ def specialize(graph: Graph, input_types: Mapping[str, tuple]) -> tuple[Graph, O
             raise InvalidArgument("is not an input of the model", tensor=name)
         g.values[name] = Value(name, np.dtype(dtype), tuple(int(d) for d in shape), v.const)
     keep: list[Node] = []
-    for idx, node in enumerate(g.nodes):
-        folded = _fold_shape_op(node, g)
+    pending = list(g.nodes)
+    idx = 0
+    while idx < len(pending):
+        node = pending[idx]
+        idx += 1
+        inlined = inline_if(node, g)
+        if inlined is not None:  # the branch taken, in place of the If: planned like any nodes
+            pending[idx:idx] = inlined
+            continue
+        folded = fold_shape_op(node, g)
         outs = [folded] if folded is not None else fold_node(node, g)
         if outs is not None:  # known now: a constant from here on (graph outputs are returned as such)
             for name, arr in zip([o for o in node.outputs if o], outs):
@@ -230,7 +288,7 @@ def specialize(graph: Graph, input_types: Mapping[str, tuple]) -> tuple[Graph, O
             g.values[o] = Value(o, dtype, shape, None)
         keep.append(node)
         if not complete:
-            g.nodes = keep + g.nodes[idx + 1:]
+            g.nodes = keep + pending[idx:]
             return g, len(keep)
     g.nodes = keep
     return g, None

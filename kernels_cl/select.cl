@@ -207,3 +207,87 @@ __kernel void nms_write(__global const int* sel, __global const int* counts, __g
     row[1] = bc % classes;
     row[2] = sel[i];
 }
+
+/* --- Unique ----------------------------------------------------------------------------------- *
+ * x viewed as [outer, dim, inner]: entry k is the slice x[:, k, :] (an element when there is no
+ * axis), compared lexicographically in C order as numpy.unique does (NaNs equal, after numbers).
+ * One work-item per entry compares it with every other (quadratic: lower/select.py bounds dim).
+ *   TV   the element type;  FLOAT_T  when it is a float type
+ */
+#ifndef TV
+#define TV float
+#endif
+#ifdef FLOAT_T
+inline int eqv(const TV a, const TV b) { return a == b || (isnan(a) && isnan(b)); }
+inline int ltv(const TV a, const TV b) { return a < b || (!isnan(a) && isnan(b)); }
+#else
+inline int eqv(const TV a, const TV b) { return a == b; }
+inline int ltv(const TV a, const TV b) { return a < b; }
+#endif
+
+inline int cmp_entries(__global const TV* x, const int a, const int b, const int outer, const int dim,
+                       const int inner) {
+    for (int o = 0; o < outer; ++o) {
+        __global const TV* pa = x + ((long)o * dim + a) * inner;
+        __global const TV* pb = x + ((long)o * dim + b) * inner;
+        for (int i = 0; i < inner; ++i)
+            if (!eqv(pa[i], pb[i])) return ltv(pa[i], pb[i]) ? -1 : 1;
+    }
+    return 0;
+}
+
+/* first[k]: the first entry equal to k; cnt[k]: how many are; rep[k]: k is its value's first */
+__kernel void unique_first(__global const TV* x, const int outer, const int dim, const int inner,
+                           __global int* first, __global int* cnt, __global uchar* rep) {
+    const int k = get_global_id(0);
+    if (k >= dim) return;
+    int f = k, c = 0;
+    for (int j = 0; j < dim; ++j)
+        if (cmp_entries(x, j, k, outer, dim, inner) == 0) {
+            if (j < f) f = j;
+            ++c;
+        }
+    first[k] = f;
+    cnt[k] = c;
+    rep[k] = f == k;
+}
+
+/* sorted: each first entry's place among the distinct values -> order[place] = k, pos[k] = place */
+__kernel void unique_rank(__global const TV* x, const int outer, const int dim, const int inner,
+                          __global const uchar* rep, __global int* order, __global int* pos) {
+    const int k = get_global_id(0);
+    if (k >= dim || !rep[k]) return;
+    int r = 0;
+    for (int j = 0; j < dim; ++j) r += rep[j] && cmp_entries(x, j, k, outer, dim, inner) < 0;
+    order[r] = k;
+    pos[k] = r;
+}
+
+/* unsorted: the first entries in their own order (offs from scan_counts over rep) */
+__kernel void unique_order(__global const uchar* rep, const int n, const int chunk, const int groups,
+                           __global const int* offs, __global int* order, __global int* pos) {
+    const int g = get_global_id(0);
+    if (g >= groups) return;
+    int p = offs[g];
+    const int hi = min(n, g * chunk + chunk);
+    for (int i = g * chunk; i < hi; ++i)
+        if (rep[i]) { order[p] = i; pos[i] = p; ++p; }
+}
+
+/* indices[total], counts[total] (distinct values in output order), inverse[dim] */
+__kernel void unique_write(__global const int* order, __global const int* first, __global const int* cnt,
+                           __global const int* pos, __global const long* total, const int dim,
+                           __global long* indices, __global long* inverse, __global long* counts) {
+    const int k = get_global_id(0);
+    if (k >= dim) return;
+#ifdef HAS_INVERSE
+    inverse[k] = pos[first[k]];
+#endif
+    if (k >= total[0]) return;
+#ifdef HAS_INDICES
+    indices[k] = order[k];
+#endif
+#ifdef HAS_COUNTS
+    counts[k] = cnt[order[k]];
+#endif
+}

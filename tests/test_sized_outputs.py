@@ -184,3 +184,128 @@ def test_ssd_style_graph_matches_onnxruntime():
             assert g.shape == w.shape
             np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
     assert all(p.where == "opencl" for p in sess.placement), sess.explain()
+
+
+# --- Unique ------------------------------------------------------------------------------------------
+def _unique_spec(x: np.ndarray, axis, sort: int) -> list:
+    """The ONNX spec's four outputs from numpy.unique: sorted=0 orders the distinct values by first
+    occurrence (onnx.reference agrees for 1-D inputs and axis 0; elsewhere it takes along axis 0)."""
+    y, idx, inv, cnt = np.unique(x, True, True, True, axis=axis)
+    inv = inv.reshape(-1)
+    if not sort:
+        order = np.argsort(idx)
+        place = np.empty_like(order)
+        place[order] = np.arange(order.size)
+        idx, cnt, inv = idx[order], cnt[order], place[inv]
+        y = np.take(x.reshape(-1) if axis is None else x, idx, axis=0 if axis is None else axis)
+    return [y, idx.astype(np.int64), inv.astype(np.int64), cnt.astype(np.int64)]
+
+
+def _unique_model(shape, elem, axis, sort: int, outputs: int = 4) -> onnx.ModelProto:
+    attrs = {"sorted": sort} if axis is None else {"sorted": sort, "axis": axis}
+    names = ["y", "indices", "inverse", "counts"][:outputs]
+    rank = 1 if axis is None else len(shape)
+    outs = [helper.make_tensor_value_info("y", elem, [None] * rank)] + \
+        [helper.make_tensor_value_info(n, T.INT64, [None]) for n in names[1:]]
+    return _model([helper.make_node("Unique", ["x"], names, **attrs)], [helper.make_tensor_value_info("x", elem, shape)],
+                  outs, opset=11)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype,shape,axis", [(np.float32, (40,), None), (np.int64, (6, 7), None),
+                                              (np.float32, (5, 4), 0), (np.int32, (3, 6, 2), 1),
+                                              (np.float32, (2, 3, 5), -1), (np.bool_, (9,), None)])
+@pytest.mark.parametrize("sort", [1, 0])
+def test_unique_matches_the_spec_and_reference(dtype, shape, axis, sort, target):
+    elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    model = _unique_model(shape, elem, axis, sort)
+    sess = _session(model, target)
+    rng = np.random.default_rng(8)
+    cases = [rng.integers(0, 3, shape), np.zeros(shape), rng.integers(0, 1000, shape)]  # ties, one value, few ties
+    for x in cases:
+        x = x.astype(dtype)
+        got = sess.run(None, {"x": x})
+        want = _unique_spec(x, axis, sort)
+        if sort or axis == 0 or (axis is None and len(shape) == 1):
+            ref = ReferenceEvaluator(model).run(None, {"x": x})
+            for r, w in zip(ref, want):
+                np.testing.assert_array_equal(r, w)  # the oracle agrees with onnx.reference here
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape, (g.shape, w.shape)
+            np.testing.assert_array_equal(g, w)
+    assert all(p.where == "opencl" for p in sess.placement), sess.explain()
+
+
+def test_unique_nan_and_signed_zero_and_fewer_outputs():
+    """NaNs are one value after the numbers (numpy.unique's equal_nan); -0.0 equals 0.0 and the
+    first occurrence's bits are kept; two outputs only."""
+    x = np.array([np.nan, 1.0, -0.0, np.nan, 0.0, -2.0, 1.0], np.float32)
+    model = _unique_model(x.shape, T.FLOAT, None, 1, outputs=2)
+    got = _session(model).run(None, {"x": x})
+    want = ReferenceEvaluator(model).run(None, {"x": x})
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+        assert g.tobytes() == w.tobytes()
+
+
+def test_unique_of_an_empty_tensor():
+    model = _unique_model((0,), T.FLOAT, None, 1)
+    got = _session(model).run(None, {"x": np.zeros(0, np.float32)})
+    assert [g.shape for g in got] == [(0,)] * 4
+
+
+def test_if_with_a_condition_known_after_staging_is_inlined():
+    """torchvision's batched NMS is guarded by If(boxes.numel() == 0): once staging knows the
+    boxes' shape the condition is a constant, the branch taken runs in place of the If (its
+    NonMaxSuppression on OpenCL) and the result equals onnxruntime's, for both branches."""
+    else_g = helper.make_graph(
+        [helper.make_node("NonMaxSuppression", ["boxes", "scores", "maxo", "iou"], ["sel"]),
+         helper.make_node("Gather", ["sel", "two"], ["keep"], axis=1)], "nms", [],
+        [helper.make_tensor_value_info("keep", T.INT64, ["k"])])
+    then_g = helper.make_graph([helper.make_node("Constant", [], ["none"],
+                                                 value=helper.make_tensor("e", T.INT64, [0], []))], "empty", [],
+                               [helper.make_tensor_value_info("none", T.INT64, [0])])
+    nodes = [helper.make_node("NonZero", ["m"], ["nz"]), helper.make_node("Squeeze", ["nz", "ax0"], ["idx"]),
+             helper.make_node("Gather", ["allboxes", "idx"], ["b"], axis=0),
+             helper.make_node("Gather", ["allscores", "idx"], ["s"], axis=0),
+             helper.make_node("Unsqueeze", ["b", "ax0"], ["boxes"]),
+             helper.make_node("Unsqueeze", ["s", "ax00"], ["scores"]),
+             helper.make_node("Size", ["s"], ["n"]), helper.make_node("Equal", ["n", "zero"], ["empty"]),
+             helper.make_node("If", ["empty"], ["kept"], then_branch=then_g, else_branch=else_g)]
+    inits = [_c("maxo", [100], np.int64), _c("iou", [0.5]), _c("two", 2, np.int64), _c("ax0", [0], np.int64),
+             _c("ax00", [0, 1], np.int64), _c("zero", 0, np.int64)]
+    model = _model(nodes, [helper.make_tensor_value_info("m", T.BOOL, [50]),
+                           helper.make_tensor_value_info("allboxes", T.FLOAT, [50, 4]),
+                           helper.make_tensor_value_info("allscores", T.FLOAT, [50])],
+                   [helper.make_tensor_value_info("kept", T.INT64, ["k"])], inits)
+    sess = clglow.InferenceSession(model.SerializeToString())  # (the loaded graph's If needs host fallback)
+    rng = np.random.default_rng(9)
+    boxes = _boxes(rng, 1, 50, 0)[0]
+    for p in (0.5, 0.0):
+        feeds = {"m": rng.random(50) < p, "allboxes": boxes, "allscores": rng.random(50).astype(np.float32)}
+        got = sess.run(None, feeds)[0]
+        np.testing.assert_array_equal(got, models.ort_run(model, feeds)[0])
+        if p:
+            ops = {pl.op_type: pl.where for pl in sess.placement}
+            assert "If" not in ops and ops["NonMaxSuppression"] == "opencl", sess.explain()
+
+
+def test_many_boxes_per_class_prefer_the_host_nms_unless_host_fallback_is_off():
+    """Above NMS_DEVICE_MAX_BOXES boxes a class the host's neighbourhood search is placed (it is
+    faster than the device's one work-group); with host fallback off the device runs it, same result."""
+    from clglow.lower.select import NMS_DEVICE_MAX_BOXES
+
+    n = NMS_DEVICE_MAX_BOXES + 1
+    node = helper.make_node("NonMaxSuppression", ["boxes", "scores", "maxo", "iou", "sthr"], ["sel"])
+    model = _model([node], [helper.make_tensor_value_info("boxes", T.FLOAT, [1, n, 4]),
+                            helper.make_tensor_value_info("scores", T.FLOAT, [1, 1, n])],
+                   [helper.make_tensor_value_info("sel", T.INT64, ["k", 3])],
+                   [_c("maxo", [50], np.int64), _c("iou", [0.5]), _c("sthr", [0.9])], opset=11)
+    rng = np.random.default_rng(10)
+    feeds = {"boxes": _boxes(rng, 1, n, 0), "scores": rng.random((1, 1, n)).astype(np.float32)}
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    for fallback, where in ((True, "host"), (False, "opencl")):
+        sess = clglow.InferenceSession(model.SerializeToString(),
+                                       sess_options=clglow.SessionOptions(host_fallback=fallback))
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], want)
+        assert [p.where for p in sess.placement if p.op_type == "NonMaxSuppression"] == [where]

@@ -57,11 +57,24 @@ def sized_at_run_time(node: Node) -> Optional[BoundFn]:
     return SIZED_AT_RUN_TIME.get((node.domain if node.domain != "ai.onnx" else "", node.op_type))
 
 
-def sized_op(*op_types: str, bound: BoundFn, supports) -> Callable:
+# (domain, op type) -> (node, graph) -> why the host's implementation is the faster one, or None
+HostFn = Callable[[Node, Graph], Optional[str]]
+PREFER_HOST: dict = {}
+
+
+def host_preferred(node: Node, graph: Graph) -> Optional[str]:
+    """Why this node runs faster on the host (placed there when host fallback is on), else None."""
+    rule = PREFER_HOST.get((node.domain if node.domain != "ai.onnx" else "", node.op_type))
+    return None if rule is None else rule(node, graph)
+
+
+def sized_op(*op_types: str, bound: BoundFn, supports, prefer_host: Optional[HostFn] = None) -> Callable:
     """Register a device op whose outputs are sized at run time (see the module docstring)."""
     def deco(fn):
         for op in op_types:
             SIZED_AT_RUN_TIME[("", op)] = bound
+            if prefer_host is not None:
+                PREFER_HOST[("", op)] = prefer_host
         return device_op(*op_types, supports=supports)(fn)
     return deco
 
@@ -77,7 +90,7 @@ def _shape(graph: Graph, name: str, node: Node) -> tuple:
 _CHUNK = 1024  # elements per work-item: few work-items to scan, enough of them to spread over cores
 
 
-def _mask_launches(ctx: LowerCtx, mask: str, n: int, tm: str, count: str) -> tuple:
+def _mask_launches(ctx: LowerCtx, mask, n: int, tm: str, count: str) -> tuple:
     """(launches counting and scanning the selected elements of `mask` (its first n), the chunk
     geometry and the scratch of the per-chunk offsets)."""
     chunk = max(1, min(_CHUNK, -(-n // 256))) if n else 1
@@ -87,7 +100,7 @@ def _mask_launches(ctx: LowerCtx, mask: str, n: int, tm: str, count: str) -> tup
     d = {"TM": tm}
     if groups:
         g, l = work_size(ctx, groups, 64)
-        launches.append(Launch("select", "mask_count", g, [Buf(mask), i32(n), i32(chunk), i32(groups), counts],
+        launches.append(Launch("select", "mask_count", g, [mask, i32(n), i32(chunk), i32(groups), counts],
                                l, d, ctx.label()))
     launches.append(Launch("select", "scan_counts", (1,), [counts, i32(groups), offs, Buf(count)], (1,), d,
                            ctx.label()))
@@ -123,7 +136,7 @@ def lower_nonzero(ctx: LowerCtx) -> list:
     x, count = ctx.inputs[0], ctx.outputs[-1]
     check_int32_sizes(ctx)
     tm = _mask_type(x.dtype)
-    launches, chunk, groups, offs = _mask_launches(ctx, ctx.node.inputs[0], x.size, tm, count.name)
+    launches, chunk, groups, offs = _mask_launches(ctx, ctx.buf(0), x.size, tm, count.name)
     if groups:
         dims = ctx.const_buffer(np.array(x.shape, np.int32))
         g, l = work_size(ctx, groups, 64)
@@ -177,7 +190,7 @@ def lower_compress(ctx: LowerCtx) -> list:
     x, count = ctx.inputs[0], ctx.outputs[-1]
     check_int32_sizes(ctx)
     outer, dim, inner, length, _ = _compress_geometry(ctx.node, ctx.graph)
-    launches, chunk, groups, offs = _mask_launches(ctx, ctx.node.inputs[1], length, "uchar", count.name)
+    launches, chunk, groups, offs = _mask_launches(ctx, ctx.buf(1), length, "uchar", count.name)
     n = outer * length * inner
     if groups and n:
         sel = ctx.scratch(4 * length)
@@ -224,7 +237,21 @@ def _group(ctx: LowerCtx) -> int:
     return wg
 
 
-@sized_op("NonMaxSuppression", bound=_nms_bound, supports=_nms_supports)
+# Boxes per class above which the host's NMS (runtime/nms.py: each kept box tests only the
+# boxes whose x extent meets its own) beats the device's one work-group testing every live box:
+# ssdlite320's batched NMS (one class of thousands of boxes) took 2-4 s a run on the device, 0.5-1 s
+# on the host (0:0 under load); the device's greedy loop is sequential in the kept boxes on any device.
+NMS_DEVICE_MAX_BOXES = 2048
+
+
+def _nms_prefers_host(node: Node, graph: Graph) -> Optional[str]:
+    shape = shape_of(graph, node.input(0))
+    if shape is not None and len(shape) == 3 and isinstance(shape[1], int) and shape[1] > NMS_DEVICE_MAX_BOXES:
+        return f"{shape[1]} boxes per class: the host's neighbourhood search is faster"
+    return None
+
+
+@sized_op("NonMaxSuppression", bound=_nms_bound, supports=_nms_supports, prefer_host=_nms_prefers_host)
 def lower_nms(ctx: LowerCtx) -> list:
     count = ctx.outputs[-1]
     check_int32_sizes(ctx)
@@ -253,4 +280,77 @@ def lower_nms(ctx: LowerCtx) -> list:
         g, l = work_size(ctx, bc * cap)
         launches.append(Launch("select", "nms_write", g, [sel, counts, offs, i32(c), i32(cap), i32(bc * cap),
                                                           ctx.out(0)], l, {}, ctx.label()))
+    return launches
+
+
+# --- Unique ----------------------------------------------------------------------------------------------
+UNIQUE_MAX_ENTRIES = 1 << 16  # the kernels compare every entry with every other: beyond, the host's sort
+
+
+def _unique_geometry(node: Node, graph: Graph) -> tuple:
+    """(outer, dim, inner, axis or None): x viewed as [outer, dim, inner], entries along dim."""
+    shape = _shape(graph, node.input(0), node)
+    axis = node.attrs.get("axis")
+    if axis is None:
+        return 1, int(np.prod(shape, dtype=np.int64)), 1, None
+    try:
+        a = norm_axis(axis, len(shape))
+    except ValueError as e:
+        raise InvalidModel(f"Unique {e}", node=node.name) from None
+    return int(np.prod(shape[:a], dtype=np.int64)), shape[a], int(np.prod(shape[a + 1:], dtype=np.int64)), a
+
+
+def _unique_supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    dt = dtype_of(graph, node.input(0))
+    if dt is not None and dt not in numeric(target) | {BOOL}:
+        return f"Unique over dtype {dt.name} runs on the host"
+    shape = shape_of(graph, node.input(0))
+    if shape is not None and all(isinstance(d, int) for d in shape):
+        _, dim, _, _ = _unique_geometry(node, graph)
+        if dim > UNIQUE_MAX_ENTRIES:
+            return f"Unique over {dim} entries (more than {UNIQUE_MAX_ENTRIES}) runs on the host"
+    return None
+
+
+def _unique_bound(node: Node, graph: Graph) -> list:
+    shape = _shape(graph, node.input(0), node)
+    _, dim, _, axis = _unique_geometry(node, graph)
+    y = SizedOutput((dim,), 0) if axis is None else SizedOutput(tuple(shape), axis)
+    rules = [y, SizedOutput((dim,), 0), SizedOutput((dim,), None), SizedOutput((dim,), 0)]
+    return [r for r, name in zip(rules, node.outputs) if name]
+
+
+@sized_op("Unique", bound=_unique_bound, supports=_unique_supports)
+def lower_unique(ctx: LowerCtx) -> list:
+    """Entries compared on the device; sorted=0 keeps the order of first occurrence (the spec's:
+    onnx.reference sorts a lone output anyway, and takes along axis 0 whatever the axis)."""
+    x, count = ctx.inputs[0], ctx.outputs[-1]
+    check_int32_sizes(ctx)
+    outer, dim, inner, _ = _unique_geometry(ctx.node, ctx.graph)
+    tv = _mask_type(x.dtype)
+    d = {"TV": tv, **_fp64(x.dtype), **({"FLOAT_T": None} if np.dtype(x.dtype).kind == "f" else {})}
+    first, cnt, rep = ctx.scratch(4 * dim), ctx.scratch(4 * dim), ctx.scratch(dim)
+    order, pos = ctx.scratch(4 * dim), ctx.scratch(4 * dim)
+    g, l = work_size(ctx, dim, 64)
+    geo = [ctx.buf(0), i32(outer), i32(dim), i32(inner)]
+    launches = [Launch("select", "unique_first", g, geo + [first, cnt, rep], l, d, ctx.label())] if dim else []
+    scan, chunk, groups, offs = _mask_launches(ctx, rep, dim, "uchar", count.name)
+    launches += scan
+    if dim:
+        if int(ctx.attr("sorted", 1)):
+            launches.append(Launch("select", "unique_rank", g, geo + [rep, order, pos], l, d, ctx.label()))
+        else:
+            gg, gl = work_size(ctx, groups, 64)
+            launches.append(Launch("select", "unique_order", gg, [rep, i32(dim), i32(chunk), i32(groups), offs, order,
+                                                                 pos], gl, {"TM": "uchar"}, ctx.label()))
+        outs = {j: Buf(name) for j, name in enumerate(ctx.node.outputs[:-1]) if name}  # [-1]: the count
+        flags = {f: None for j, f in ((1, "HAS_INDICES"), (2, "HAS_INVERSE"), (3, "HAS_COUNTS")) if j in outs}
+        if flags:
+            launches.append(Launch("select", "unique_write", g,
+                                   [order, first, cnt, pos, Buf(count.name), i32(dim),
+                                    *(outs.get(j, ctx.buf(0)) for j in (1, 2, 3))], l, flags, ctx.label()))
+        n = outer * dim * inner
+        launches.append(Launch("select", "compress_gather", work_size(ctx, n)[0],
+                               [ctx.buf(0), order, Buf(count.name), i32(dim), i32(inner), i32(dim), i32(n),
+                                ctx.out(0)], work_size(ctx, n)[1], {"T": storage_type(x.dtype)}, ctx.label()))
     return launches

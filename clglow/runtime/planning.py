@@ -35,7 +35,7 @@ from ..config import PlanOptions
 from ..errors import OutOfDeviceMemory, UnsupportedNode, UnsupportedOperator
 from ..ir import Graph, Node, Value
 from ..lower.base import Buf, Launch, Scratch
-from ..lower.select import COUNT_DTYPE, SizedOutput, count_name, sized_at_run_time
+from ..lower.select import COUNT_DTYPE, SizedOutput, count_name, host_preferred, sized_at_run_time
 from ..partition import DEVICE, HOST, Placement, place
 from ..target import Target
 from . import sub_batch
@@ -117,7 +117,10 @@ def stage(graph: Graph, stop: Optional[int], outputs: Sequence[str], target: Tar
     if stop is not None and placement and placement[-1].where == DEVICE:
         last_node = nodes[-1]
         rule = sized_at_run_time(last_node)
-        if rule is not None:
+        faster_on_host = host_preferred(last_node, sub) if options.host_fallback else None
+        if faster_on_host is not None:
+            placement[-1] = Placement(last_node.name, last_node.op_type, HOST, faster_on_host)
+        elif rule is not None:
             sub, sized = _sized_end(sub, last_node, rule(last_node, sub))
         elif not options.host_fallback:
             raise UnsupportedOperator([UnsupportedNode(last_node.name, last_node.op_type, last_node.domain,
