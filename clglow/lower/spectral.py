@@ -12,15 +12,16 @@ they are, whenever onnx's shape inference could give the output a shape at all.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
 from ..errors import InvalidModel
 from ..ir import Graph, Node
 from ..target import Target
-from .base import Launch, LowerCtx, device_op, i32
+from .base import Launch, LowerCtx, Scratch, device_op, i32
 from .common import check_dtypes, check_int32_sizes, floats, shape_of, type_defines, work_size
+from .fft import fft_launches, use_fft
 
 
 def _scalar(ctx: LowerCtx, i: int, what: str) -> Optional[int]:
@@ -82,6 +83,9 @@ def lower_dft(ctx: LowerCtx) -> list:
         return []
     inner = int(np.prod(shape[axis + 1:-1], dtype=np.int64))
     lim = min(l_in, n // 2 + 1) if irfft else min(l_in, n)
+    if use_fft(n):
+        rows = int(np.prod(shape[:axis], dtype=np.int64)) * inner
+        return _dft_fft(ctx, rows, (l_in, inner, n, lim), l_out, inverse, irfft)
     defines = type_defines(T=x.dtype)
     defines["CIN"] = cin
     if inverse and not irfft:
@@ -91,6 +95,32 @@ def lower_dft(ctx: LowerCtx) -> list:
     g, l = work_size(ctx, n_items, 64)
     return [Launch("spectral", "irfft" if irfft else "dft", g, [ctx.buf(0), ctx.out(0), i32(n_items), dims], l,
                    defines, ctx.label())]
+
+
+def _store(ctx: LowerCtx, l_out: int, inner: int, n: int, scale: float, real: bool) -> Callable[[Scratch], Launch]:
+    """fft_store of the first l_out bins of each row into the output, times `scale`."""
+    dt = np.dtype(ctx.outputs[0].dtype)
+    items = ctx.outputs[0].size // (1 if real else 2)
+    dims = ctx.const_buffer(np.array([l_out, inner, n], np.int32))
+    defines = dict(type_defines(T=dt), COUT=1 if real else 2)
+    g, l = work_size(ctx, items)
+    return lambda rows: Launch("fft", "fft_store", g, [rows, ctx.out(0), i32(items), dt.type(scale), dims], l,
+                               defines, ctx.label())
+
+
+def _dft_fft(ctx: LowerCtx, rows: int, dims: tuple, l_out: int, inverse: bool, irfft: bool) -> list:
+    """DFT as load (padding, truncation, irfft's Hermitian extension) + Stockham passes + store."""
+    x = ctx.inputs[0]
+    l_in, inner, n, lim = dims
+    defines = dict(type_defines(T=x.dtype), CIN=int(x.shape[-1]))
+    if irfft:
+        defines["IRFFT"] = None
+    dbuf = ctx.const_buffer(np.array(dims, np.int32))
+    g, l = work_size(ctx, rows * n)
+    load = lambda buf: Launch("fft", "fft_load", g, [ctx.buf(0), buf, i32(rows * n), dbuf], l, defines,  # noqa: E731
+                              ctx.label())
+    store = _store(ctx, l_out, inner, n, 1.0 / n if inverse else 1.0, irfft)
+    return fft_launches(ctx, load, store, rows, n, x.dtype, inverse)
 
 
 def _supports_stft(node: Node, graph: Graph, target: Target) -> Optional[str]:
@@ -133,9 +163,16 @@ def lower_stft(ctx: LowerCtx) -> list:
     defines["CIN"] = cin
     if has_window:
         defines["WINDOW"] = None
+    win = ctx.buf(2) if has_window else ctx.buf(0)  # unread without WINDOW
+    if use_fft(n):
+        rows = batch * frames
+        dbuf = ctx.const_buffer(np.array([length, frames, n, step], np.int32))
+        g, l = work_size(ctx, rows * n)
+        load = lambda buf: Launch("fft", "stft_load", g, [ctx.buf(0), win, buf, i32(rows * n), dbuf], l,  # noqa: E731
+                                  defines, ctx.label())
+        return fft_launches(ctx, load, _store(ctx, k, 1, n, 1.0, False), rows, n, x.dtype, False)
     n_items = out.size // 2
     dims = ctx.const_buffer(np.array([length, frames, k, n, step], np.int32))
-    win = ctx.buf(2) if has_window else ctx.buf(0)  # unread without WINDOW
     g, l = work_size(ctx, n_items, 64)
     return [Launch("spectral", "stft", g, [ctx.buf(0), win, ctx.out(0), i32(n_items), dims], l, defines,
                    ctx.label())]
