@@ -19,6 +19,7 @@ from clglow.lower.common import ConvGeometry, Epilogue
 from clglow.target import Target
 
 RNG = np.random.default_rng(5)
+CPU = Target(family="cpu")  # the CPU family's path choices (the gemv row), whatever device runs them
 
 
 def rand(*shape):
@@ -31,8 +32,8 @@ def test_gemv_conv(n_img, cin, cout, bias):
     x, w = rand(n_img, cin, 1, 1), rand(cout, cin, 1, 1)
     consts = {"w": w, **({"b": rand(cout)} if bias else {})}
     node = helper.make_node("Conv", ["x", "w"] + (["b"] if bias else []), ["y"])
-    check(node, {"x": x}, consts)
-    launches = lower(node, {"x": x}, consts, {"y": ((n_img, cout, 1, 1), np.float32)})
+    check(node, {"x": x}, consts, device=CPU)
+    launches = lower(node, {"x": x}, consts, {"y": ((n_img, cout, 1, 1), np.float32)}, device=CPU)
     assert [la.kernel for la in launches] == ["conv_gemv"]
 
 
@@ -54,7 +55,7 @@ def test_gemv_fused(act, fn, residual):
     alpha, beta = (0.2, 0.5) if act == "HardSigmoid" else (0.0, 0.0)
     node = helper.make_node("FusedConv", ["x", "w", "b", "z" if residual else ""], ["y"], domain="clglow",
                             activation=act, alpha=alpha, beta=beta)
-    check(node, feeds, {"w": w, "b": b}, expected=[fn(y).astype(np.float32)])
+    check(node, feeds, {"w": w, "b": b}, expected=[fn(y).astype(np.float32)], device=CPU)
 
 
 def test_gemv_not_taken():

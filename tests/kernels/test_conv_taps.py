@@ -21,6 +21,7 @@ from clglow.lower.conv_taps import live_taps, pruned_geometry
 from clglow.target import Target
 
 RNG = np.random.default_rng(7)
+CPU = Target(family="cpu")  # the CPU family's path choices, whatever device runs them
 
 
 def rand(*shape):
@@ -101,7 +102,7 @@ def test_rate_24_reads_x_in_place():
     """The pruned ASPP conv takes the pointwise path: one GEMM launch, no im2col."""
     node = helper.make_node("Conv", ["x", "w", "b"], ["y"], dilations=[24, 24], pads=[24, 24, 24, 24])
     launches = lower(node, {"x": rand(1, 16, 20, 20)}, {"w": rand(32, 16, 3, 3), "b": rand(32)},
-                     {"y": ((1, 32, 20, 20), np.float32)})
+                     {"y": ((1, 32, 20, 20), np.float32)}, device=CPU)
     assert [la.kernel for la in launches] == ["gemm"], [la.kernel for la in launches]
 
 
@@ -120,9 +121,9 @@ def test_regions_path(x_shape, w_shape, attrs):
     node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
     x, w, b = rand(*x_shape), rand(*w_shape), rand(w_shape[0])
     y = reference(node, {"x": x}, {"w": w, "b": b}, 17)[0]
-    launches = lower(node, {"x": x}, {"w": w, "b": b}, {"y": (y.shape, np.float32)})
+    launches = lower(node, {"x": x}, {"w": w, "b": b}, {"y": (y.shape, np.float32)}, device=CPU)
     assert launches[-1].kernel == "scatter_pixels", [la.kernel for la in launches]
-    check(node, {"x": x}, {"w": w, "b": b})
+    check(node, {"x": x}, {"w": w, "b": b}, device=CPU)
 
 
 def test_regions_fused_activation():
@@ -130,7 +131,7 @@ def test_regions_fused_activation():
     attrs = dict(dilations=[12, 12], pads=[12, 12, 12, 12])
     y = reference(helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs), {"x": x}, {"w": w, "b": b}, 17)[0]
     node = helper.make_node("FusedConv", ["x", "w", "b", ""], ["y"], domain="clglow", activation="Relu", **attrs)
-    check(node, {"x": x}, {"w": w, "b": b}, expected=[np.maximum(y, 0)])
+    check(node, {"x": x}, {"w": w, "b": b}, expected=[np.maximum(y, 0)], device=CPU)
 
 
 def test_regions_work():
