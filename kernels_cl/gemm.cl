@@ -73,6 +73,17 @@
 #ifndef PFB
 #define PFB 0
 #endif
+/* AKB (A read strided, A_PACKED=0): when A's k stride is 1, the tile's MR rows are read AKB k at
+ * a time as one vector each into a private MR x AKB block, and the k steps broadcast from there
+ * (0: every k step broadcasts from MR row pointers). The MR pointers, each advanced every k step,
+ * outnumbered the general registers: the inner loop spilled and reloaded them (about 30 moves
+ * and 14 stack accesses per 24 FMAs, pocl's code for 12 x 32 tiles). */
+#ifndef AKB
+#define AKB 0
+#endif
+#if AKB && AKB != 4 && AKB != 8 && AKB != 16
+#error "AKB must be 0, 4, 8 or 16"
+#endif
 /* The implicit GEMM is a run-time flag of the in-place-B programs, not a define: it shares their
  * code generation at a cold start (two programs fewer for ResNet-50). */
 #define HAS_IMPLICIT (!B_PACKED && !C_TRANS)
@@ -270,7 +281,41 @@ __kernel void gemm(
         }                                                   \
     } while (0)
 #define FMA_TILE(bv, AT) FMA_TILE_N(bv, AT, NV)
-#define FMA_STEP(bv) do { FMA_TILE(bv, A_AT); A_NEXT(); } while (0)
+/* The k loop around STEP(k, AT) (one k step of B with A's values AT(r)): by AKB blocks of A when
+ * it is strided with k stride 1 (see AKB), else one k step at a time. */
+#if !A_PACKED && AKB
+#define AKB_CAT_(a, b) a##b
+#define AKB_CAT(a, b) AKB_CAT_(a, b)
+typedef AKB_CAT(float, AKB) akv;
+typedef akv akv_u __attribute__((aligned(4)));
+#define AT_BLOCK(r) ap_[(r) * AKB]
+#define K_LOOP(STEP) do {                                                   \
+        int k = 0;                                                          \
+        if (lda_k == 1) {                                                   \
+            float at_[MR * AKB] __attribute__((aligned(64)));               \
+            for (; k + AKB <= K; k += AKB) {                                \
+                _Pragma("unroll") for (int r = 0; r < MR; ++r) {           \
+                    *(akv*)(at_ + r * AKB) = *(const __global akv_u*)pa[r]; \
+                    pa[r] += AKB;                                           \
+                }                                                           \
+                const float* ap_ = at_;                                     \
+                _Pragma("unroll 1") for (int kk = 0; kk < AKB; ++kk, ++ap_) \
+                    STEP(k + kk, AT_BLOCK);                                 \
+            }                                                               \
+        }                                                                   \
+        for (; k < K; ++k) {                                                \
+            STEP(k, A_AT);                                                  \
+            A_NEXT();                                                       \
+        }                                                                   \
+    } while (0)
+#else
+#define K_LOOP(STEP) do {                                                   \
+        for (int k = 0; k < K; ++k) {                                       \
+            STEP(k, A_AT);                                                  \
+            A_NEXT();                                                       \
+        }                                                                   \
+    } while (0)
+#endif
 /* The accumulators into a private MR x NR tile (vector stores; the scalar epilogues then read
  * it from L1: cheaper than extracting each lane from the registers). */
 #define SPILL_TILE(t) do {                                  \
@@ -336,13 +381,14 @@ __kernel void gemm(
         }
     } else
 #endif
-    for (int k = 0; k < K; ++k) {
-        floatv b[NV];
-        LOAD_B(b, pb, floatv);
-        pb += NR;
-        FMA_STEP(b);
-        PREFETCH_NEXT(k);
-    }
+#define STEP_PANEL(k, AT) do {   \
+        floatv b[NV];             \
+        LOAD_B(b, pb, floatv);    \
+        pb += NR;                 \
+        FMA_TILE(b, AT);          \
+        PREFETCH_NEXT(k);         \
+    } while (0)
+    K_LOOP(STEP_PANEL);
 #else
     const __global float* pb = B + offB + z1 * sB1 + z2 * sB2 + n0;
 /* Every 64-byte line of W floats at p (p need not be aligned: its last float too). */
@@ -354,45 +400,47 @@ __kernel void gemm(
     } while (0)
 #if HAS_IMPLICIT
     if (flags & FLAG_IMPLICIT) {
-        for (int k = 0; k < K; ++k) {
-            floatv b[NV];
-            if (PFB && k + PFB < K)
-                PREFETCH_B_ROW(pb + koff[k + PFB], NR);
-            LOAD_B(b, pb + koff[k], floatv_u);
-            FMA_STEP(b);
-        }
+#define STEP_IMPLICIT(k, AT) do {                      \
+            floatv b[NV];                                 \
+            if (PFB && (k) + PFB < K)                     \
+                PREFETCH_B_ROW(pb + koff[(k) + PFB], NR); \
+            LOAD_B(b, pb + koff[k], floatv_u);            \
+            FMA_TILE(b, AT);                              \
+        } while (0)
+        K_LOOP(STEP_IMPLICIT);
     } else
 #endif
     if (tail1) {
-        for (int k = 0; k < K; ++k) {  /* the first vector of accumulators only */
-            floatv b[1];
-            if (PFB && k + PFB < K)
-                PREFETCH_B_ROW(pb + PFB * ldb, VW);
-            LOAD_B_N(b, pb, floatv_u, 1);
-            pb += ldb;
-            FMA_TILE_N(b, A_AT, 1);
-            A_NEXT();
-        }
+#define STEP_TAIL1(k, AT) do {  /* the first vector of accumulators only */ \
+            floatv b[1];                                 \
+            if (PFB && (k) + PFB < K)                    \
+                PREFETCH_B_ROW(pb + PFB * ldb, VW);      \
+            LOAD_B_N(b, pb, floatv_u, 1);                \
+            pb += ldb;                                   \
+            FMA_TILE_N(b, AT, 1);                        \
+        } while (0)
+        K_LOOP(STEP_TAIL1);
     } else if (n0 + NR <= N) {
-        for (int k = 0; k < K; ++k) {
-            floatv b[NV];
-            if (PFB && k + PFB < K)
-                PREFETCH_B_ROW(pb + PFB * ldb, NR);
-            LOAD_B(b, pb, floatv_u);
-            pb += ldb;
-            FMA_STEP(b);
-        }
+#define STEP_ROWS(k, AT) do {                        \
+            floatv b[NV];                               \
+            if (PFB && (k) + PFB < K)                   \
+                PREFETCH_B_ROW(pb + PFB * ldb, NR);     \
+            LOAD_B(b, pb, floatv_u);                    \
+            pb += ldb;                                  \
+            FMA_TILE(b, AT);                            \
+        } while (0)
+        K_LOOP(STEP_ROWS);
     } else {
         const int nn = N - n0;
-        for (int k = 0; k < K; ++k) {
-            floatv b[NV];
-            float* bs = (float*)b;
-#pragma unroll 1
-            for (int c = 0; c < NR; ++c)
-                bs[c] = c < nn ? pb[c] : 0.0f;
-            pb += ldb;
-            FMA_STEP(b);
-        }
+#define STEP_NARROW(k, AT) do {                        \
+            floatv b[NV];                                 \
+            float* bs = (float*)b;                        \
+            _Pragma("unroll 1") for (int c = 0; c < NR; ++c) \
+                bs[c] = c < nn ? pb[c] : 0.0f;            \
+            pb += ldb;                                    \
+            FMA_TILE(b, AT);                              \
+        } while (0)
+        K_LOOP(STEP_NARROW);
     }
 #endif
 

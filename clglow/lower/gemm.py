@@ -156,9 +156,15 @@ def _gemm_bias(ctx: LowerCtx, m: int, n: int) -> Optional[Bias]:
 def _lower_gemm_tiles(ctx: LowerCtx, m: int, n: int, k: int, ta: bool, tb: bool, bias: Optional[Bias]) -> list:
     """gemm.cl: operands by the path table above (panels packed at plan or run time, or in place)."""
     cfg = gemm_config(ctx.device)
+    layout = "packed" if ctx.const(1) is not None or tb or conflicting_pitch(n) else "inplace"
     if ctx.const(0) is not None:  # weights as A, packed: the gemm family's benchmark layout (lower/tunable.py)
-        layout = "packed" if ctx.const(1) is not None or tb or conflicting_pitch(n) else "inplace"
         cfg, _ = tuned_tiles(ctx.device, gemm_key(m, n, k, layout), cfg, ctx.label())
+    elif not ta and a_path(ctx.device, cfg, const=False, m=m, k=k, row_pitch=k) == "strided":
+        # a live row-major A read in place: the family's "strided" keys (its k block, AKB, is
+        # searched there); a stored point that would pack A instead is not taken
+        def keeps(c: GemmConfig) -> bool:
+            return a_path(ctx.device, c, const=False, m=m, k=k, row_pitch=k) == "strided"
+        cfg, _ = tuned_tiles(ctx.device, gemm_key(m, n, k, layout, "strided"), cfg, ctx.label(), valid=keeps)
     launches: list = []
     a = _a_operand(ctx, cfg, 0, m, k, ta, launches)
     b = _b_operand(ctx, cfg, 1, k, n, tb, launches)

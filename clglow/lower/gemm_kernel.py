@@ -53,13 +53,15 @@ def act_params(act: str, alpha: float = 0.0, beta: float = 0.0) -> tuple:
 @dataclass(frozen=True)
 class GemmConfig:
     """Tile sizes for one device: each work-item computes MR rows x (VW*NV) columns; pfb is
-    gemm.cl's PFB, how many k rows ahead an in-place B is prefetched (0: not)."""
+    gemm.cl's PFB, how many k rows ahead an in-place B is prefetched (0: not); akb its AKB, the k
+    block in which a strided A's rows are read as vectors (0: element by element)."""
 
     mr: int
     vw: int
     nv: int
     lsize: tuple
     pfb: int = 0
+    akb: int = 0
 
     @property
     def nr(self) -> int:
@@ -78,26 +80,35 @@ def default_gemm_config(target: Target) -> GemmConfig:
     The CPU family prefetches an in-place B's rows CPU_PFB k steps ahead (gemm.cl PFB): measured
     on pocl, both drivers (16-float vectors), gemm.cl alone in turns, 64x576x3136 with B in
     place (8 x 48 tiles) 120 -> 163 GFLOP/s (Debian's pocl 3.1) and 71 -> 93 (PyPI's 3.0), under
-    load; 4 and 16 close behind (the search tries them).
+    load; 4 and 16 close behind (the search tries them). A strided A's k block (AKB): see CPU_AKB.
     GPU family: small 4 x 4 tiles in 8 x 8 work-groups (within the device's work-group limit);
     correct anywhere, tuned by measurement; no prefetch (unmeasured).
     """
     if target.is_cpu_family:
+        akb = min(16, max(4, target.preferred_vector_width_float)) if CPU_AKB else 0
         if target.preferred_vector_width_float >= 16:
-            return GemmConfig(12, 16, 2, (1, 1, 1), CPU_PFB)
-        return GemmConfig(6, 8, 2, (1, 1, 1), CPU_PFB)
+            return GemmConfig(12, 16, 2, (1, 1, 1), CPU_PFB, akb)
+        return GemmConfig(6, 8, 2, (1, 1, 1), CPU_PFB, akb)
     return GemmConfig(4, 4, 1, target.fit_group((8, 8, 1)))
 
 
 CPU_PFB = 8
 PFB_VALUES = (0, 4, 8, 16)
+# Whether the CPU family's default reads a strided A by vector blocks of its preferred width
+# (AKB): off, the search decides. Measured on pocl under heavy load from other work, gemm.cl alone
+# and MatMul's kernel time in turns, 256x2304x196 and 64x576x3136 with A live: +15% on Debian's
+# pocl 3.1 (LLVM 15: its element-wise loop spills the row pointers), -5 to -10% on PyPI's 3.0
+# (LLVM 14 keeps them in registers there); repeated, the medians disagreed.
+CPU_AKB = False
+AKB_VALUES = (0, 4, 8, 16)
 
 
 def gemm_config(target: Target) -> GemmConfig:
     """The tiles to lower with: the Target's tuned choice (runtime.tuning) when it has one."""
     if target.gemm_tiles is not None:
         mr, vw, nv, ls = target.gemm_tiles
-        return GemmConfig(mr, vw, nv, tuple(ls), default_gemm_config(target).pfb)
+        d = default_gemm_config(target)
+        return GemmConfig(mr, vw, nv, tuple(ls), d.pfb, d.akb)
     return default_gemm_config(target)
 
 
@@ -184,6 +195,8 @@ def gemm_defines(cfg: GemmConfig, *, a_packed: bool, b_packed: bool, act_code: i
     defines = {"MR": cfg.mr, "VW": cfg.vw, "NV": cfg.nv, "A_PACKED": int(a_packed), "B_PACKED": int(b_packed)}
     if cfg.pfb and not b_packed:  # only in-place B loops prefetch: no program of its own otherwise
         defines["PFB"] = cfg.pfb
+    if cfg.akb and not a_packed:
+        defines["AKB"] = cfg.akb
     if act_code:
         defines["ACT"] = act_code
     if c_trans:
@@ -343,46 +356,51 @@ def b_unpacked_ok(cfg: GemmConfig, n: int) -> bool:
 # --- the tunable family (lower/tunable.py): gemm.cl's tiles per GEMM shape ------------------------------
 # Shape key: (M, N, K, B layout) with B "inplace" (row-major, read where it lies: a Gemm's or a
 # 1x1/implicit conv's pixels) or "packed" (panels: im2col, or a Gemm whose B is packed). A is the
-# weights, packed into MR-row panels at plan time, in every case the family is asked for.
+# weights, packed into MR-row panels at plan time, or (a fifth element "strided") a Gemm's live A
+# read in place with row pitch K.
 GEMM_ROWS = (4, 6, 8, 10, 12, 14, 16)
 GEMM_VECTORS = (1, 2, 3, 4)
 GPU_GROUPS = ((8, 8, 1), (16, 16, 1), (4, 4, 1), (16, 4, 1))
 
 
-def gemm_key(m: int, n: int, k: int, b_layout: str) -> ShapeKey:
-    """The gemm family's shape key (see above)."""
-    return (int(m), int(n), int(k), b_layout)
+def gemm_key(m: int, n: int, k: int, b_layout: str, a_layout: str = "packed") -> ShapeKey:
+    """The gemm family's shape key (see above); a live A read strided (a_layout "strided", row
+    pitch K) adds a fifth element."""
+    key = (int(m), int(n), int(k), b_layout)
+    return key if a_layout == "packed" else key + (a_layout,)
 
 
 def config_params(cfg: GemmConfig) -> Params:
-    return {"mr": cfg.mr, "vw": cfg.vw, "nv": cfg.nv, "lsize": tuple(cfg.lsize), "pfb": cfg.pfb}
+    return {"mr": cfg.mr, "vw": cfg.vw, "nv": cfg.nv, "lsize": tuple(cfg.lsize), "pfb": cfg.pfb, "akb": cfg.akb}
 
 
 def params_config(p: Params) -> GemmConfig:
     return GemmConfig(int(p["mr"]), int(p["vw"]), int(p["nv"]), tuple(int(x) for x in p["lsize"]),
-                      int(p.get("pfb", 0)))
+                      int(p.get("pfb", 0)), int(p.get("akb", 0)))
 
 
 def gemm_space(target: Target, key: ShapeKey = ()) -> List[Params]:
-    """gemm.cl's declared space on `target` (the family default first).
+    """gemm.cl's declared space on `target` (the family default first; the same for every key:
+    the search measures one set of programs for all of a family's shapes).
 
     CPU family: one work-item per group; VW the device's preferred float width or half of it
     (gemm.cl: 4, 8 or 16); MR x NV vector accumulators between 4 and 28 (what the register file
-    holds is the device's business: the measurement decides); an in-place B's prefetch distance
-    PFB_VALUES (a B layout "packed" key: 0 only, the define is not used there). GPU family: VW 4,
-    small MR x NV, square-ish work-groups fitted to the device's limits, no prefetch."""
+    holds is the device's business: the measurement decides), each with the default's pfb/akb;
+    then the default tiles with every PFB_VALUES (an in-place B's prefetch distance) and every
+    AKB_VALUES (a strided A's k block): one at a time, not their product. GPU family: VW 4, small
+    MR x NV, square-ish work-groups fitted to the device's limits; no prefetch, A element-wise."""
     d = config_params(gemm_config(target))
     out: List[Params] = [d]
-    inplace = not key or key[3] != "packed"
     if target.is_cpu_family:
         w = target.preferred_vector_width_float
         widths = [v for v in (16, 8, 4) if v <= max(w, 4) and v >= max(w, 4) // 2]
-        pts = [(mr, vw, nv, (1, 1, 1), pfb) for vw in widths for mr in GEMM_ROWS for nv in GEMM_VECTORS
-               for pfb in (PFB_VALUES if inplace else (d["pfb"],)) if 4 <= mr * nv <= 28]
+        pts = [dict(d, mr=mr, vw=vw, nv=nv) for vw in widths for mr in GEMM_ROWS for nv in GEMM_VECTORS
+               if 4 <= mr * nv <= 28]
+        pts += [dict(d, pfb=v) for v in PFB_VALUES] + [dict(d, akb=v) for v in AKB_VALUES]
     else:
-        pts = [(mr, 4, nv, target.fit_group(ls), 0) for ls in GPU_GROUPS for mr in (2, 4, 8) for nv in (1, 2)]
-    for mr, vw, nv, ls, pfb in pts:
-        p = {"mr": mr, "vw": vw, "nv": nv, "lsize": tuple(ls), "pfb": pfb}
+        pts = [dict(d, mr=mr, vw=4, nv=nv, lsize=tuple(target.fit_group(ls)))
+               for ls in GPU_GROUPS for mr in (2, 4, 8) for nv in (1, 2)]
+    for p in pts:
         if p not in out:
             out.append(p)
     return out
@@ -394,19 +412,21 @@ def _gemm_default(target: Target, key: ShapeKey) -> Params:
 
 
 def gemm_bench(target: Target, key: ShapeKey, p: Params) -> Tuple[Launch, dict]:
-    """gemm.cl on shape `key` with tiles `p`: A packed, B in place (row-major, ld N) or packed as
-    the key says, ReLU epilogue (buffers A, B, C; their byte sizes)."""
+    """gemm.cl on shape `key` with tiles `p`: A packed (or row-major, read strided, when the key's
+    fifth element says "strided"), B in place (row-major, ld N) or packed as the key says, ReLU
+    epilogue (buffers A, B, C; their byte sizes)."""
     from .base import Buf
 
-    m, n, k, layout = key
+    m, n, k, layout = key[:4]
+    strided = len(key) > 4 and key[4] == "strided"
     cfg = params_config(p)
     mp = round_up(max(m, 1), cfg.mr)
     packed = layout == "packed" or not b_unpacked_ok(cfg, n)
+    a = Operand(Buf("A"), ld=k, ld2=1) if strided else Operand(Buf("A"), packed=True)
     b = Operand(Buf("B"), packed=True) if packed else Operand(Buf("B"), ld=n)
     nb = packed_b_bytes(cfg.nr, k, n, 1) if packed else 4 * n * k
-    launch = gemm_launch(cfg, m=m, n=n, k=k, batch=1, d2=1, a=Operand(Buf("A"), packed=True), b=b,
-                         c=Operand(Buf("C"), ld=n), act="Relu")
-    return launch, {"A": 4 * mp * k, "B": nb, "C": 4 * m * n}
+    launch = gemm_launch(cfg, m=m, n=n, k=k, batch=1, d2=1, a=a, b=b, c=Operand(Buf("C"), ld=n), act="Relu")
+    return launch, {"A": 4 * (m if strided else mp) * k, "B": nb, "C": 4 * m * n}
 
 
 GEMM_FAMILY = register(Family("gemm", "gemm", gemm_space, _gemm_default, gemm_bench,
@@ -423,7 +443,7 @@ def tuned_tiles(target: Target, key: ShapeKey, fallback: GemmConfig, label: str 
             cfg = params_config(p)
         except (KeyError, TypeError, ValueError):
             return False
-        return (cfg.vw in (4, 8, 16) and cfg.mr > 0 and cfg.nv > 0 and cfg.pfb >= 0
+        return (cfg.vw in (4, 8, 16) and cfg.mr > 0 and cfg.nv > 0 and cfg.pfb >= 0 and cfg.akb in AKB_VALUES
                 and (valid is None or bool(valid(cfg))))
 
     p, source = choose(target, "gemm", key, valid=ok)
