@@ -15,7 +15,7 @@ import numpy as np
 from .base import Launch, LowerCtx, Scratch, i32
 from .common import type_defines, work_size
 
-RADICES = (8, 4, 2, 3, 5, 7, 11, 13)  # fft.cl's MAXR bounds them (16)
+RADICES = (8, 4, 2, 3, 5, 7, 11, 13)  # each a -DR build of fft.cl's fft_pass
 DIRECT_BELOW = 64  # shorter transforms: the direct sum, one launch, fewer bytes moved
 
 
@@ -60,9 +60,9 @@ def fft_launches(ctx: LowerCtx, load: Callable[[Scratch], Launch], store: Callab
     cur, ns = 0, 1
     for r in radices(n) or []:
         items = rows * (n // r)
-        g, l = work_size(ctx, items, 64)
-        launches.append(Launch("fft", "fft_pass", g, [bufs[cur], bufs[1 - cur], table, i32(n), i32(r), i32(ns),
-                                                     i32(items)], l, dict(defines), ctx.label()))
+        g, l = work_size(ctx, items)
+        launches.append(Launch("fft", "fft_pass", g, [bufs[cur], bufs[1 - cur], table, i32(n), i32(ns), i32(items)],
+                               l, dict(defines, R=r), ctx.label()))
         cur, ns = 1 - cur, ns * r
     launches.append(store(bufs[cur]))
     return launches
