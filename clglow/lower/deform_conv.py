@@ -1,8 +1,10 @@
 """Lowering of DeformConv (opset 19+, 2-D) to OpenCL (see lower/base.py).
 
-Two launches (deform_conv.cl): a deformable im2col samples every (input channel, kernel tap,
-output position) bilinearly at its offset position, times its mask, into scratch columns, once
-for all output channels; a grouped product of the weights with those columns adds the bias.
+A deformable im2col (deform_conv.cl) samples every (input channel, kernel tap, output position)
+bilinearly at its offset position, times its mask, into scratch columns, once for all output
+channels; the product of each group's weights with its columns, plus the bias, is one batched
+gemm.cl GEMM for float32 (weights packed at plan time when constant; the columns read in place
+or packed), deform_conv.cl's own product for float64.
 Attributes: dilations, group, kernel_shape, offset_group, pads, strides; optional B and mask.
 Other ranks than 2 spatial dims fall back to the host (as onnx.reference, which does 2-D only).
 """
@@ -15,8 +17,10 @@ import numpy as np
 from ..errors import InvalidModel
 from ..ir import Graph, Node
 from ..target import Target
-from .base import Launch, LowerCtx, device_op
-from .common import check_dtypes, check_int32_sizes, floats, grid, shape_of, type_defines
+from .base import Launch, LowerCtx, Scratch, device_op, round_up
+from .common import F32, check_dtypes, check_int32_sizes, floats, grid, shape_of, type_defines
+from .gemm_kernel import (Bias, Operand, b_unpacked_ok, fit_rows, gemm_config, gemm_launch, pack_a, pack_b_launch,
+                          packed_b_bytes)
 
 _OCB = 4  # output channels per work-item of deform_gemm (each column load serves them all)
 
@@ -80,12 +84,41 @@ def lower_deform_conv(ctx: LowerCtx) -> list:
     mask = ctx.buf(4) if ctx.has_input(4) else ctx.buf(0)
     bias = ctx.buf(3) if ctx.has_input(3) else ctx.buf(0)
     p = oh * ow
-    g1, l1 = grid(ctx.device, (p, kh * kw, n * ic), (64, 1, 1))
+    g1, l1 = grid(ctx.device, (ow, oh, n * ic), (64, 1, 1))
     oc, groups = dims[16], dims[15]
     blocks = groups * -(-(oc // groups) // _OCB)
+    im2col = Launch("deform_conv", "deform_im2col", g1, [ctx.buf(0), ctx.buf(2), mask, cols, meta], l1, defines,
+                    ctx.label())
+    if np.dtype(x.dtype) == F32:
+        return [im2col] + _gemm(ctx, dims, cols)
     g2, l2 = grid(ctx.device, (p, blocks, n), (64, 1, 1))
     defines2 = dict(defines, OCB=_OCB)
-    return [Launch("deform_conv", "deform_im2col", g1, [ctx.buf(0), ctx.buf(2), mask, cols, meta], l1, defines,
-                   ctx.label()),
-            Launch("deform_conv", "deform_gemm", g2, [cols, ctx.buf(1), bias, ctx.out(0), meta], l2, defines2,
-                   ctx.label())]
+    return [im2col, Launch("deform_conv", "deform_gemm", g2, [cols, ctx.buf(1), bias, ctx.out(0), meta], l2,
+                           defines2, ctx.label())]
+
+
+def _gemm(ctx: LowerCtx, dims: list, cols: Scratch) -> list:
+    """Y[n, g] = W[g] @ cols[n, g] + B[g] as one gemm.cl launch over images x groups (d2 = groups)."""
+    n, ic, _, _, oh, ow, kh, kw = dims[:8]
+    g, oc = dims[15], dims[16]
+    p, k, ocg = oh * ow, ic // g * kh * kw, oc // g
+    cfg = fit_rows(ctx.device, gemm_config(ctx.device), ocg, p)
+    if ctx.const(1) is not None:
+        packed = ctx.derived(1, f"deform_conv_a{cfg.mr}", lambda w: pack_a(np.asarray(w).reshape(g, ocg, k), cfg.mr))
+        a = Operand(packed, packed=True, s2=max(round_up(ocg, cfg.mr), cfg.mr) * k)
+    else:
+        a = Operand(ctx.buf(1), s2=ocg * k, ld=k, ld2=1)
+    launches = []
+    if b_unpacked_ok(cfg, p):
+        b = Operand(cols, s1=ic * kh * kw * p, s2=k * p, ld=p)
+    else:
+        panels = ctx.scratch(packed_b_bytes(cfg.nr, k, p, n * g))
+        launches.append(pack_b_launch(ctx.device, cfg.nr, src=cols, off=0, s1=ic * kh * kw * p, s2=k * p, s_k=p,
+                                      s_n=1, k=k, n=p, batch=n * g, d2=g, dst=panels, label=ctx.label()))
+        per = max(round_up(p, cfg.nr), cfg.nr) * k
+        b = Operand(panels, packed=True, s1=g * per, s2=per)
+    c = Operand(ctx.out(0), s1=oc * p, s2=ocg * p, ld=p)
+    bias = Bias(ctx.buf(3), sm=1, sn=0, s2=ocg) if ctx.has_input(3) else None
+    launches.append(gemm_launch(cfg, m=ocg, n=p, k=k, batch=n * g, d2=g, a=a, b=b, c=c, bias=bias,
+                                label=ctx.label()))
+    return launches

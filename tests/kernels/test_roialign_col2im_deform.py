@@ -11,9 +11,9 @@ import clglow.lower.deform_conv  # noqa: E402,F401
 import clglow.lower.roialign  # noqa: E402,F401
 
 try:  # tests/kernels may or may not be a package
-    from .run_launches import check  # noqa: E402
+    from .run_launches import check, device_info  # noqa: E402
 except ImportError:
-    from run_launches import check  # type: ignore  # noqa: E402
+    from run_launches import check, device_info  # type: ignore  # noqa: E402
 
 RNG = np.random.default_rng(5)
 
@@ -96,4 +96,32 @@ def test_deform_conv(kw, ic, oc, og, mask, bias):
     while inputs[-1] == "":
         inputs.pop()
     check(helper.make_node("DeformConv", inputs, ["y"], kernel_shape=[kh, kwd], **kw), feeds, opset=19,
+          rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("hw,const_w,dtype", [(12, True, np.float32), (12, False, np.float32), (5, True, np.float32),
+                                              (5, False, np.float64)])
+def test_deform_conv_paths(hw, const_w, dtype):
+    """The GEMM's operand paths: constant weights packed at plan time or read in place, columns
+    read in place (144 positions) or packed (25); float64 through deform_conv.cl's own product."""
+    if dtype == np.float64 and not device_info().has_fp64:
+        pytest.skip("the device has no fp64")
+    x = RNG.standard_normal((2, 4, hw, hw)).astype(dtype)
+    w = RNG.standard_normal((6, 2, 3, 3)).astype(dtype)
+    feeds = {"x": x, "o": RNG.standard_normal((2, 18, hw, hw)).astype(dtype),
+             "b": RNG.standard_normal(6).astype(dtype)}
+    consts = {"w": w} if const_w else {}
+    if not const_w:
+        feeds["w"] = w
+    check(helper.make_node("DeformConv", ["x", "w", "o", "b"], ["y"], kernel_shape=[3, 3], pads=[1] * 4, group=2),
+          feeds, consts, opset=19, rtol=1e-4, atol=1e-4)
+
+
+def test_deform_conv_far_offsets():
+    """Offsets far outside the image (taps read 0) and exactly on pixel edges (integer positions)."""
+    x = RNG.standard_normal((1, 2, 5, 6)).astype(np.float32)
+    off = np.round(RNG.standard_normal((1, 8, 4, 5)) * 30).astype(np.float32)
+    off[0, :4] = np.round(off[0, :4] / 30)  # some integer offsets that stay inside
+    check(helper.make_node("DeformConv", ["x", "w", "o"], ["y"], kernel_shape=[2, 2]),
+          {"x": x, "w": RNG.standard_normal((3, 2, 2, 2)).astype(np.float32), "o": off}, opset=19,
           rtol=1e-4, atol=1e-4)
