@@ -73,7 +73,7 @@ from .conv_nd import (ND_RANKS, NdGeometry, lower_conv_nd, lower_conv_nd_implici
                       nd_implicit_applicable)
 from .conv_gemv import gemv_applicable, lower_gemv
 from .conv_regions import lower_regions, regions_applicable
-from .conv_taps import TapsCtx, pruned_geometry
+from .conv_taps import drop_dead_taps
 from .gemm_kernel import (ACTIVATIONS, Bias, GemmConfig, Implicit, Operand, act_params, b_unpacked_ok,
                           gemm_config, gemm_key, gemm_launch, pack_a, pack_b, transposed_config, tuned_tiles)
 from .gpu_gemm import tuned_xgemm, xgemm_applicable, xgemm_launch
@@ -576,23 +576,12 @@ def tuned_path(case: ConvCase) -> Optional[ConvPath]:
     return _PATHS[str(p["path"])]
 
 
-def _drop_dead_taps(ctx: LowerCtx, case: ConvCase) -> tuple:
-    """(ctx, case) for the conv without the taps that read only padding (lower/conv_taps.py:
-    exact), unchanged when every tap touches the image or the weights are not constant."""
-    g = case.geom
-    pruned = pruned_geometry(g) if case.const_weights and isinstance(g, ConvGeometry) else None
-    if pruned is None:
-        return ctx, case
-    log.debug("%s: taps %s of %dx%d touch the image", ctx.label(), pruned[1], g.kh, g.kw)
-    return TapsCtx(ctx, pruned[1]), dataclasses.replace(case, geom=pruned[0])
-
-
 def _lower(ctx: LowerCtx) -> list:
     forget(ctx.label())  # the profiler's record of this node's tuned choices starts again
     case = conv_case(ctx)
     if case is None:
         return []
-    ctx, case = _drop_dead_taps(ctx, case)
+    ctx, case = drop_dead_taps(ctx, case)  # exact (lower/conv_taps.py)
     path = tuned_path(case)
     if path is None:
         path = choose_path(case)

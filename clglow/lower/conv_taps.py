@@ -17,12 +17,15 @@ runs it unchanged.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any, Callable, Optional
 
 import numpy as np
 
 from .base import ConstBuf, LowerCtx, TensorInfo
 from .common import ConvGeometry
+
+log = logging.getLogger(__name__)
 
 
 def live_taps(n: int, o: int, k: int, s: int, p: int, d: int) -> Optional[tuple]:
@@ -92,4 +95,15 @@ class TapsCtx:
         return self._ctx.derived(1, f"{self._tag}#{tag}", lambda w: fn(np.ascontiguousarray(self._cut(w))))
 
 
-__all__ = ["live_taps", "pruned_geometry", "TapsCtx"]
+def drop_dead_taps(ctx: LowerCtx, case: Any) -> tuple:
+    """(ctx, case) for a conv (a lower/conv.py ConvCase) without the taps that read only
+    padding, unchanged when every tap touches the image or the weights are not constant."""
+    g = case.geom
+    pruned = pruned_geometry(g) if case.const_weights and isinstance(g, ConvGeometry) else None
+    if pruned is None:
+        return ctx, case
+    log.debug("%s: taps %s of %dx%d touch the image", ctx.label(), pruned[1], g.kh, g.kw)
+    return TapsCtx(ctx, pruned[1]), dataclasses.replace(case, geom=pruned[0])
+
+
+__all__ = ["live_taps", "pruned_geometry", "TapsCtx", "drop_dead_taps"]
