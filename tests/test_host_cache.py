@@ -17,7 +17,7 @@ from onnx.reference import ReferenceEvaluator
 import clglow
 from clglow.frontend import graph_cache
 from clglow.runtime import derived_cache
-from clglow.runtime.blob_store import BlobStore, array_digest, checksum
+from clglow.runtime.blob_store import BlobStore, array_digest, checksum, flush
 
 
 @pytest.fixture
@@ -134,11 +134,13 @@ def test_derived_damaged_file_is_recomputed(cache_dir):
     calls = _CALLS
     calls.clear()
     derived_cache.compute(src, "t", _packer(calls, 1.5))
+    flush()  # the entry is written in the background
     (entry,) = list(derived_cache.store().directory.glob("*.blob"))
     _damage(entry, "flip_data")
     got = derived_cache.compute(src, "t", _packer(calls, 1.5))
     np.testing.assert_array_equal(got, src.T * 1.5)
     assert len(calls) == 2
+    flush()
     assert len(list(derived_cache.store().directory.glob("*.blob"))) == 1  # stored again
 
 
@@ -154,6 +156,7 @@ def test_derived_uncacheable_closure_and_small_sources_are_computed(cache_dir):
         np.testing.assert_array_equal(derived_cache.compute(big, "u", pack), big + 1)
         np.testing.assert_array_equal(derived_cache.compute(small, "s", lambda w: w * 2), small * 2)
     assert len(calls) == 2
+    flush()
     folder = derived_cache.store().directory
     assert not folder.exists() or not list(folder.glob("*.blob"))
 
@@ -222,6 +225,7 @@ def test_graph_cache_damaged_entry_loads_the_model(cache_dir, device, tmp_path, 
     x = np.random.default_rng(6).standard_normal((1, 32, 8, 8)).astype(np.float32)
     (want,) = ReferenceEvaluator(model).run(None, {"x": x})
     _run(path, device, x)
+    flush()
     for entry in list(graph_cache.store().directory.glob("*.blob")) + \
             list(derived_cache.store().directory.glob("*.blob")):
         _damage(entry, how)

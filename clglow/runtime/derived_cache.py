@@ -145,7 +145,7 @@ def compute(src: np.ndarray, tag: str, fn: Callable[[np.ndarray], np.ndarray]) -
     arr = np.ascontiguousarray(fn(src))
     _counts["misses"] += 1
     if not arr.dtype.hasobject and arr.size:
-        _store.put(key, {"dtype": arr.dtype.str, "shape": list(arr.shape)}, [memoryview(arr).cast("B")])
+        _store.put_async(key, {"dtype": arr.dtype.str, "shape": list(arr.shape)}, [memoryview(arr).cast("B")])
     return arr
 
 
