@@ -26,8 +26,10 @@ from .runner import alternate, clglow_session, ort_session
 SHAPES = [(1024, 1024, 1024), (64, 576, 3136), (128, 1152, 784), (256, 2304, 196), (512, 4608, 49)]
 
 
-def _kernel_ms(model, feeds: dict, runs: int) -> Optional[float]:
-    """Median over `runs` of the summed kernel time (ms) of one clglow run, from profiling events."""
+def _kernel_ms(model, feeds: dict, runs: int) -> tuple:
+    """(median over `runs` of the summed kernel time (ms) of one clglow run, {kernel name: median
+    ms per run}), from profiling events; (None, {}) when profiling fails. The per-kernel split
+    shows what a run is made of (a live operand's pack, the GEMM)."""
     try:
         from clglow.runtime.profiler import kernel_times
 
@@ -36,14 +38,21 @@ def _kernel_ms(model, feeds: dict, runs: int) -> Optional[float]:
         sess._engine.records.clear()
         for _ in range(runs):
             sess.run(None, feeds)
-        per_run = []
+        per_run, per_kernel = [], {}
         for rec in sess._engine.records:
-            per_run.append(sum(e - s for _, _, _, s, e in kernel_times([rec])) / 1e6)
+            times = kernel_times([rec])
+            per_run.append(sum(e - s for _, _, _, s, e in times) / 1e6)
+            run_split: dict = {}
+            for _, name, _, s, e in times:
+                run_split[name] = run_split.get(name, 0.0) + (e - s) / 1e6
+            for name, ms in run_split.items():
+                per_kernel.setdefault(name, []).append(ms)
         sess.release()
-        return statistics.median(per_run) if per_run else None
+        split = {name: statistics.median(v) for name, v in per_kernel.items()}
+        return (statistics.median(per_run) if per_run else None), split
     except Exception as e:  # profiling is a bonus; never fail the table for it
         print(f"  (no kernel times: {e})", file=sys.stderr)
-        return None
+        return None, {}
 
 
 def bench_shape(m: int, k: int, n: int, repeat: int, warmup: int) -> dict:
@@ -70,7 +79,7 @@ def bench_shape(m: int, k: int, n: int, repeat: int, warmup: int) -> dict:
     }, repeat, warmup)
     ours.release()
     ours_c.release()
-    kernel = _kernel_ms(both, feeds_both, max(3, repeat // 2))
+    kernel, split = _kernel_ms(both, feeds_both, max(3, repeat // 2))
     # numpy on its own, after the others: OpenBLAS's worker threads busy-wait for a while after
     # each call (OPENBLAS_THREAD_TIMEOUT, ~0.1 s by default), which would take the cores from
     # whatever ran next in an alternation (measured: clglow's 1024^3 kernels 490 GFLOP/s alone,
@@ -80,7 +89,7 @@ def bench_shape(m: int, k: int, n: int, repeat: int, warmup: int) -> dict:
             "median_s": {name: t.median for name, t in timings.items()},
             "min_s": {name: t.min for name, t in timings.items()},
             "max_s": {name: t.max for name, t in timings.items()},
-            "clglow_kernel_ms": kernel, "max_rel_diff": diff / max(scale, 1e-30)}
+            "clglow_kernel_ms": kernel, "clglow_kernel_split_ms": split, "max_rel_diff": diff / max(scale, 1e-30)}
 
 
 def bench(repeat: int = 10, warmup: int = 3, shapes: Sequence[tuple] = SHAPES, log=print) -> list:
@@ -88,8 +97,9 @@ def bench(repeat: int = 10, warmup: int = 3, shapes: Sequence[tuple] = SHAPES, l
     for m, k, n in shapes:
         rows.append(bench_shape(m, k, n, repeat, warmup))
         med = rows[-1]["median_s"]
+        split = ", ".join(f"{name} {ms:.3f}" for name, ms in rows[-1]["clglow_kernel_split_ms"].items())
         log(f"  {m}x{k}x{n}: numpy {med['numpy'] * 1e3:.2f} ms, onnxruntime {med['onnxruntime'] * 1e3:.2f} ms, "
-            f"clglow {med['clglow'] * 1e3:.2f} ms")
+            f"clglow {med['clglow'] * 1e3:.2f} ms (kernels: {split or '-'} ms)")
     return rows
 
 
