@@ -3,8 +3,9 @@
 Walks the graph once with onnx's own per-node shape inference (fed with the
 constant inputs), folding Shape/Size of known shapes and every node whose inputs
 have become constant. Where a node's output shape depends on data (NonZero,
-a host op fed by run-time values), specialisation stops after that node: the
-executor runs that far, then specialises the rest with the real shapes.
+a host op fed by run-time values), the nodes reading it (and what reads them) are
+left for later: the executor runs the rest as one stage, then specialises the
+nodes left with the real shapes.
 """
 from __future__ import annotations
 
@@ -248,8 +249,11 @@ def inline_if(node: Node, g: Graph) -> Optional[list]:
 def specialize(graph: Graph, input_types: Mapping[str, tuple]) -> tuple[Graph, Optional[int]]:
     """Copy of `graph` with concrete shapes for `input_types` {name: (dtype, shape)}.
 
-    Returns (graph, stop): stop is None when everything is known, else the number of
-    nodes that can be planned now (the node at stop-1 produces data-dependent shapes).
+    Returns (graph, stop): stop is None when everything is known, else the number of nodes
+    that can be planned now: graph.nodes[:stop] are every node that reads no value whose shape
+    depends on data (some of them produce such values), the rest follow in their order. One
+    stage thus runs every independent data-dependent node at once (ssdlite320's 90 per-class
+    NonZero chains: a handful of stages, not 180).
     """
     g = graph.copy()
     for name, (dtype, shape) in input_types.items():
@@ -258,11 +262,17 @@ def specialize(graph: Graph, input_types: Mapping[str, tuple]) -> tuple[Graph, O
             raise InvalidArgument("is not an input of the model", tensor=name)
         g.values[name] = Value(name, np.dtype(dtype), tuple(int(d) for d in shape), v.const)
     keep: list[Node] = []
+    deferred: list[Node] = []  # nodes reading a value whose shape depends on data: the next stage's
+    unknown: set = set()
     pending = list(g.nodes)
     idx = 0
     while idx < len(pending):
         node = pending[idx]
         idx += 1
+        if unknown and any(i in unknown for i in _reads(node)):
+            deferred.append(node)
+            unknown.update(o for o in node.outputs if o)
+            continue
         inlined = inline_if(node, g)
         if inlined is not None:  # the branch taken, in place of the If: planned like any nodes
             pending[idx:idx] = inlined
@@ -275,20 +285,35 @@ def specialize(graph: Graph, input_types: Mapping[str, tuple]) -> tuple[Graph, O
                 g.values[name] = Value(name, arr.dtype, tuple(arr.shape), arr)
             continue
         check_node(node, g)
-        inferred = infer_node(node, g)
-        complete = True
-        for o in node.outputs:
-            if not o:
-                continue
-            dtype, shape = inferred.get(o, (None, None))
-            old = g.values.get(o) or Value(o)
-            dtype = dtype if dtype is not None else old.dtype
-            if shape is None or any(not isinstance(d, int) for d in shape) or dtype is None:
-                complete = False
-            g.values[o] = Value(o, dtype, shape, None)
+        if not _infer_outputs(node, g):
+            unknown.update(o for o in node.outputs if o)
         keep.append(node)
-        if not complete:
-            g.nodes = keep + pending[idx:]
-            return g, len(keep)
-    g.nodes = keep
-    return g, None
+    g.nodes = keep + deferred
+    return g, (len(keep) if unknown else None)
+
+
+def _reads(node: Node) -> list:
+    """The values a node reads: its inputs and what its subgraphs (If/Loop/Scan) read outside."""
+    names = [i for i in node.inputs if i]
+    if any(isinstance(v, onnx.GraphProto) or (isinstance(v, list) and v and isinstance(v[0], onnx.GraphProto))
+           for v in node.attrs.values()):
+        from .runtime.host import outer_scope_names
+
+        names += outer_scope_names(node)
+    return names
+
+
+def _infer_outputs(node: Node, g: Graph) -> bool:
+    """Set the node's output values from shape inference; False when some shape is not known."""
+    inferred = infer_node(node, g)
+    complete = True
+    for o in node.outputs:
+        if not o:
+            continue
+        dtype, shape = inferred.get(o, (None, None))
+        old = g.values.get(o) or Value(o)
+        dtype = dtype if dtype is not None else old.dtype
+        if shape is None or any(not isinstance(d, int) for d in shape) or dtype is None:
+            complete = False
+        g.values[o] = Value(o, dtype, shape, None)
+    return complete

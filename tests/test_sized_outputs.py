@@ -309,3 +309,24 @@ def test_many_boxes_per_class_prefer_the_host_nms_unless_host_fallback_is_off():
                                        sess_options=clglow.SessionOptions(host_fallback=fallback))
         np.testing.assert_array_equal(sess.run(None, feeds)[0], want)
         assert [p.where for p in sess.placement if p.op_type == "NonMaxSuppression"] == [where]
+
+
+def test_independent_data_dependent_nodes_share_one_stage():
+    """Two independent NonZero -> GatherND chains (ssdlite320 has 90): one stage runs both
+    NonZeros (two counts read with one wait), the next both gathers; results as onnx.reference."""
+    nodes, outs = [], []
+    for k in "ab":
+        nodes += [helper.make_node("Greater", [k, "zero"], [f"m{k}"]), helper.make_node("NonZero", [f"m{k}"], [f"nz{k}"]),
+                  helper.make_node("Transpose", [f"nz{k}"], [f"i{k}"], perm=[1, 0]),
+                  helper.make_node("GatherND", [k, f"i{k}"], [f"y{k}"])]
+        outs.append(helper.make_tensor_value_info(f"y{k}", T.FLOAT, ["n"]))
+    model = _model(nodes, [helper.make_tensor_value_info(k, T.FLOAT, [5, 6]) for k in "ab"], outs, [_c("zero", 0.0)])
+    rng = np.random.default_rng(11)
+    feeds = {"a": rng.standard_normal((5, 6)).astype(np.float32), "b": -np.ones((5, 6), np.float32)}
+    _check(model, [feeds], "NonZero")
+    sess = _session(model)
+    sess.run(None, feeds)
+    plan, stages = sess._engine.last_plan, 1
+    while plan.stop is not None and plan.next_stages:
+        plan, stages = next(iter(plan.next_stages.values())), stages + 1
+    assert stages == 2

@@ -100,7 +100,8 @@ def prewarm(graph: Graph, stop: Optional[int], device, target: Target, options: 
                     graph.ir_version)
         lower = NodeLowerer(graph, device, target, options, memo)
         for p, node in zip(place(sub, target, options.host_fallback), nodes):
-            if p.where == DEVICE and not lookup(node).view:
+            sized = any(o and not graph.values[o].is_static for o in node.outputs)  # bound at plan time
+            if p.where == DEVICE and not lookup(node).view and not sized:
                 lower(node)
     except Exception as e:  # noqa: BLE001 - an optimisation; build_plan reports real problems
         log.debug("prewarming %s stopped: %s", graph.name, e)
@@ -114,17 +115,17 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
     staged = stage(graph, stop, outputs, target, options)
     lower = NodeLowerer(staged.graph, device, target, options, {} if memo is None else memo)
     sized = staged.sized
-    if sized is not None:  # the count lives to the end, as outputs do; read back before them
-        outputs = list(outputs) + [sized.count]
+    # the counts live to the end, as outputs do; read back before them
+    outputs = list(outputs) + [s.count for s in sized]
     bp = plan_buffers(staged, outputs, lower, target, zero_copy=target.zero_copy and options.zero_copy)
-    if sized is not None and bp.zero_copy:
+    if sized and bp.zero_copy:
         # outputs sized at run time are read back in part, after the count: never bound to an
         # array of their bound shape
-        for name in [sized.count, *sized.outputs]:
+        for name in [n for s in sized for n in (s.count, *s.outputs)]:
             bp.zero_copy.pop(name, None)
         bp.bind_outputs_at = min((s for o in outputs if o in bp.zero_copy for s, _ in bp.zero_copy[o]), default=-1)
     plan = bind(bp, staged, stop, device, weights, target)
-    plan.sized = sized
+    plan.sized = sized or None
     return plan
 
 
@@ -356,22 +357,26 @@ def _collect_outputs(run: _Run) -> tuple[dict, list]:
 
 
 def _sized_shapes(run: _Run) -> dict:
-    """The real shapes of a stage's outputs sized at run time (the count None: not handed over),
-    from their count, read back now: the sync point of such an op (lower/select.py). Their
-    writers put each output's elements first in its buffer, so the read of the real shape reads
-    them alone."""
-    sized = run.plan.sized
-    cnt = np.zeros(1, dtype=np.int64)
-    rt = run.plan.root.get(sized.count, sized.count)
-    cl_call(f"reading the count of {sized.node!r}", cl.enqueue_copy, run.queue, cnt,
-            run.plan.device_tensors[sized.count], is_blocking=True,
-            wait_for=[run.events[rt]] if rt in run.events else None)
-    count = int(cnt[0])
-    shapes: dict = {sized.count: None}
-    for name, so in sized.outputs.items():
-        if so.axis is not None and not 0 <= count <= so.bound[so.axis]:
-            raise DeviceError(f"node {sized.node!r} counted {count} elements, outside [0, {so.bound[so.axis]}]")
-        shapes[name] = so.real(count)
+    """The real shapes of a stage's outputs sized at run time (their counts None: not handed
+    over), from the counts, read back now with one wait: the sync point of such ops
+    (lower/select.py). Their writers put each output's elements first in its buffer, so the read
+    of the real shape reads them alone."""
+    plan = run.plan
+    counts = np.zeros(len(plan.sized), dtype=np.int64)
+    reads = []
+    for k, sized in enumerate(plan.sized):
+        rt = plan.root.get(sized.count, sized.count)
+        reads.append(cl_call(f"reading the count of {sized.node!r}", cl.enqueue_copy, run.queue, counts[k:k + 1],
+                             plan.device_tensors[sized.count], is_blocking=False,
+                             wait_for=[run.events[rt]] if rt in run.events else None))
+    cl.wait_for_events(reads)
+    shapes: dict = {}
+    for sized, count in zip(plan.sized, counts.tolist()):
+        shapes[sized.count] = None
+        for name, so in sized.outputs.items():
+            if so.axis is not None and not 0 <= count <= so.bound[so.axis]:
+                raise DeviceError(f"node {sized.node!r} counted {count} elements, outside [0, {so.bound[so.axis]}]")
+            shapes[name] = so.real(count)
     return shapes
 
 

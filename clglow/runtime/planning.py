@@ -101,33 +101,25 @@ class Staged:
     placement: list  # [Placement] of the nodes before any sub-batch split (the placement report)
     where: dict  # node name -> DEVICE | HOST, sub-batch pieces included
     slices: dict = field(default_factory=dict)  # sub-batch piece tensor -> Slice of its whole tensor
-    sized: Optional[SizedEnd] = None  # the device op sized at run time that ends the stage
+    sized: list = field(default_factory=list)  # [SizedEnd]: its device ops sized at run time
 
 
 def stage(graph: Graph, stop: Optional[int], outputs: Sequence[str], target: Target,
           options: PlanOptions) -> Staged:
-    """Place nodes[:stop] (all when stop is None) on `target`; the last node of a stage (its
-    output shapes depend on data) runs on the device when it is an op sized at run time
-    (`SizedEnd`), else on the host; a static plan's per-image stretches are split into
-    sub-batch pieces where sub_batch.budget(target, options) allows."""
+    """Place nodes[:stop] (all when stop is None) on `target`; a stage's nodes whose output
+    shapes depend on data run on the device when they are ops sized at run time (`SizedEnd`),
+    else on the host; a static plan's per-image stretches are split into sub-batch pieces where
+    sub_batch.budget(target, options) allows."""
     nodes = graph.nodes if stop is None else graph.nodes[:stop]
     sub = Graph(nodes, graph.values, graph.inputs, list(outputs), graph.opsets, graph.name, graph.ir_version)
     placement = place(sub, target, options.host_fallback)
-    sized = None
-    if stop is not None and placement and placement[-1].where == DEVICE:
-        last_node = nodes[-1]
-        rule = sized_at_run_time(last_node)
-        faster_on_host = host_preferred(last_node, sub) if options.host_fallback else None
-        if faster_on_host is not None:
-            placement[-1] = Placement(last_node.name, last_node.op_type, HOST, faster_on_host)
-        elif rule is not None:
-            sub, sized = _sized_end(sub, last_node, rule(last_node, sub))
-        elif not options.host_fallback:
-            raise UnsupportedOperator([UnsupportedNode(last_node.name, last_node.op_type, last_node.domain,
-                                                       graph.opset(last_node.domain),
-                                                       "output shape depends on data; host fallback is disabled")])
-        else:
-            placement[-1] = Placement(last_node.name, last_node.op_type, HOST, "output shape depends on data")
+    sized: list = []
+    if stop is not None:
+        for i, node in enumerate(nodes):
+            if placement[i].where == DEVICE and any(o and not graph.values[o].is_static for o in node.outputs):
+                sub, end = _data_sized(sub, i, placement, options)
+                if end is not None:
+                    sized.append(end)
     where = {p.node: p.where for p in placement}
     if stop is None:
         split_graph, slices = sub_batch.split(sub, {n for n, w in where.items() if w == DEVICE}, outputs,
@@ -138,9 +130,26 @@ def stage(graph: Graph, stop: Optional[int], outputs: Sequence[str], target: Tar
     return Staged(sub, placement, where, sized=sized)
 
 
-def _sized_end(sub: Graph, node: Node, sized: list) -> tuple:
-    """(`sub` with its last node's outputs at their bound shapes and the count tensor added as
-    its last output, the SizedEnd); the graph's values are copied, not edited."""
+def _data_sized(sub: Graph, i: int, placement: list, options: PlanOptions) -> tuple:
+    """A device node (node i) whose output shapes depend on data: (the graph with the node
+    sized at run time, its SizedEnd) where it is such an op (lower/select.py), else placed on the
+    host (`placement` edited; SizedEnd None)."""
+    node = sub.nodes[i]
+    rule = sized_at_run_time(node)
+    faster_on_host = host_preferred(node, sub) if options.host_fallback else None
+    if faster_on_host is None and rule is not None:
+        return _sized_end(sub, i, rule(node, sub))
+    if faster_on_host is None and not options.host_fallback:
+        raise UnsupportedOperator([UnsupportedNode(node.name, node.op_type, node.domain, sub.opset(node.domain),
+                                                   "output shape depends on data; host fallback is disabled")])
+    placement[i] = Placement(node.name, node.op_type, HOST, faster_on_host or "output shape depends on data")
+    return sub, None
+
+
+def _sized_end(sub: Graph, i: int, sized: list) -> tuple:
+    """(`sub` with node i's outputs at their bound shapes and its count tensor added as its
+    last output, the SizedEnd); the graph's values are copied, not edited."""
+    node = sub.nodes[i]
     values = dict(sub.values)
     outs = [o for o in node.outputs if o]
     for o, so in zip(outs, sized):
@@ -149,8 +158,9 @@ def _sized_end(sub: Graph, node: Node, sized: list) -> tuple:
     values[cn] = Value(cn, COUNT_DTYPE, (1,), None)
     end = Node(node.op_type, node.name, list(node.inputs), list(node.outputs) + [cn], dict(node.attrs),
                node.domain, node.proto, node.unfused)
-    g = Graph(sub.nodes[:-1] + [end], values, sub.inputs, list(sub.outputs) + [cn], sub.opsets, sub.name,
-              sub.ir_version)
+    nodes = list(sub.nodes)
+    nodes[i] = end
+    g = Graph(nodes, values, sub.inputs, list(sub.outputs) + [cn], sub.opsets, sub.name, sub.ir_version)
     return g, SizedEnd(node.name, cn, {o: so for o, so in zip(outs, sized) if isinstance(so, SizedOutput)})
 
 
