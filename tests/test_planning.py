@@ -295,6 +295,7 @@ def test_stage_places_splits_and_stops():
                          PlanOptions())
     assert not gpu.slices
     assert planning.stage(g, None, ["b"], Target(type="cpu", cache_bytes=1 << 10), PlanOptions()).slices
+    g.values["b"] = Value("b", F32, (n, "k", 4, 4))  # a stage's node whose output shape depends on data
     staged = planning.stage(g, 2, ["b"], TARGET, PlanOptions())
     assert staged.where == {"r1": DEVICE, "s1": HOST}
 
