@@ -13,6 +13,8 @@
  * flags: 1 = bias (beta * bias[n * bias_sn], bias_sn 0 or 1), 2 = residual z (y's shape). x, bias and z are read in place
  * at any alignment; y may be z (a residual updated in place: each output read, then written,
  * by one work-item).
+ * LN_PRO: x is first normalised as LayerNormalization over its k elements does (norm.cl's
+ * arithmetic), ln_scale and ln_bias of k elements (passes/fuse_norm_matmul.py).
  */
 #pragma OPENCL FP_CONTRACT ON
 
@@ -36,6 +38,9 @@ typedef floatv floatv_u __attribute__((aligned(4)));
 
 #include "activation.h"
 DEFINE_ACT(act_s, float)
+#ifdef LN_PRO
+#include "lanes.h"
+#endif
 
 #define FLAG_BIAS 1
 #define FLAG_RES 2
@@ -47,12 +52,25 @@ __kernel void gemv(const __global float* restrict x, const int x_off,
                    const float beta,
                    const __global float* z, const int z_off,
                    const int n, const int k, const float alpha, const int flags,
-                   const float act_a, const float act_b, const float act_c) {
+                   const float act_a, const float act_b, const float act_c
+#ifdef LN_PRO
+                   , const __global float* restrict ln_scale, const __global float* restrict ln_bias,
+                   const float ln_eps
+#endif
+                   ) {
     const int p = get_global_id(0);
     if (p * VW >= n)
         return;
     const __global float* xp = x + x_off;
     const __global floatv* wp = w + (long)p * k;
+#ifdef LN_PRO
+    /* x's LayerNormalization, recomputed by each work-item (k floats: a fraction of its panel) */
+    const float ln_m = lanes_sum(xp, k) / (float)k;
+    const float ln_inv = 1.0f / sqrt(lanes_sqdev(xp, k, ln_m) / (float)k + ln_eps);
+#define XK(i) ((xp[i] - ln_m) * ln_inv * ln_scale[i] + ln_bias[i])
+#else
+#define XK(i) xp[i]
+#endif
     floatv acc[KU];
     for (int u = 0; u < KU; ++u)
         acc[u] = (floatv)0.0f;
@@ -60,10 +78,10 @@ __kernel void gemv(const __global float* restrict x, const int x_off,
     for (; kk + KU <= k; kk += KU) {
 #pragma unroll
         for (int u = 0; u < KU; ++u)
-            acc[u] += xp[kk + u] * wp[kk + u];
+            acc[u] += XK(kk + u) * wp[kk + u];
     }
     for (; kk < k; ++kk)
-        acc[0] += xp[kk] * wp[kk];
+        acc[0] += XK(kk) * wp[kk];
     for (int u = 1; u < KU; ++u)
         acc[0] += acc[u];
     const float* s = (const float*)&acc[0];

@@ -80,6 +80,8 @@ def supports_fused_matmul(node: Node, graph: Graph, target: Target) -> Optional[
     act = attr_str(act)
     if act not in ACTIVATIONS:
         return f"fused activation {act!r} is not one of {sorted(a for a in ACTIVATIONS if a)}"
+    if "ln_epsilon" in node.attrs and (not target.is_cpu_family or graph.const(node.input(1)) is None):
+        return "a LayerNormalization prologue is the CPU family's GEMV with constant weights only"
     return None
 
 
@@ -92,7 +94,8 @@ def lower_matmul(ctx: LowerCtx) -> list:
 @device_op("FusedMatMul", domain="clglow", supports=supports_fused_matmul)
 def lower_fused_matmul(ctx: LowerCtx) -> list:
     """Y = act(alpha * A @ B + bias + residual): inputs A, B, bias (per column: [N] or
-    [1, .., 1, N], may be absent) and residual (Y's shape, may be absent), all in the epilogue."""
+    [1, .., 1, N], may be absent) and residual (Y's shape, may be absent), all in the epilogue;
+    with attribute ln_epsilon A is first layer-normalised (inputs 4 and 5: scale and bias)."""
     out_shape = tuple(ctx.outputs[0].shape)
     bias = None
     if ctx.has_input(2) and ctx.node.input(2):
@@ -112,9 +115,38 @@ def lower_fused_matmul(ctx: LowerCtx) -> list:
     act = attr_str(act, "")
     act_t = (act, float(ctx.attr("act_alpha", 0.0)), float(ctx.attr("act_beta", 0.0)))
     perms = [ctx.attr(k) for k in ("perm_a", "perm_b", "perm_c")]
+    if "ln_epsilon" in ctx.node.attrs:
+        return [_ln_gemv(ctx, bias, res, float(ctx.attr("alpha", 1.0)), act_t)]
     if any(perms):
         return _lower_matmul_views(ctx, perms, bias=bias, res=res, alpha=float(ctx.attr("alpha", 1.0)), act=act_t)
     return _lower_matmul(ctx, bias=bias, res=res, alpha=float(ctx.attr("alpha", 1.0)), act=act_t)
+
+
+def _ln_gemv(ctx: LowerCtx, bias: Optional[Bias], res: Optional[Arg], alpha: float, act: tuple):
+    """The GEMV of a FusedMatMul with a LayerNormalization prologue (passes/fuse_norm_matmul.py:
+    inputs 4 and 5 its scale and bias, attribute ln_epsilon): one row, constant weights, else an
+    InvalidModel, on which the session runs the original nodes instead."""
+    sa, sb = tuple(ctx.inputs[0].shape), tuple(ctx.inputs[1].shape)
+    k = int(sa[-1]) if sa else 0
+    rows = int(np.prod(sa[:-1], dtype=np.int64)) if len(sa) > 1 else 1
+    if (rows != 1 or len(sb) != 2 or int(sb[0]) != k or ctx.const(1) is None
+            or not gemv_applicable(ctx.device, m=1, nbatch_b=1, b_const=True)):
+        raise InvalidModel(f"FusedMatMul with a LayerNormalization prologue runs one row by constant weights "
+                           f"on the CPU family's GEMV, not {sa} x {sb}", node=ctx.label())
+
+    def param(i: int, default: float) -> Arg:
+        if not (ctx.has_input(i) and ctx.node.input(i)):
+            return ctx.const_buffer(np.full(k, default, np.float32))
+        if ctx.inputs[i].size == k:
+            return ctx.buf(i)
+        c = ctx.const(i)
+        if c is None:
+            raise InvalidModel(f"LayerNormalization input of shape {ctx.inputs[i].shape} for {k} features",
+                               node=ctx.label(), tensor=ctx.node.input(i))
+        return ctx.const_buffer(np.broadcast_to(np.asarray(c, np.float32), (k,)).copy())
+
+    ln = (param(4, 1.0), param(5, 0.0), float(ctx.attr("ln_epsilon", 1e-5)))
+    return gemv_launch(ctx, k=k, n=int(sb[1]), bias=bias, res=res, alpha=alpha, act=act, ln=ln)
 
 
 def _view(shape: Sequence[int], perm: Optional[Sequence[int]]) -> tuple:

@@ -1,5 +1,6 @@
-"""Data movement that moves nothing: a Cast to the dtype its input already has is dropped, and
-a Transpose that only moves axes of size 1 becomes a Reshape (a view: no launch).
+"""Data movement that moves nothing: a Cast to the dtype its input already has and a Reshape to
+the shape its input already has are dropped, and a Transpose that only moves axes of size 1
+becomes a Reshape (a view: no launch).
 
 A decode step's head split transposes [1, 1, H, D] to [1, H, 1, D] (the same bytes in the same
 order) and its attention casts float32 probabilities to float32: each was a launch on every
@@ -28,6 +29,14 @@ def _same_dtype_cast(node: Node, g: Graph) -> bool:
         return False
 
 
+def _same_shape_reshape(node: Node, g: Graph) -> bool:
+    """A Reshape (or Flatten, Squeeze, Unsqueeze) whose static output shape is its input's."""
+    if node.op_type not in ("Reshape", "Flatten", "Squeeze", "Unsqueeze") or len(node.outputs) != 1:
+        return False
+    a, b = g.values.get(node.input(0)), g.values.get(node.outputs[0])
+    return a is not None and b is not None and a.is_static and b.is_static and tuple(a.shape) == tuple(b.shape)
+
+
 def _moves_only_ones(node: Node, g: Graph) -> Optional[tuple]:
     """The output shape of a Transpose whose axes of size > 1 keep their order, else None."""
     if node.op_type != "Transpose":
@@ -44,7 +53,7 @@ def _moves_only_ones(node: Node, g: Graph) -> Optional[tuple]:
 
 
 def remove_trivial_moves(graph: Graph) -> Graph:
-    """`graph` without same-dtype Casts and with size-1-only Transposes as Reshapes."""
+    """`graph` without same-dtype Casts or same-shape Reshapes, size-1-only Transposes as Reshapes."""
     g = graph.copy()
     outputs = set(g.outputs)
     rename: dict = {}
@@ -54,7 +63,7 @@ def remove_trivial_moves(graph: Graph) -> Graph:
         if node.domain not in ("", "ai.onnx") or node.outputs[0] in outputs:
             keep.append(node)
             continue
-        if _same_dtype_cast(node, g):
+        if _same_dtype_cast(node, g) or _same_shape_reshape(node, g):
             rename[node.outputs[0]] = node.inputs[0]
             g.values.pop(node.outputs[0], None)
             continue

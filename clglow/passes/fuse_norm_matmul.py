@@ -1,0 +1,83 @@
+"""LayerNormalization of one row -> the prologue of the GEMV that consumes it.
+
+A decode step normalises one token's hidden state before each projection (GPT-2's ln_1, ln_2,
+ln_f): a launch that reads and writes a few hundred floats, then the GEMV reads them again.
+As the GEMV's prologue (kernels_cl/gemv.cl LN_PRO) each work-item normalises x itself (its
+k floats next to the k x VW panel it streams anyway) and the launch disappears.
+
+Fused when: a LayerNormalization (ai.onnx, or clglow's from fuse_layernorm) over the last axis
+of a static float32 tensor with one row, only its Y used; Y consumed only by a MatMul or a
+FusedMatMul (no transposed views, no prologue yet) as A, with constant 2-D weights. The result is
+a clglow.FusedMatMul with inputs 4 and 5 (the norm's scale and bias) and attribute ln_epsilon;
+it falls back to the two nodes where the GEMV does not run (the GPU family, say).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from ..ir import Graph, Node
+from ..lower.base import GENERIC_TARGET, lookup
+from .fuse_conv import in_graph_order, rewrite_to_fixed_point
+
+_PLAIN = {"alpha": 1.0, "activation": "", "act_alpha": 0.0, "act_beta": 0.0}
+
+
+def _one_row_norm(g: Graph, ln: Node, outputs: set, consumers: dict) -> Optional[int]:
+    """K (the normalised length) when `ln` qualifies, else None."""
+    if ln.op_type != "LayerNormalization" or ln.domain not in ("", "ai.onnx", "clglow"):
+        return None
+    if any(o and (o in outputs or consumers.get(o)) for o in ln.outputs[1:]):
+        return None
+    v = g.values.get(ln.input(0))
+    if v is None or not v.is_static or v.dtype != np.float32 or not v.shape:
+        return None
+    shape = tuple(v.shape)
+    axis = int(ln.attr("axis", -1))
+    if axis not in (-1, len(shape) - 1) or int(np.prod(shape[:-1], dtype=np.int64)) != 1:
+        return None
+    return int(shape[-1])
+
+
+def _gemv_user(g: Graph, y: str, k: int, outputs: set, consumers: dict) -> Optional[Node]:
+    users = consumers.get(y, [])
+    if len(users) != 1 or y in outputs:
+        return None
+    c = users[0]
+    plain = c.op_type == "MatMul" and c.domain in ("", "ai.onnx")
+    fused = c.op_type == "FusedMatMul" and c.domain == "clglow"
+    if not (plain or fused) or c.input(0) != y or c.input(1) == y:
+        return None
+    if fused and (any(c.attrs.get(p) for p in ("perm_a", "perm_b", "perm_c")) or "ln_epsilon" in c.attrs):
+        return None
+    w = g.const(c.input(1))
+    return c if w is not None and w.ndim == 2 and w.shape[0] == k else None
+
+
+def _fuse_one(g: Graph, consumers: dict, outputs: set) -> bool:
+    for ln in g.nodes:
+        k = _one_row_norm(g, ln, outputs, consumers)
+        if k is None:
+            continue
+        c = _gemv_user(g, ln.outputs[0], k, outputs, consumers)
+        if c is None:
+            continue
+        attrs = dict(_PLAIN) if c.op_type == "MatMul" else dict(c.attrs)
+        attrs["ln_epsilon"] = float(ln.attr("epsilon", 1e-5))
+        inputs = ([ln.input(0)] + (list(c.inputs) + ["", "", ""])[1:4] + [ln.input(1), ln.input(2)])
+        fused = Node("FusedMatMul", c.name, inputs, list(c.outputs), attrs, "clglow", None)
+        op = lookup(fused)
+        if op is None or op.supports(fused, g, GENERIC_TARGET) is not None:
+            continue
+        fused.unfused = in_graph_order(g, [ln, c])
+        g.nodes[g.nodes.index(c)] = fused
+        g.nodes = [n for n in g.nodes if n is not ln]
+        g.values.pop(ln.outputs[0], None)
+        return True
+    return False
+
+
+def fuse_layernorm_gemv(graph: Graph) -> Graph:
+    """Every one-row LayerNormalization feeding a GEMV (see the module doc) as its prologue."""
+    return rewrite_to_fixed_point(graph, _fuse_one)
