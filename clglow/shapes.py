@@ -99,6 +99,9 @@ def infer_node(node: Node, graph: Graph) -> dict:
     if "qclamp" in proto_node.attrs:  # passes/qdq.py's quantized clamp: no attribute of onnx's schema
         proto_node = Node(op_type, node.name, list(proto_node.inputs), list(proto_node.outputs),
                           {k: v for k, v in proto_node.attrs.items() if k != "qclamp"}, domain)
+    if (domain, op_type) == ("", "STFT") and "onesided" not in proto_node.attrs:  # onnx infers 0; schema, reference: 1
+        proto_node = Node(op_type, node.name, list(proto_node.inputs), list(proto_node.outputs),
+                          {**proto_node.attrs, "onesided": 1}, domain)
     try:
         schema = defs.get_schema(op_type, graph.opset(domain), domain)
     except Exception:
