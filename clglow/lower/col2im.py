@@ -16,6 +16,7 @@ from ..ir import Graph, Node
 from ..target import Target
 from .base import Launch, LowerCtx, device_op, i32
 from .common import check_dtypes, check_int32_sizes, floats, grid, type_defines, work_size
+from .spatial import check_out_type
 
 
 def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
@@ -57,6 +58,7 @@ def lower_col2im(ctx: LowerCtx) -> list:
     if out.size == 0:
         return []
     check_int32_sizes(ctx)
+    check_out_type(ctx)
     image, block, dil, pads, st, cols = _geometry(ctx)
     defines = type_defines(T=x.dtype)
     meta = ctx.const_buffer(np.array(image + block + dil + pads + st + cols, np.int32))

@@ -21,6 +21,7 @@ from .base import Launch, LowerCtx, Scratch, device_op, round_up
 from .common import F32, check_dtypes, check_int32_sizes, floats, grid, shape_of, type_defines
 from .gemm_kernel import (Bias, Operand, b_unpacked_ok, fit_rows, gemm_config, gemm_launch, pack_a, pack_b_launch,
                           packed_b_bytes)
+from .spatial import check_out_type
 
 _OCB = 4  # output channels per work-item of deform_gemm (each column load serves them all)
 
@@ -70,6 +71,7 @@ def lower_deform_conv(ctx: LowerCtx) -> list:
     if out.size == 0:
         return []
     check_int32_sizes(ctx)
+    check_out_type(ctx)
     dims = _dims(ctx)
     n, ic, _, _, oh, ow, kh, kw = dims[:8]
     ncols = n * ic * kh * kw * oh * ow

@@ -17,6 +17,7 @@ from ..ir import Graph, Node
 from ..target import Target
 from .base import Launch, LowerCtx, device_op, f32, i32
 from .common import INDEX, attr_str, check_dtypes, check_int32_sizes, floats, type_defines, work_size
+from .spatial import check_out_type
 
 _CTM = ("half_pixel", "output_half_pixel")
 
@@ -40,6 +41,7 @@ def lower_roi_align(ctx: LowerCtx) -> list:
     if out.size == 0:
         return []
     check_int32_sizes(ctx)
+    check_out_type(ctx)
     if len(x.shape) != 4:
         raise InvalidModel(f"RoiAlign X of shape {x.shape}; [N, C, H, W] required", node=ctx.label(), tensor=x.name)
     r = int(out.shape[0])

@@ -44,6 +44,15 @@ def _movable(node: Node, graph: Graph, target: Target) -> Optional[str]:
     return None
 
 
+def check_out_type(ctx: LowerCtx, src: int = 0) -> None:
+    """Output 0 has input `src`'s dtype (the kernels write that type: a mismatched output buffer
+    would be overrun)."""
+    i, o = ctx.inputs[src], ctx.outputs[0]
+    if np.dtype(i.dtype) != np.dtype(o.dtype):
+        raise InvalidModel(f"{ctx.node.op_type} output {o.name!r} is {np.dtype(o.dtype).name}, its input "
+                           f"{i.name!r} {np.dtype(i.dtype).name}", node=ctx.label(), tensor=o.name)
+
+
 def _fill_zero(ctx: LowerCtx) -> Launch:
     """The movement kernel's fill of output 0 with zeros."""
     out = ctx.outputs[0]
@@ -62,6 +71,7 @@ def lower_center_crop_pad(ctx: LowerCtx) -> list:
     if out.size == 0:
         return []
     check_int32_sizes(ctx)
+    check_out_type(ctx)
     r = len(x.shape)
     ist, ost = contiguous_strides(x.shape), contiguous_strides(out.shape)
     dims, soff, doff = [], 0, 0
@@ -88,6 +98,7 @@ def lower_reverse_sequence(ctx: LowerCtx) -> list:
     if out.size == 0:
         return []
     check_int32_sizes(ctx)
+    check_out_type(ctx)
     r = len(x.shape)
     if r < 2:
         raise InvalidModel(f"ReverseSequence input of rank {r}; at least 2 required", node=ctx.label())
@@ -131,6 +142,7 @@ def lower_max_unpool(ctx: LowerCtx) -> list:
     if out.size == 0:
         return []
     check_int32_sizes(ctx)
+    check_out_type(ctx)
     if tuple(ind.shape) != tuple(x.shape):
         raise InvalidModel(f"MaxUnpool indices of shape {ind.shape} for X of shape {x.shape}",
                            node=ctx.label(), tensor=ind.name)
@@ -163,6 +175,7 @@ def lower_affine_grid(ctx: LowerCtx) -> list:
     if out.size == 0:
         return []
     check_int32_sizes(ctx)
+    check_out_type(ctx)
     sd = len(out.shape) - 2
     if sd not in (2, 3) or tuple(theta.shape) != (int(out.shape[0]), sd, sd + 1):
         raise InvalidModel(f"AffineGrid theta of shape {theta.shape} for a grid of shape {out.shape}",

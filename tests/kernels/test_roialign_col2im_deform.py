@@ -125,3 +125,18 @@ def test_deform_conv_far_offsets():
     check(helper.make_node("DeformConv", ["x", "w", "o"], ["y"], kernel_shape=[2, 2]),
           {"x": x, "w": RNG.standard_normal((3, 2, 2, 2)).astype(np.float32), "o": off}, opset=19,
           rtol=1e-4, atol=1e-4)
+
+
+def test_float64_kernels():
+    """RoiAlign, Col2Im (2-D and 3-D) in float64 where the device has cl_khr_fp64."""
+    if not device_info().has_fp64:
+        pytest.skip("the device has no fp64")
+    x = RNG.standard_normal((1, 2, 9, 9))
+    node = helper.make_node("RoiAlign", ["x", "r", "b"], ["y"], output_height=3, output_width=3, mode="max")
+    check(node, {"x": x, "r": _rois(4, 9, 9).astype(np.float64), "b": np.zeros(4, np.int64)}, opset=16,
+          rtol=1e-10, atol=1e-10)
+    for image, block in (((4, 5), (2, 2)), ((3, 3, 4), (2, 1, 2))):
+        cols = int(np.prod([i - b + 1 for i, b in zip(image, block)]))
+        x = RNG.standard_normal((1, 2 * int(np.prod(block)), cols))
+        check(helper.make_node("Col2Im", ["x", "i", "b"], ["y"]), {"x": x},
+              {"i": np.array(image, np.int64), "b": np.array(block, np.int64)}, opset=18, rtol=1e-12, atol=1e-12)

@@ -11,9 +11,9 @@ pytest.importorskip("pyopencl")
 import clglow.lower.spatial  # noqa: E402,F401  (registration)
 
 try:  # tests/kernels may or may not be a package
-    from .run_launches import check, run_node  # noqa: E402
+    from .run_launches import check, device_info, reference, run_node  # noqa: E402
 except ImportError:
-    from run_launches import check, run_node  # type: ignore  # noqa: E402
+    from run_launches import check, device_info, reference, run_node  # type: ignore  # noqa: E402
 
 RNG = np.random.default_rng(21)
 
@@ -110,3 +110,32 @@ def test_upsample_linear_vs_onnxruntime(scales):
     x = RNG.standard_normal((1, 2, 4, 5)).astype(np.float32)
     check(helper.make_node("Upsample", ["x", "s"], ["y"], mode="linear"), {"x": x},
           {"s": np.array(scales, np.float32)}, opset=9, rtol=1e-5, atol=1e-5, oracle="onnxruntime")
+
+
+def test_affine_grid_float64():
+    """float64 theta gives a float64 grid (onnx.reference returns float32 whatever theta is: its
+    values, computed in float64, are the oracle here, cast back)."""
+    if not device_info().has_fp64:
+        pytest.skip("the device has no fp64")
+    node = helper.make_node("AffineGrid", ["t", "s"], ["g"])
+    feeds, consts = {"t": RNG.standard_normal((2, 3, 4))}, {"s": np.array([2, 1, 3, 4, 5], np.int64)}
+    want = reference(node, {"t": feeds["t"]}, consts, 20)[0].astype(np.float64)
+    got, _ = run_node(node, feeds, consts, opset=20, expected=[want])
+    assert got[0].dtype == np.float64
+    np.testing.assert_allclose(got[0], want, rtol=1e-6, atol=1e-6)
+
+
+def test_output_dtype_mismatch_raises():
+    """An output declared with another dtype than the kernel writes is refused, naming the node
+    (the kernel would overrun its buffer)."""
+    from clglow.errors import InvalidModel
+
+    try:
+        from .run_launches import lower_ctx
+    except ImportError:
+        from run_launches import lower_ctx  # type: ignore
+    node = helper.make_node("AffineGrid", ["t", "s"], ["g"], name="ag")
+    op, ctx = lower_ctx(node, {"t": np.zeros((1, 2, 3), np.float32)}, {"s": np.array([1, 1, 2, 2], np.int64)},
+                        {"g": ((1, 2, 2, 2), np.float64)}, opset=20)
+    with pytest.raises(InvalidModel, match="ag"):
+        op.lower(ctx)
