@@ -330,3 +330,22 @@ def test_independent_data_dependent_nodes_share_one_stage():
     while plan.stop is not None and plan.next_stages:
         plan, stages = next(iter(plan.next_stages.values())), stages + 1
     assert stages == 2
+
+
+@pytest.mark.parametrize("budget", [0, None])
+def test_host_nms_both_paths_match_reference(budget, monkeypatch):
+    """runtime/nms.py: the overlaps found up front (within PAIR_BUDGET) and box by box (beyond
+    it, budget 0 here) select what onnx.reference does, ties and swapped corners included."""
+    from clglow.runtime import nms
+
+    if budget is not None:
+        monkeypatch.setattr(nms, "PAIR_BUDGET", budget)
+    rng = np.random.default_rng(12)
+    for center in (0, 1):
+        boxes = _boxes(rng, 2, 300, center)
+        scores = np.round(rng.random((2, 3, 300)) * 8).astype(np.float32) / 8  # many ties
+        args = (np.array([40], np.int64), np.array([0.4], np.float32), np.array([0.2], np.float32))
+        model = _nms_model(center, 2, 3, 300, consts=False)
+        want = ReferenceEvaluator(model).run(None, {"boxes": boxes, "scores": scores, "max": args[0], "iou": args[1],
+                                                    "sthr": args[2]})[0]
+        np.testing.assert_array_equal(nms.non_max_suppression(boxes, scores, *args, center_point_box=center), want)
