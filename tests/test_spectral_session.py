@@ -87,7 +87,8 @@ def test_stft_with_window(target, onesided):
 def test_window_feeds_device_work(target):
     """The window's size is a plan constant: the window is computed at planning, the Mul on OpenCL."""
     nodes = [helper.make_node("HannWindow", ["n"], ["w"], periodic=0), helper.make_node("Mul", ["x", "w"], ["y"])]
-    g = helper.make_graph(nodes, "g", [_vi("x", T.FLOAT, [3, 16]), _vi("n", T.INT64, [])], [_vi("y", T.FLOAT, 2)])
+    g = helper.make_graph(nodes, "g", [_vi("x", T.FLOAT, [3, 16]), _vi("n", T.INT64, [])],
+                          [_vi("y", T.FLOAT, 2)])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     x = RNG.standard_normal((3, 16)).astype(np.float32)
     _check(m, {"x": x, "n": np.array(16, np.int64)}, target, "Mul", rtol=1e-6, atol=1e-6)
@@ -96,7 +97,8 @@ def test_window_feeds_device_work(target):
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("shape", [(3, 3), (5, 4, 4), (2, 3, 6, 6)])
 def test_det(target, shape):
-    m = _model(helper.make_node("Det", ["x"], ["y"]), [_vi("x", T.FLOAT, list(shape))], [_vi("y", T.FLOAT, len(shape) - 2)], 22)
+    m = _model(helper.make_node("Det", ["x"], ["y"]), [_vi("x", T.FLOAT, list(shape))],
+               [_vi("y", T.FLOAT, len(shape) - 2)], 22)
     x = RNG.standard_normal(shape).astype(np.float32)
     got = _run(m, {"x": x}, target, "Det")[0]
     np.testing.assert_allclose(got, np.linalg.det(x.astype(np.float64)), rtol=1e-4, atol=1e-4)
@@ -125,10 +127,15 @@ def test_tensor_scatter(target, mode):
     _check(m, feeds, target, "TensorScatter", rtol=0, atol=0)
 
 
-def test_stft_without_onesided_is_refused_on_device():
-    """onnx's shape inference and its schema disagree on STFT's default onesided: left to the host."""
-    node = helper.make_node("STFT", ["x", "step", "w"], ["y"])
-    m = _model(node, [_vi("x", T.FLOAT, [1, 64, 1]), _vi("step", T.INT64, []), _vi("w", T.FLOAT, [16])],
-               [_vi("y", T.FLOAT, 4)], 17)
-    with pytest.raises(clglow.UnsupportedOperator, match="onesided"):
-        clglow.InferenceSession(m.SerializeToString(), sess_options=clglow.SessionOptions(host_fallback=False))
+@pytest.mark.parametrize("target", TARGETS)
+def test_stft_default_onesided_feeds_device_work(target):
+    """An absent onesided is 1 (the schema, onnx.reference): n / 2 + 1 bins reach the next node
+    (onnx's own shape inference says n; clglow.shapes infers it as the schema says)."""
+    nodes = [helper.make_node("STFT", ["x", "step", "w"], ["y"]), helper.make_node("Abs", ["y"], ["z"])]
+    g = helper.make_graph(nodes, "g", [_vi("x", T.FLOAT, [1, 128, 1]), _vi("step", T.INT64, []),
+                                       _vi("w", T.FLOAT, [16])], [_vi("z", T.FLOAT, 4)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": RNG.standard_normal((1, 128, 1)).astype(np.float32), "step": np.array(8, np.int64),
+             "w": np.hanning(16).astype(np.float32)}
+    _check(m, feeds, target, "STFT", rtol=1e-5, atol=1e-5)
+    assert _run(m, feeds, target, "Abs")[0].shape == (1, 15, 9, 2)

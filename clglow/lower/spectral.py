@@ -128,10 +128,6 @@ def _supports_stft(node: Node, graph: Graph, target: Target) -> Optional[str]:
     shape = shape_of(graph, node.input(0))
     if reason is None and shape is not None and len(shape) != 3:
         reason = f"STFT signal of rank {len(shape)} (the schema's [batch, length, 1 or 2])"
-    if reason is None and "onesided" not in node.attrs:
-        # onnx's shape inference takes an absent onesided as 0, its schema and reference as 1:
-        # the planned output would have the wrong number of bins
-        reason = "STFT without an explicit onesided (onnx's shape inference and schema disagree on its default)"
     return reason
 
 
@@ -155,7 +151,7 @@ def lower_stft(ctx: LowerCtx) -> list:
     if np.dtype(ctx.inputs[2].dtype if has_window else x.dtype) != np.dtype(x.dtype):
         raise InvalidModel("STFT window dtype differs from the signal's", node=ctx.label(), tensor=ctx.node.inputs[2])
     frames = 1 + (length - n) // step
-    k = n // 2 + 1 if int(ctx.attr("onesided", 1)) else n
+    k = n // 2 + 1 if int(ctx.attr("onesided", 1)) else n  # the schema's default (shapes.py infers it so)
     _expect_shape(ctx, (batch, frames, k, 2))
     if out.size == 0:
         return []
