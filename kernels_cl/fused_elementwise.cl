@@ -12,8 +12,7 @@
  * Plain arithmetic only where pocl would call out of line (see erf.h).
  */
 #include "bcast_index.h"
-#include "erf.h"
-#include "vmath.h"
+#include "fe_ops.h"
 
 #ifndef NIN
 #define NIN 1
@@ -34,32 +33,6 @@
 #define S3 0
 #endif
 
-/* The operations work on float and on float16 (fused_flat evaluates 16 elements at once: one
- * vector exp instead of 16 scalar calls); RELU and ERF through overloads. */
-DEFINE_ERF(clg_erf16, float16)
-inline float __attribute__((overloadable)) fe_relu(const float x) { return x < 0.0f ? 0.0f : x; }
-inline float16 __attribute__((overloadable)) fe_relu(const float16 x) { return x < 0.0f ? (float16)0.0f : x; }
-inline float __attribute__((overloadable)) fe_erf(const float x) { return clg_erf(x); }
-inline float16 __attribute__((overloadable)) fe_erf(const float16 x) { return clg_erf16(x); }
-
-#define RELU(x) fe_relu(x)  /* NaN passes through */
-#define SIGMOID(x) (1.0f / (1.0f + clg_exp(-(x))))
-#define TANH(x) clg_tanh(x)
-#define EXP(x) clg_exp(x)
-#define LOG(x) clg_log(x)
-#define ABS(x) clg_fabs(x)
-#define NEG(x) (-(x))
-#define SQRT(x) clg_sqrt(x)
-#define RECIP(x) (1.0f / (x))
-#define ERF(x) fe_erf(x)
-#define ADD(a, b) ((a) + (b))
-#define SUB(a, b) ((a) - (b))
-#define MUL(a, b) ((a) * (b))
-#define DIV(a, b) ((a) / (b))
-#define SQUARE(x) ((x) * (x))
-#define CUBE(x) ((x) * (x) * (x))
-/* a float32 constant by its bit pattern (8 hex digits): exact, and valid in a -D define */
-#define LIT(h) as_float(0x##h##u)
 
 typedef float16 fe_f16u __attribute__((aligned(4)));
 

@@ -15,6 +15,8 @@
  * by one work-item).
  * LN_PRO: x is first normalised as LayerNormalization over its k elements does (norm.cl's
  * arithmetic), ln_scale and ln_bias of k elements (passes/fuse_norm_matmul.py).
+ * EPI_EXPR: a FusedElementwise expression of X0 (the output above; fe_ops.h's macros) applied
+ * before the store: GPT-2's tanh GELU after its c_fc projection.
  */
 #pragma OPENCL FP_CONTRACT ON
 
@@ -36,11 +38,12 @@ typedef float16 floatv;
 #endif
 typedef floatv floatv_u __attribute__((aligned(4)));
 
+/* fe_ops.h (and erf.h through it) unconditionally, before activation.h: runtime/sources.py splices
+ * each header once, where it is first named, even inside an #if that is off */
+#include "fe_ops.h"
+#include "lanes.h"
 #include "activation.h"
 DEFINE_ACT(act_s, float)
-#ifdef LN_PRO
-#include "lanes.h"
-#endif
 
 #define FLAG_BIAS 1
 #define FLAG_RES 2
@@ -93,6 +96,11 @@ __kernel void gemv(const __global float* restrict x, const int x_off,
             v += beta * bias[bias_off + (c0 + c) * bias_sn];
         if (flags & FLAG_RES)
             v += z[z_off + c0 + c];
+#ifdef EPI_EXPR
+        const float X0 = act_s(v, act_a, act_b, act_c);
+        y[y_off + c0 + c] = EPI_EXPR;
+#else
         y[y_off + c0 + c] = act_s(v, act_a, act_b, act_c);
+#endif
     }
 }

@@ -32,9 +32,10 @@ def gemv_applicable(target: Target, *, m: int, nbatch_b: int, b_const: bool) -> 
 
 
 def gemv_launch(ctx: LowerCtx, *, k: int, n: int, bias: Optional[Bias], res: Optional[Arg], alpha: float,
-                act: tuple, ln: Optional[tuple] = None) -> Launch:
+                act: tuple, ln: Optional[tuple] = None, epilogue: str = "") -> Launch:
     """y[0, :] = act(alpha * x @ W + bias + res) with W (input 1, constant [.., K, N]) packed in
-    panels of gemv_width columns; `ln` (scale, bias, epsilon): x layer-normalised first."""
+    panels of gemv_width columns; `ln` (scale, bias, epsilon): x layer-normalised first;
+    `epilogue`: an elementwise expression of X0 (the result) applied before the store."""
     vw = gemv_width(ctx.device)
     w = ctx.derived(1, f"gemv{vw}", lambda b: pack_b(np.asarray(b, np.float32).reshape(k, n), vw))
     act_code, act_p = act_params(act[0], act[1], act[2])
@@ -48,6 +49,8 @@ def gemv_launch(ctx: LowerCtx, *, k: int, n: int, bias: Optional[Bias], res: Opt
     defines = {"VW": vw}
     if act_code:
         defines["ACT"] = act_code
+    if epilogue:  # a FusedElementwise expression of X0, checked by lower/fused.check_expr
+        defines["EPI_EXPR"] = epilogue
     if ln is not None:  # (scale, bias, epsilon): x's LayerNormalization first
         defines["LN_PRO"] = None
         tail += [ln[0], ln[1], f32(ln[2])]

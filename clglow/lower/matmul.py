@@ -20,6 +20,7 @@ from .common import attr_str, float32_only, shape_of
 from .gemm import a_path, b_path, pack_live_a
 from .gemm_kernel import (ACTIVATIONS, Bias, Operand, gemm_config, gemm_launch, pack_a, pack_b, pack_b_launch,
                           packed_b_bytes)
+from .fused import check_expr
 from .gemv import gemv_applicable, gemv_launch
 from .gpu_gemm import xgemm_applicable, xgemm_config, xgemm_launch
 
@@ -80,8 +81,10 @@ def supports_fused_matmul(node: Node, graph: Graph, target: Target) -> Optional[
     act = attr_str(act)
     if act not in ACTIVATIONS:
         return f"fused activation {act!r} is not one of {sorted(a for a in ACTIVATIONS if a)}"
-    if "ln_epsilon" in node.attrs and (not target.is_cpu_family or graph.const(node.input(1)) is None):
-        return "a LayerNormalization prologue is the CPU family's GEMV with constant weights only"
+    if any(k in node.attrs for k in GEMV_ONLY) and (not target.is_cpu_family or graph.const(node.input(1)) is None):
+        return "a LayerNormalization prologue or an elementwise epilogue is the CPU family's GEMV only"
+    if "epilogue" in node.attrs:
+        return check_expr(attr_str(node.attrs["epilogue"]), 1)
     return None
 
 
@@ -115,24 +118,28 @@ def lower_fused_matmul(ctx: LowerCtx) -> list:
     act = attr_str(act, "")
     act_t = (act, float(ctx.attr("act_alpha", 0.0)), float(ctx.attr("act_beta", 0.0)))
     perms = [ctx.attr(k) for k in ("perm_a", "perm_b", "perm_c")]
-    if "ln_epsilon" in ctx.node.attrs:
-        return [_ln_gemv(ctx, bias, res, float(ctx.attr("alpha", 1.0)), act_t)]
+    if any(k in ctx.node.attrs for k in GEMV_ONLY):
+        return [_gemv_only(ctx, bias, res, float(ctx.attr("alpha", 1.0)), act_t)]
     if any(perms):
         return _lower_matmul_views(ctx, perms, bias=bias, res=res, alpha=float(ctx.attr("alpha", 1.0)), act=act_t)
     return _lower_matmul(ctx, bias=bias, res=res, alpha=float(ctx.attr("alpha", 1.0)), act=act_t)
 
 
-def _ln_gemv(ctx: LowerCtx, bias: Optional[Bias], res: Optional[Arg], alpha: float, act: tuple):
-    """The GEMV of a FusedMatMul with a LayerNormalization prologue (passes/fuse_norm_matmul.py:
-    inputs 4 and 5 its scale and bias, attribute ln_epsilon): one row, constant weights, else an
-    InvalidModel, on which the session runs the original nodes instead."""
+# FusedMatMul attributes only the GEMV implements (passes/fuse_norm_matmul.py): a LayerNormalization
+# prologue (inputs 4 and 5 its scale and bias) and an elementwise epilogue expression of X0
+GEMV_ONLY = ("ln_epsilon", "epilogue")
+
+
+def _gemv_only(ctx: LowerCtx, bias: Optional[Bias], res: Optional[Arg], alpha: float, act: tuple):
+    """The GEMV of a FusedMatMul with a prologue or epilogue of GEMV_ONLY: one row, constant
+    weights, else an InvalidModel, on which the session runs the original nodes instead."""
     sa, sb = tuple(ctx.inputs[0].shape), tuple(ctx.inputs[1].shape)
     k = int(sa[-1]) if sa else 0
     rows = int(np.prod(sa[:-1], dtype=np.int64)) if len(sa) > 1 else 1
     if (rows != 1 or len(sb) != 2 or int(sb[0]) != k or ctx.const(1) is None
             or not gemv_applicable(ctx.device, m=1, nbatch_b=1, b_const=True)):
-        raise InvalidModel(f"FusedMatMul with a LayerNormalization prologue runs one row by constant weights "
-                           f"on the CPU family's GEMV, not {sa} x {sb}", node=ctx.label())
+        raise InvalidModel(f"FusedMatMul with a prologue or epilogue expression runs one row by constant "
+                           f"weights on the CPU family's GEMV, not {sa} x {sb}", node=ctx.label())
 
     def param(i: int, default: float) -> Arg:
         if not (ctx.has_input(i) and ctx.node.input(i)):
@@ -145,8 +152,11 @@ def _ln_gemv(ctx: LowerCtx, bias: Optional[Bias], res: Optional[Arg], alpha: flo
                                node=ctx.label(), tensor=ctx.node.input(i))
         return ctx.const_buffer(np.broadcast_to(np.asarray(c, np.float32), (k,)).copy())
 
-    ln = (param(4, 1.0), param(5, 0.0), float(ctx.attr("ln_epsilon", 1e-5)))
-    return gemv_launch(ctx, k=k, n=int(sb[1]), bias=bias, res=res, alpha=alpha, act=act, ln=ln)
+    ln = (param(4, 1.0), param(5, 0.0), float(ctx.attr("ln_epsilon"))) if "ln_epsilon" in ctx.node.attrs else None
+    epi = attr_str(ctx.attr("epilogue", ""), "")
+    if epi and check_expr(epi, 1):
+        raise InvalidModel(check_expr(epi, 1), node=ctx.label())
+    return gemv_launch(ctx, k=k, n=int(sb[1]), bias=bias, res=res, alpha=alpha, act=act, ln=ln, epilogue=epi)
 
 
 def _view(shape: Sequence[int], perm: Optional[Sequence[int]]) -> tuple:

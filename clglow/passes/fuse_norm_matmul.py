@@ -1,4 +1,5 @@
-"""LayerNormalization of one row -> the prologue of the GEMV that consumes it.
+"""LayerNormalization of one row -> the prologue of the GEMV that consumes it; an elementwise
+expression of a GEMV's result -> its epilogue (fuse_gemv_epilogue, below).
 
 A decode step normalises one token's hidden state before each projection (GPT-2's ln_1, ln_2,
 ln_f): a launch that reads and writes a few hundred floats, then the GEMV reads them again.
@@ -81,3 +82,50 @@ def _fuse_one(g: Graph, consumers: dict, outputs: set) -> bool:
 def fuse_layernorm_gemv(graph: Graph) -> Graph:
     """Every one-row LayerNormalization feeding a GEMV (see the module doc) as its prologue."""
     return rewrite_to_fixed_point(graph, _fuse_one)
+
+
+# --- the epilogue: a FusedElementwise of the GEMV's result alone ---------------------------------------
+def _one_row_gemv(g: Graph, c: Node) -> bool:
+    """A MatMul / plain FusedMatMul (no views, no activation, no epilogue yet) of one output row
+    with constant 2-D weights."""
+    plain = c.op_type == "MatMul" and c.domain in ("", "ai.onnx")
+    fused = c.op_type == "FusedMatMul" and c.domain == "clglow"
+    if not (plain or fused):
+        return False
+    if fused and (any(c.attrs.get(p) for p in ("perm_a", "perm_b", "perm_c")) or "epilogue" in c.attrs
+                  or c.attrs.get("activation", "") not in ("", b"")):
+        return False
+    w, y = g.const(c.input(1)), g.values.get(c.outputs[0])
+    return (w is not None and w.ndim == 2 and y is not None and y.is_static and y.dtype == np.float32
+            and bool(y.shape) and int(np.prod(y.shape[:-1], dtype=np.int64)) == 1)
+
+
+def _fuse_epilogue_one(g: Graph, consumers: dict, outputs: set) -> bool:
+    for c in g.nodes:
+        if not _one_row_gemv(g, c):
+            continue
+        users = consumers.get(c.outputs[0], [])
+        if len(users) != 1 or c.outputs[0] in outputs:
+            continue
+        e = users[0]
+        if e.op_type != "FusedElementwise" or e.domain != "clglow" or list(e.inputs) != [c.outputs[0]]:
+            continue
+        attrs = dict(_PLAIN) if c.op_type == "MatMul" else dict(c.attrs)
+        attrs["epilogue"] = e.attrs.get("expr")
+        fused = Node("FusedMatMul", c.name, list(c.inputs), list(e.outputs), attrs, "clglow", None)
+        op = lookup(fused)
+        if op is None or op.supports(fused, g, GENERIC_TARGET) is not None:
+            continue
+        fused.unfused = in_graph_order(g, [c, e])
+        g.nodes[g.nodes.index(e)] = fused
+        g.nodes = [n for n in g.nodes if n is not c]
+        g.values.pop(c.outputs[0], None)
+        return True
+    return False
+
+
+def fuse_gemv_epilogue(graph: Graph) -> Graph:
+    """A one-row GEMV's result used only by a one-input FusedElementwise (GPT-2's tanh GELU):
+    the expression becomes the GEMV's epilogue (FusedMatMul attribute `epilogue`, gemv.cl
+    EPI_EXPR); it falls back to the two nodes where the GEMV does not run."""
+    return rewrite_to_fixed_point(graph, _fuse_epilogue_one)

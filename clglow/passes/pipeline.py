@@ -13,7 +13,7 @@ from .fuse_attention import fuse_attention
 from .fuse_elementwise import fuse_elementwise
 from .fuse_layernorm import fuse_layernorm
 from .fuse_matmul import fold_transposes, fuse_matmul
-from .fuse_norm_matmul import fuse_layernorm_gemv
+from .fuse_norm_matmul import fuse_gemv_epilogue, fuse_layernorm_gemv
 from .gemm_matmul import gemm_to_matmul
 from .identity import remove_identity
 from .refine_shapes import refine_shapes
@@ -37,7 +37,8 @@ PIPELINE: list[Callable[[Graph], Graph]] = [
     fuse_attention,  # after the scores' FusedMatMul (mask, scale, transposed views) exists
     fuse_layernorm,
     fuse_elementwise,
-    fuse_layernorm_gemv,  # last: the FusedMatMuls it extends are final
+    fuse_layernorm_gemv,  # last two: the FusedMatMuls they extend are final
+    fuse_gemv_epilogue,
     remove_dead_nodes,
 ]
 

@@ -79,3 +79,42 @@ def test_refused_runs_the_original_nodes(monkeypatch):
     sess = _run(*_model())
     kinds = [p.op_type for p in sess.placement]
     assert "LayerNormalization" in kinds and all(p.where == "opencl" for p in sess.placement), kinds
+
+
+def _gelu_model(rows=1, k=40, n=50):
+    """x @ W + b -> GPT-2's tanh GELU (a one-input FusedElementwise after fuse_elementwise)."""
+    c = {"half": 0.5, "three": 3.0, "c": 0.044715, "k": 0.7978845608, "one": 1.0}
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"]), helper.make_node("Add", ["mm", "bias"], ["h"]),
+             helper.make_node("Mul", ["h", "half"], ["a"]), helper.make_node("Pow", ["h", "three"], ["p"]),
+             helper.make_node("Mul", ["p", "c"], ["pc"]), helper.make_node("Add", ["h", "pc"], ["s"]),
+             helper.make_node("Mul", ["s", "k"], ["sk"]), helper.make_node("Tanh", ["sk"], ["t"]),
+             helper.make_node("Add", ["t", "one"], ["t1"]), helper.make_node("Mul", ["a", "t1"], ["y"])]
+    inits = [_c("w", k, n), _c("bias", n)] + [numpy_helper.from_array(np.array(v, np.float32), name)
+                                              for name, v in c.items()]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [1, rows, k])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [1, rows, n])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    return m, {"x": RNG.standard_normal((1, rows, k)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_elementwise_epilogue(rows):
+    """One row: the GELU is the GEMV's epilogue (one node); three rows: a FusedElementwise of its own."""
+    sess = _run(*_gelu_model(rows))
+    ops = [n.op_type for n in sess.graph.nodes]
+    assert ops == (["FusedMatMul"] if rows == 1 else ["FusedMatMul", "FusedElementwise"]), ops
+
+
+def test_epilogue_refused_runs_the_original_nodes(monkeypatch):
+    key = ("clglow", "FusedMatMul")
+    op = REGISTRY[key]
+
+    def refuse(node, graph, target):
+        if target is not GENERIC_TARGET and "epilogue" in node.attrs:
+            return "refused for this test"
+        return op.supports(node, graph, target)
+
+    monkeypatch.setitem(REGISTRY, key, dataclasses.replace(op, supports=refuse))
+    sess = _run(*_gelu_model())
+    kinds = [p.op_type for p in sess.placement]
+    assert "FusedElementwise" in kinds and all(p.where == "opencl" for p in sess.placement), kinds
