@@ -50,11 +50,18 @@ def pruned_geometry(g: ConvGeometry) -> Optional[tuple]:
     if rows is None or cols is None or (rows, cols) == ((0, g.kh - 1), (0, g.kw - 1)):
         return None
     ph, pw = g.ph - rows[0] * g.dh, g.pw - cols[0] * g.dw
-    if ph < 0 or pw < 0:
-        return None
     kh, kw = rows[1] - rows[0] + 1, cols[1] - cols[0] + 1
     pruned = dataclasses.replace(g, kh=kh, kw=kw, ph=ph, pw=pw, dh=g.dh if kh > 1 else 1, dw=g.dw if kw > 1 else 1)
+    if not (_onnx_axis(g.h, pruned.oh, kh, g.sh, ph, pruned.dh) and _onnx_axis(g.w, pruned.ow, kw, g.sw, pw, pruned.dw)):
+        return None
     return pruned, rows + cols
+
+
+def _onnx_axis(n: int, o: int, k: int, s: int, p: int, d: int) -> bool:
+    """Whether begin pad p >= 0 and some end pad >= 0 give o outputs by ONNX's formula: the
+    pruned conv is an ordinary Conv (the conv family's one-node benchmark builds it so)."""
+    end = max(0, (o - 1) * s + (k - 1) * d + 1 - n - p)
+    return p >= 0 and (n + p + end - ((k - 1) * d + 1)) // s + 1 == o
 
 
 class TapsCtx:

@@ -43,6 +43,22 @@ def test_live_taps_brute_force(n, k, s, p, d):
     assert live_taps(n, o, k, s, p, d) == _brute_live(n, o, k, s, p, d)
 
 
+@pytest.mark.parametrize("n,k,s,p,d", list(itertools.product((1, 4, 9), (3, 5), (1, 2, 3), (0, 2, 7), (3, 6))))
+def test_pruned_conv_is_an_onnx_conv(n, k, s, p, d):
+    """A pruned geometry has begin pads >= 0 and an end pad that gives the same output size by
+    ONNX's formula (the conv family's one-node benchmark builds the pruned conv as a Conv)."""
+    span = n + 2 * p - ((k - 1) * d + 1)
+    if span < 0:
+        pytest.skip("empty output")
+    o = span // s + 1
+    out = pruned_geometry(ConvGeometry(n, n, o, o, k, k, sh=s, sw=s, ph=p, pw=p, dh=d, dw=d))
+    if out is None:
+        return
+    g = out[0]
+    end = max(0, (o - 1) * s + (g.kh - 1) * g.dh + 1 - n - g.ph)
+    assert g.ph >= 0 and (n + g.ph + end - ((g.kh - 1) * g.dh + 1)) // s + 1 == o
+
+
 def test_aspp_rates_become_pointwise():
     """DeepLabV3's ASPP on a 20x20 map: rates 24 and 36 keep the centre tap only (a 1x1),
     rate 12 keeps all nine (each partly inside)."""
