@@ -45,6 +45,9 @@ __kernel void max_unpool(__global const T* x, __global const TI* idx, __global T
     if (i >= n) return;
     const TI v = idx[i];
     if (v < 0 || v >= (TI)total) return;
+#ifdef SAME_SHAPE
+    y[(int)v] = x[i];  /* the output is the inferred shape: the index is the offset */
+#else
     int rem = (int)v;  /* int arithmetic: the tensors are below 2^31 elements (lowering checks) */
     int off = 0;
     for (int d = RANK - 1; d >= 0; --d) {
@@ -53,29 +56,25 @@ __kernel void max_unpool(__global const T* x, __global const TI* idx, __global T
         rem /= od;
     }
     y[off] = x[i];
-}
-
-/* AffineGrid: gsize = (W, H, N * D): work-item (w, h, n * D + d) writes grid point (n, [d,] h, w):
- * theta[n] @ (x, y, [z,] 1) with x along W, y along H, z along D, normalised to [-1, 1] (pixel
- * centres unless ALIGN). dims = [N, D, H, W] (D = 1 for a 2-D grid). */
-inline F ag_coord(int i, int s) {
-#ifdef ALIGN
-    return s > 1 ? (F)(-1) + (F)(2 * i) / (F)(s - 1) : (F)(-1);
-#else
-    return (F)(-1) + (F)(2 * i + 1) / (F)s;
 #endif
 }
 
+/* AffineGrid: gsize = (W, H, N * D): work-item (w, h, n * D + d) writes grid point (n, [d,] h, w):
+ * theta[n] @ (x, y, [z,] 1) with x along W, y along H, z along D, each start + index * step
+ * (normalised to [-1, 1]: pixel centres, or the corners with align_corners; computed on the host).
+ * steps = [x start, x step, y start, y step, z start, z step]. */
 __kernel void affine_grid(__global const F* theta, __global F* grid, const int N, const int D, const int H,
-                          const int W) {
+                          const int W, __global const F* restrict steps) {
     const int w = get_global_id(0), h = get_global_id(1), nd = get_global_id(2);
     if (w >= W || h >= H || nd >= N * D) return;
-    const int n = nd / D, d = nd - n * D;
     F base[4];
-    base[0] = ag_coord(w, W);
-    base[1] = ag_coord(h, H);
+    base[0] = steps[0] + w * steps[1];
+    base[1] = steps[2] + h * steps[3];
 #if SD == 3
-    base[2] = ag_coord(d, D);
+    const int n = nd / D;
+    base[2] = steps[4] + (nd - n * D) * steps[5];
+#else
+    const int n = nd;
 #endif
     base[SD] = (F)1;
     __global const F* th = theta + (long)n * SD * (SD + 1);

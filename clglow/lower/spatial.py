@@ -155,9 +155,10 @@ def lower_max_unpool(ctx: LowerCtx) -> list:
         meta = ctx.const_buffer(np.array(inferred + contiguous_strides(out.shape), np.int32))
         g, l = work_size(ctx, x.size)
         args = [ctx.buf(0), ctx.buf(1), ctx.out(0), i32(x.size), i32(np.prod(inferred)), meta]
-        launches.append(Launch("spatial", "max_unpool", g, args,
-                               l, {"T": storage_type(x.dtype), "TI": "int" if ind.dtype == np.int32 else "long",
-                                   "RANK": len(inferred)}, ctx.label()))
+        defines = {"T": storage_type(x.dtype), "TI": "int" if ind.dtype == np.int32 else "long", "RANK": len(inferred)}
+        if [int(o) for o in out.shape] == inferred:
+            defines["SAME_SHAPE"] = None  # the index is the output offset: no coordinates
+        launches.append(Launch("spatial", "max_unpool", g, args, l, defines, ctx.label()))
     return launches
 
 
@@ -182,13 +183,17 @@ def lower_affine_grid(ctx: LowerCtx) -> list:
                            node=ctx.label(), tensor=theta.name)
     defines = type_defines(F=theta.dtype)
     defines["SD"] = sd
-    if int(ctx.attr("align_corners", 0)):
-        defines["ALIGN"] = None
     n, w, h = int(out.shape[0]), int(out.shape[-2]), int(out.shape[-3])
     d = int(out.shape[1]) if sd == 3 else 1
+    align = bool(int(ctx.attr("align_corners", 0)))
+    steps = []
+    for s in (w, h, d):  # as onnx.reference's arange: start, step (float64, then theta's type)
+        step = (2.0 / (s - 1) if s > 1 else 0.0) if align else 2.0 / s
+        steps += [-1.0, step] if align else [-1.0 + step / 2, step]
     gsize, ls = grid(ctx.device, (w, h, n * d), (64, 1, 1))
-    return [Launch("spatial", "affine_grid", gsize, [ctx.buf(0), ctx.out(0), i32(n), i32(d), i32(h), i32(w)], ls,
-                   defines, ctx.label())]
+    return [Launch("spatial", "affine_grid", gsize,
+                   [ctx.buf(0), ctx.out(0), i32(n), i32(d), i32(h), i32(w),
+                    ctx.const_buffer(np.array(steps, theta.dtype))], ls, defines, ctx.label())]
 
 
 # --- Upsample ------------------------------------------------------------------------------------
