@@ -19,6 +19,7 @@
  *   OP_<NAME>    the reduction;  EMPTY  Max/Min's identity (the value of an empty set)
  *   LS           work-items per group (a power of two): the local arrays' size
  *   LINEAR       x is [n_hi, n_red, inner] row-major (inner = 1 for rows): no index table
+ *   FROM_PARTIAL x holds wg_reduce_split's partial results (T = ACC): each counts as it is
  *   RK, RR       else: kept dims (rows: all of them; cols: all but the innermost) and reduced dims
  *                in meta (int32): kept dims[RK], kept strides[RK], reduced dims[RR], strides[RR]
  * Every work-item of a group reaches every barrier (items past the outputs carry the identity).
@@ -102,7 +103,9 @@ inline ACC comb(ACC a, ACC b) { return a * b; }
 inline ACC comb(ACC a, ACC b) { return fmax(a, b); }
 #else
 #define IDENT ((ACC)0)
-#if defined(OP_L1)
+#if defined(FROM_PARTIAL)
+#define LOAD(v) (v)
+#elif defined(OP_L1)
 #define LOAD(v) ((v) < (ACC)0 ? -(v) : (v))
 #elif defined(OP_L2) || defined(OP_SUMSQUARE)
 #define LOAD(v) ((v) * (v))
@@ -160,8 +163,10 @@ inline TO finish(ACC acc, const int n_red) {
     ACC res = buf[head];
 
 #ifndef OP_ARG
+/* rows: y[o] over x's run o; n_div: the element count a mean divides by (n_red, or the split's
+ * whole run when x holds PARTIAL results). */
 __kernel void wg_reduce(__global const T* restrict x, __global TO* restrict y, const int n_out, const int n_red,
-                        const int lr, __global const int* restrict meta) {
+                        const int lr, __global const int* restrict meta, const int n_div) {
     __local ACC buf[LS];
     const int inner = 1;
     const int lid = get_local_id(0);
@@ -182,7 +187,29 @@ __kernel void wg_reduce(__global const T* restrict x, __global TO* restrict y, c
     res = log(buf[seg * lr]) + m;
 #endif
     if (live && lane == 0)
-        y[o] = finish(res, n_red);
+        y[o] = finish(res, n_div);
+}
+
+/* rows split in `parts` chunks of `chunk` elements when outputs are too few to fill the device
+ * (a whole-tensor sum): group g combines chunk g % parts of run g / parts into part[g] (ACC, no
+ * finish); wg_reduce with FROM_PARTIAL then combines each run's parts. Not for LogSumExp. */
+__kernel void wg_reduce_split(__global const T* restrict x, __global ACC* restrict part, const int n_red,
+                              const int chunk, const int parts, __global const int* restrict meta) {
+    __local ACC buf[LS];
+    const int inner = 1;
+    const int lid = get_local_id(0);
+    const int g = get_group_id(0);
+    const int o = g / parts;
+    const int r0 = (g - o * parts) * chunk;
+    const int r1 = min(n_red, r0 + chunk);
+    __global const T* p = x + BASE(o, n_red, 1);
+    ACC acc = IDENT;
+    for (int r = r0 + lid; r < r1; r += LS)
+        acc = comb(acc, LOAD((ACC)p[RED(r, inner)]));
+    buf[lid] = acc;
+    tree(buf, lid, lid, LS, 1, 0);
+    if (lid == 0)
+        part[g] = buf[0];
 }
 
 __kernel void wg_reduce_cols(__global const T* restrict x, __global TO* restrict y, const int inner,

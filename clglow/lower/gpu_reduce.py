@@ -146,16 +146,45 @@ def reduce_defines(lay: Layout, ls: int) -> dict:
     return d
 
 
-def reduce_launch(target: Target, lay: Layout, x, y, defines: dict, ls: int, meta_arg, label: str = "") -> Launch:
+def reduce_launch(target: Target, lay: Layout, x, y, defines: dict, ls: int, meta_arg, label: str = "",
+                  n_div: Optional[int] = None) -> Launch:
     """The wg_reduce(_cols) launch of `lay`: x, y and meta_arg are the launch's arguments (meta_arg:
-    any buffer when the layout is linear), `defines` the types and op (reduce.py's)."""
+    any buffer when the layout is linear), `defines` the types and op (reduce.py's); n_div: what a
+    mean divides by (default the reduced size)."""
     gsize, lsize, lr = group_shape(target, lay, ls)
     d = dict(defines, **reduce_defines(lay, ls))
     if lay.kind == "rows":
-        args = [x, y, i32(lay.n_hi), i32(lay.n_red), i32(lr), meta_arg]
+        args = [x, y, i32(lay.n_hi), i32(lay.n_red), i32(lr), meta_arg, i32(lay.n_red if n_div is None else n_div)]
         return Launch("gpu_reduce", "wg_reduce", gsize, args, lsize, d, label)
     return Launch("gpu_reduce", "wg_reduce_cols", gsize, [x, y, i32(lay.inner), i32(lay.n_red), meta_arg], lsize,
                   d, label)
+
+
+def split_parts(target: Target, lay: Layout, ls: int, op: str) -> int:
+    """How many chunks each run of a `rows` reduction is split into (1: none): when its groups are
+    too few to give each compute unit several (a whole-tensor sum is one group) and runs are long
+    enough to give each chunk several elements per work-item. LogSumExp (two passes) is not split."""
+    if lay.kind != "rows" or op == "LOGSUMEXP":
+        return 1
+    _g, _l, lr = group_shape(target, lay, ls)
+    groups = -(-max(lay.n_hi, 1) // (ls // lr))
+    want = 4 * max(1, int(target.compute_units))
+    if groups >= want or lay.n_red < 4 * ls:
+        return 1
+    return max(1, min(-(-lay.n_red // (4 * ls)), -(-want // max(lay.n_hi, 1)), ls))
+
+
+def split_launches(target: Target, lay: Layout, x, y, defines: dict, ls: int, meta_arg, parts: int, scratch,
+                   acc: str, label: str = "") -> List[Launch]:
+    """A `rows` reduction in two launches: wg_reduce_split combines `parts` chunks of each run into
+    `scratch` (n_hi * parts values of type `acc`), then wg_reduce combines each run's parts."""
+    chunk = -(-lay.n_red // parts)
+    d = dict(defines, **reduce_defines(lay, ls))
+    first = Launch("gpu_reduce", "wg_reduce_split", (lay.n_hi * parts * ls,),
+                   [x, scratch, i32(lay.n_red), i32(chunk), i32(parts), meta_arg], (ls,), d, label)
+    second = dict(defines, T=acc, FROM_PARTIAL=None)
+    return [first, reduce_launch(target, linear_layout("rows", lay.n_hi, parts, 1), scratch, y, second, ls, meta_arg,
+                                 label, n_div=lay.n_red)]
 
 
 def arg_launch(target: Target, lay: Layout, x, y, defines: dict, ls: int, meta_arg, select_last: int,
@@ -203,4 +232,5 @@ WG_REDUCE_FAMILY = register(Family("wg_reduce", "gpu_reduce", _space, _default, 
                                    tolerance=1e-3))
 
 __all__ = ["LOCAL_SIZES", "Layout", "applicable", "arg_launch", "choose_ls", "linear_layout", "local_sizes", "plan",
-           "group_shape", "pow2_at_least", "reduce_launch", "shape_key", "WG_REDUCE_FAMILY"]
+           "group_shape", "pow2_at_least", "reduce_launch", "shape_key", "split_launches", "split_parts",
+           "WG_REDUCE_FAMILY"]

@@ -121,8 +121,13 @@ def _lower_reduce_wg(ctx: LowerCtx, meta: np.ndarray, rk: int, rr: int, defines:
     d = {k: v for k, v in defines.items() if k not in ("RK", "RR")}
     if defines["ACC"] in ("float", "double"):
         d["ACC_FLOAT"] = None
-    return [gpu_reduce.reduce_launch(ctx.device, lay, ctx.buf(0), ctx.out(0), d, ls, ctx.const_buffer(lay.meta),
-                                     ctx.label())]
+    meta_arg = ctx.const_buffer(lay.meta)
+    parts = gpu_reduce.split_parts(ctx.device, lay, ls, _REDUCE[ctx.node.op_type])
+    if parts > 1:  # few outputs, long runs: each run in `parts` groups, then their results combined
+        scratch = ctx.scratch(_ACC_BYTES[defines["ACC"]] * lay.n_hi * parts)
+        return gpu_reduce.split_launches(ctx.device, lay, ctx.buf(0), ctx.out(0), d, ls, meta_arg, parts, scratch,
+                                         defines["ACC"], ctx.label())
+    return [gpu_reduce.reduce_launch(ctx.device, lay, ctx.buf(0), ctx.out(0), d, ls, meta_arg, ctx.label())]
 
 
 def _lower_reduce_items(ctx: LowerCtx, meta: np.ndarray, rk: int, rr: int, defines: dict) -> list:
