@@ -137,3 +137,14 @@ def test_matmul_node_skinny(sa, sb):
     launches = lower(node, feeds, {}, {"y": (want.shape, np.float32)}, device=gpu_local())
     assert "gemv" in [ln.kernel for ln in launches]
     check(node, feeds, {}, device=gpu_local())
+
+
+@pytest.mark.parametrize("group", [1, 4])
+def test_pointwise_conv_few_channels(group):
+    """A 1x1 conv of 1 to 4 output channels per group (X itself is B, groups as a batch level)."""
+    cin, cout = 8, 4 if group == 1 else 8
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=group)
+    feeds, consts = {"x": rand(2, cin, 5, 7)}, {"w": rand(cout, cin // group, 1, 1), "b": rand(cout)}
+    launches = lower(node, feeds, consts, {"y": ((2, cout, 5, 7), np.float32)}, device=gpu_local())
+    assert "gemv" in [ln.kernel for ln in launches]
+    check(node, feeds, consts, device=gpu_local())
