@@ -1,6 +1,7 @@
-"""A 5-node net (Conv+Relu, MaxPool, Flatten, Gemm, Softmax) through a clglow session, checked against
-onnxruntime: run by test_oclgrind.py in a process whose OpenCL device is Oclgrind. Exits non-zero on a
-mismatch; Oclgrind's reports go to stderr."""
+"""A small net (Conv+Relu, MaxPool, Flatten, Gemm, Softmax, and ReduceMean/ArgMax outputs) through a
+clglow session, checked against onnxruntime: run by test_oclgrind.py in a process whose OpenCL device
+is Oclgrind (the GPU family: the batch-1 Gemm on gpu_gemv.cl, Softmax, ReduceMean and ArgMax on the
+work-group kernels). Exits non-zero on a mismatch; Oclgrind's reports go to stderr."""
 from __future__ import annotations
 
 import sys
@@ -19,9 +20,14 @@ def tiny_net(rng: np.random.Generator) -> onnx.ModelProto:
              helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
              helper.make_node("Flatten", ["p"], ["f"]),
              helper.make_node("Gemm", ["f", "G"], ["g"], transB=1),
-             helper.make_node("Softmax", ["g"], ["y"], axis=1)]
+             helper.make_node("Softmax", ["g"], ["y"], axis=1),
+             helper.make_node("ReduceMean", ["r"], ["m"], axes=[2, 3], keepdims=0),
+             helper.make_node("ArgMax", ["g"], ["a"], axis=1, keepdims=0)]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5]),
+            helper.make_tensor_value_info("m", TensorProto.FLOAT, [1, 4]),
+            helper.make_tensor_value_info("a", TensorProto.INT64, [1])]
     graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])], inits)
+                              outs, inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -34,10 +40,11 @@ def main() -> int:
     model = tiny_net(rng)
     x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
     sess = clglow.InferenceSession(model.SerializeToString())
-    got = [sess.run(None, {"x": x})[0] for _ in range(2)]  # a second run reuses the bound plan
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    for g in got:
-        np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-6)
+    got = [sess.run(None, {"x": x}) for _ in range(2)]  # a second run reuses the bound plan
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for outs in got:
+        for g, w in zip(outs, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6)
     sys.stdout.write(f"tiny net on {sess.device.name}: ok\n")
     return 0
 
