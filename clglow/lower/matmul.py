@@ -17,12 +17,13 @@ from ..ir import Graph, Node
 from ..target import Target
 from .base import Arg, LowerCtx, device_op, round_up
 from .common import attr_str, float32_only, shape_of
-from .gemm import a_path, b_path, pack_live_a
-from .gemm_kernel import (ACTIVATIONS, Bias, Operand, gemm_config, gemm_launch, pack_a, pack_b, pack_b_launch,
-                          packed_b_bytes)
+from .gemm import a_path, b_path, conflicting_pitch, pack_live_a
+from .gemm_kernel import (ACTIVATIONS, Bias, GemmConfig, Operand, gemm_config, gemm_key, gemm_launch, pack_a, pack_b,
+                          pack_b_launch, packed_b_bytes, tuned_tiles)
 from .fused import check_expr
 from .gemv import gemv_applicable, gemv_launch
 from .gpu_gemm import xgemm_applicable, xgemm_config, xgemm_launch
+from .tunable import forget
 
 
 # --- supports -----------------------------------------------------------------------------------------
@@ -268,6 +269,23 @@ def _lower_matmul_views(ctx: LowerCtx, perms: list, bias: Optional[Bias] = None,
     return launches
 
 
+def _tuned(ctx: LowerCtx, cfg: GemmConfig, m: int, n: int, k: int) -> GemmConfig:
+    """The gemm family's tiles for a single (unbatched) product, as Gemm takes them (gemm.py):
+    weights as A, the family's packed-A keys; a live row-major A, its "strided" keys, B
+    "packed" (weights or a pitch packed at run time) or "inplace", from the tuning database;
+    else `cfg`. A stored point that would pack a live A instead is not taken."""
+    forget(ctx.label())  # the profiler's record of this node's tuned choices starts again
+    layout = "packed" if ctx.const(1) is not None or conflicting_pitch(n) else "inplace"
+    if ctx.const(0) is not None:
+        return tuned_tiles(ctx.device, gemm_key(m, n, k, layout), cfg, ctx.label())[0]
+    if a_path(ctx.device, cfg, const=False, m=m, k=k, row_pitch=k) != "strided":
+        return cfg
+
+    def keeps(c: GemmConfig) -> bool:
+        return a_path(ctx.device, c, const=False, m=m, k=k, row_pitch=k) == "strided"
+    return tuned_tiles(ctx.device, gemm_key(m, n, k, layout, "strided"), cfg, ctx.label(), valid=keeps)[0]
+
+
 def _lower_matmul(ctx: LowerCtx, bias: Optional[Bias] = None, res: Optional[Arg] = None, alpha: float = 1.0,
                   act: tuple = ("", 0.0, 0.0)) -> list:
     cfg = gemm_config(ctx.device)
@@ -299,6 +317,8 @@ def _lower_matmul(ctx: LowerCtx, bias: Optional[Bias] = None, res: Optional[Arg]
     if xcfg is None and nbatch == 1 and gemv_applicable(ctx.device, m=m, nbatch_b=int(np.prod(bb, dtype=np.int64)),
                                                         b_const=ctx.const(1) is not None):
         return [gemv_launch(ctx, k=k, n=n, bias=bias, res=res, alpha=alpha, act=act)]
+    if xcfg is None and nbatch == 1:
+        cfg = _tuned(ctx, cfg, m, n, k)
     # xgemm reads both operands in place (weights too); gemm.cl takes them by the path table
     a_kind = "strided" if xcfg is not None else a_path(ctx.device, cfg, const=ctx.const(0) is not None, m=m, k=k,
                                                         row_pitch=k)
