@@ -1,6 +1,6 @@
-/* DFT and STFT as direct sums: one work-item per output bin (or output sample), twiddles
- * computed in-kernel from the exact integer phase (k * t) mod n, so the angle never grows with
- * the length and no table is needed.
+/* DFT and STFT as direct sums (lengths the FFT of fft.cl does not take: short, or with a prime
+ * factor above 13): one work-item per output bin (or output sample), twiddles read from a table
+ * at the exact integer phase (k * t) mod n, so the angle never grows with the length.
  *   T        float type (float or double; USE_FP64 for double)
  *   CIN      values per input element: 1 real, 2 complex (re, im interleaved)
  *   INVERSE  e^{+i...} and a 1/n scale (dft);  WINDOW  stft multiplies each frame by win[]
@@ -13,9 +13,6 @@
  */
 #ifdef USE_FP64
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
-#define TWO_PI 6.283185307179586
-#else
-#define TWO_PI 6.2831853f
 #endif
 #ifndef T
 #define T float
@@ -24,14 +21,12 @@
 #define CIN 1
 #endif
 
-/* cos and sin of 2 pi m / n for 0 <= m < n, with the phase folded into [-1, 1] half-turns so
- * sinpi/cospi give the quarter and half turns exactly (a real input's Nyquist bin has an
+/* cos and sin of 2 pi m / n for 0 <= m < n, from the table [n][cos, -sin] (lower/fft.twiddles:
+ * float64-computed, quarter and half turns exact, so a real input's Nyquist bin has an
  * imaginary part of exactly 0, as an FFT gives) */
-inline T twiddle(int m, int n, T* s) {
-    const int m2 = 2 * m > n ? 2 * m - 2 * n : 2 * m;
-    const T h = (T)m2 / (T)n;
-    *s = sinpi(h);
-    return cospi(h);
+inline T twiddle(__global const T* restrict tw, int m, T* s) {
+    *s = -tw[2 * m + 1];
+    return tw[2 * m];
 }
 
 /* the complex value at element offset `at` (in elements of CIN values) */
@@ -44,7 +39,8 @@ inline T load_im(__global const T* x, long at) {
 #endif
 }
 
-__kernel void dft(__global const T* x, __global T* y, const int n_out, __global const int* restrict d) {
+__kernel void dft(__global const T* x, __global const T* restrict tw, __global T* y, const int n_out,
+                  __global const int* restrict d) {
     const int g = get_global_id(0);
     if (g >= n_out) return;
     const int L_in = d[0], inner = d[1], L_out = d[2], n = d[3], lim = d[4];
@@ -57,7 +53,7 @@ __kernel void dft(__global const T* x, __global T* y, const int n_out, __global 
     int m = 0; /* (k * t) mod n, stepped by k */
     for (int t = 0; t < lim; ++t) {
         T s;
-        const T c = twiddle(m, n, &s);
+        const T c = twiddle(tw, m, &s);
         const long at = base + (long)t * inner;
         const T xr = load_re(x, at), xi = load_im(x, at);
 #ifdef INVERSE
@@ -80,7 +76,8 @@ __kernel void dft(__global const T* x, __global T* y, const int n_out, __global 
 
 /* inverse of a one-sided spectrum (Hermitian extension): y[t] = (1/n) sum_k w_k Re(X[k] e^{+i...}),
  * w = 1 for bin 0 and (n even) bin n/2, whose imaginary parts are dropped, else 2. */
-__kernel void irfft(__global const T* x, __global T* y, const int n_out, __global const int* restrict d) {
+__kernel void irfft(__global const T* x, __global const T* restrict tw, __global T* y, const int n_out,
+                    __global const int* restrict d) {
     const int g = get_global_id(0);
     if (g >= n_out) return;
     const int L_in = d[0], inner = d[1], n = d[3], lim = d[4];
@@ -93,7 +90,7 @@ __kernel void irfft(__global const T* x, __global T* y, const int n_out, __globa
     int m = 0; /* (k * t) mod n, stepped by t */
     for (int k = 0; k < lim; ++k) {
         T s;
-        const T c = twiddle(m, n, &s);
+        const T c = twiddle(tw, m, &s);
         const long at = base + (long)k * inner;
         const int edge = k == 0 || 2 * k == n;
         const T xr = load_re(x, at), xi = edge ? (T)0 : load_im(x, at);
@@ -104,8 +101,8 @@ __kernel void irfft(__global const T* x, __global T* y, const int n_out, __globa
     y[g] = acc / (T)n;
 }
 
-__kernel void stft(__global const T* x, __global const T* win, __global T* y, const int n_out,
-                   __global const int* restrict d) {
+__kernel void stft(__global const T* x, __global const T* win, __global const T* restrict tw, __global T* y,
+                   const int n_out, __global const int* restrict d) {
     const int g = get_global_id(0);
     if (g >= n_out) return;
     const int L = d[0], frames = d[1], K = d[2], n = d[3], step = d[4];
@@ -120,7 +117,7 @@ __kernel void stft(__global const T* x, __global const T* win, __global T* y, co
     int m = 0;
     for (int t = 0; t < lim; ++t) {
         T s;
-        const T c = twiddle(m, n, &s);
+        const T c = twiddle(tw, m, &s);
 #ifdef WINDOW
         const T w = win[t];
 #else

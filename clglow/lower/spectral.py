@@ -1,14 +1,14 @@
 """Lowering of DFT (opset 17 and 20) and STFT (opset 17) to OpenCL (kernels_cl/spectral.cl).
 
-Direct sums, one work-item per output bin: O(n) work per bin with the twiddle computed in the
-kernel from the exact integer phase (k * t) mod n, which keeps float32 results as accurate as
-numpy's FFT at the lengths ONNX models use for these ops (audio frames of a few hundred to a
-few thousand samples) without any table or scratch. Every DFT form runs: real or complex input
-([..., 1] or [..., 2]), forward or inverse, onesided (rfft: the first n // 2 + 1 bins; irfft:
-a one-sided spectrum to n real samples), dft_length (zero padding or truncation), and the axis
-as an attribute (opset 17) or a constant input (opset 20). The values that decide the output
-shape (dft_length, axis, frame_step, frame_length) must be known when the node is planned;
-they are, whenever onnx's shape inference could give the output a shape at all.
+Lengths of 64 and more made of the primes 2..13 run as the mixed-radix Stockham FFT of
+lower/fft.py (n log n); the others as direct sums, one work-item per output bin, the twiddle
+read from a float64-computed table at the exact integer phase (k * t) mod n. Every DFT form
+runs: real or complex input ([..., 1] or [..., 2]), forward or inverse, onesided (rfft: the
+first n // 2 + 1 bins; irfft: a one-sided spectrum to n real samples), dft_length (zero
+padding or truncation), and the axis as an attribute (opset 17) or a constant input (opset 20).
+The values that decide the output shape (dft_length, axis, frame_step, frame_length) must be
+known when the node is planned; they are whenever shape inference could give the output a
+shape at all (graph inputs there become plan constants: runtime.engine.SHAPE_INPUTS).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from ..ir import Graph, Node
 from ..target import Target
 from .base import Launch, LowerCtx, Scratch, device_op, i32
 from .common import check_dtypes, check_int32_sizes, floats, shape_of, type_defines, work_size
-from .fft import fft_launches, use_fft
+from .fft import fft_launches, twiddles, use_fft
 
 
 def _scalar(ctx: LowerCtx, i: int, what: str) -> Optional[int]:
@@ -93,7 +93,8 @@ def lower_dft(ctx: LowerCtx) -> list:
     n_items = out.size if irfft else out.size // 2
     dims = ctx.const_buffer(np.array([l_in, inner, l_out, n, lim], np.int32))
     g, l = work_size(ctx, n_items, 64)
-    return [Launch("spectral", "irfft" if irfft else "dft", g, [ctx.buf(0), ctx.out(0), i32(n_items), dims], l,
+    tw = ctx.const_buffer(twiddles(n, x.dtype), key=f"fft-twiddles:{np.dtype(x.dtype).str}:{n}")
+    return [Launch("spectral", "irfft" if irfft else "dft", g, [ctx.buf(0), tw, ctx.out(0), i32(n_items), dims], l,
                    defines, ctx.label())]
 
 
@@ -170,5 +171,6 @@ def lower_stft(ctx: LowerCtx) -> list:
     n_items = out.size // 2
     dims = ctx.const_buffer(np.array([length, frames, k, n, step], np.int32))
     g, l = work_size(ctx, n_items, 64)
-    return [Launch("spectral", "stft", g, [ctx.buf(0), win, ctx.out(0), i32(n_items), dims], l, defines,
+    tw = ctx.const_buffer(twiddles(n, x.dtype), key=f"fft-twiddles:{np.dtype(x.dtype).str}:{n}")
+    return [Launch("spectral", "stft", g, [ctx.buf(0), win, tw, ctx.out(0), i32(n_items), dims], l, defines,
                    ctx.label())]
