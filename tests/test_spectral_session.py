@@ -139,3 +139,23 @@ def test_stft_default_onesided_feeds_device_work(target):
              "w": np.hanning(16).astype(np.float32)}
     _check(m, feeds, target, "STFT", rtol=1e-5, atol=1e-5)
     assert _run(m, feeds, target, "Abs")[0].shape == (1, 15, 9, 2)
+
+
+@pytest.mark.parametrize("axis", [3, -1, 7])
+def test_dft_bad_axis_is_a_clear_error(axis):
+    """An axis on the real/imaginary dimension or past the rank: an InvalidModel naming the node."""
+    node = helper.make_node("DFT", ["x", "", "axis"], ["y"], name="the_dft")
+    m = _model(node, [_vi("x", T.FLOAT, [2, 8, 4, 1]), _vi("axis", T.INT64, [])], [_vi("y", T.FLOAT, 4)], 20)
+    sess = clglow.InferenceSession(m.SerializeToString(), sess_options=clglow.SessionOptions(host_fallback=False))
+    with pytest.raises(clglow.InvalidModel, match="the_dft"):
+        sess.run(None, {"x": np.zeros((2, 8, 4, 1), np.float32), "axis": np.array(axis, np.int64)})
+
+
+def test_tensor_scatter_mismatched_update_is_a_clear_error():
+    node = helper.make_node("TensorScatter", ["p", "u", "w"], ["y"], name="the_scatter")
+    m = _model(node, [_vi("p", T.FLOAT, [2, 4, 3]), _vi("u", T.FLOAT, [2, 5, 3]), _vi("w", T.INT64, [2])],
+               [_vi("y", T.FLOAT, 3)], 24)
+    with pytest.raises(clglow.ClglowError, match="the_scatter"):
+        sess = clglow.InferenceSession(m.SerializeToString(), sess_options=clglow.SessionOptions(host_fallback=False))
+        sess.run(None, {"p": np.zeros((2, 4, 3), np.float32), "u": np.zeros((2, 5, 3), np.float32),
+                        "w": np.zeros(2, np.int64)})
