@@ -14,14 +14,14 @@
 #endif
 
 __kernel void roi_align(__global const T* x, __global const T* rois, __global const TI* bidx, __global T* y,
-                        const int n_out, const int C, const int H, const int W, const int PH, const int PW,
+                        const int R, const int C, const int H, const int W, const int PH, const int PW,
                         const int sampling, const float scale, const int N) {
-    const int i = get_global_id(0);
-    if (i >= n_out) return;
-    const int pw = i % PW;
-    const int ph = (i / PW) % PH;
-    const int c = (i / (PW * PH)) % C;
-    const int r = i / (PW * PH * C);
+    /* gsize = (C, PH * PW, R): a work-group's items share their roi and bin (one sampling
+     * pattern, loops of one trip count) and differ in the channel only */
+    const int c = get_global_id(0), bin = get_global_id(1), r = get_global_id(2);
+    if (c >= C || bin >= PH * PW || r >= R) return;
+    const int ph = bin / PW, pw = bin - ph * PW;
+    const int i = ((r * C + c) * PH + ph) * PW + pw;
     __global const T* roi = rois + (long)r * 4;
 #ifdef HALF
     const T off = (T)0.5f;
@@ -51,32 +51,15 @@ __kernel void roi_align(__global const T* x, __global const T* rois, __global co
         const T yy = sh + ph * bh + (iy + (T)0.5f) * bh / gh;
         for (int ix = 0; ix < gw; ++ix) {
             const T xx = sw + pw * bw + (ix + (T)0.5f) * bw / gw;
-            T v1 = (T)0, v2 = (T)0, v3 = (T)0, v4 = (T)0, w1 = (T)0, w2 = (T)0, w3 = (T)0, w4 = (T)0;
-            if (!(yy < (T)(-1) || yy > H || xx < (T)(-1) || xx > W)) {
-                T py = fmax(yy, (T)0), px = fmax(xx, (T)0);
-                int y0 = (int)py, x0 = (int)px, y1, x1;
-                if (y0 >= H - 1) {
-                    y1 = y0 = H - 1;
-                    py = y0;
-                } else {
-                    y1 = y0 + 1;
-                }
-                if (x0 >= W - 1) {
-                    x1 = x0 = W - 1;
-                    px = x0;
-                } else {
-                    x1 = x0 + 1;
-                }
-                const T ly = py - y0, lx = px - x0, hy = (T)1 - ly, hx = (T)1 - lx;
-                w1 = hy * hx;
-                w2 = hy * lx;
-                w3 = ly * hx;
-                w4 = ly * lx;
-                v1 = (T)xp[y0 * W + x0];
-                v2 = (T)xp[y0 * W + x1];
-                v3 = (T)xp[y1 * W + x0];
-                v4 = (T)xp[y1 * W + x1];
-            }
+            /* branch-free (vectorisable across work-items): clamped into the map, as the
+             * reference's y_low >= H - 1 rule does; a sample beyond one pixel outside reads 0 */
+            const int inside = !(yy < (T)(-1) || yy > H || xx < (T)(-1) || xx > W);
+            const T py = clamp(yy, (T)0, (T)(H - 1)), px = clamp(xx, (T)0, (T)(W - 1));
+            const int y0 = (int)py, x0 = (int)px, y1 = min(y0 + 1, H - 1), x1 = min(x0 + 1, W - 1);
+            const T ly = py - y0, lx = px - x0, hy = (T)1 - ly, hx = (T)1 - lx;
+            const T w1 = hy * hx, w2 = hy * lx, w3 = ly * hx, w4 = ly * lx;
+            const T v1 = inside ? (T)xp[y0 * W + x0] : (T)0, v2 = inside ? (T)xp[y0 * W + x1] : (T)0;
+            const T v3 = inside ? (T)xp[y1 * W + x0] : (T)0, v4 = inside ? (T)xp[y1 * W + x1] : (T)0;
 #ifdef MAXMODE
             const T v = fmax(fmax(w1 * v1, w2 * v2), fmax(w3 * v3, w4 * v4));
             acc = first ? v : fmax(acc, v);

@@ -16,7 +16,7 @@ from ..errors import InvalidModel
 from ..ir import Graph, Node
 from ..target import Target
 from .base import Launch, LowerCtx, device_op, f32, i32
-from .common import INDEX, attr_str, check_dtypes, check_int32_sizes, floats, type_defines, work_size
+from .common import INDEX, attr_str, check_dtypes, check_int32_sizes, floats, grid, type_defines
 from .spatial import check_out_type
 
 _CTM = ("half_pixel", "output_half_pixel")
@@ -58,7 +58,7 @@ def lower_roi_align(ctx: LowerCtx) -> list:
         defines["HALF"] = None
     n, c, h, w = (int(d) for d in x.shape)
     ph, pw = int(out.shape[2]), int(out.shape[3])
-    g, l = work_size(ctx, out.size)
-    args = [ctx.buf(0), ctx.buf(1), ctx.buf(2), ctx.out(0), i32(out.size), i32(c), i32(h), i32(w), i32(ph), i32(pw),
+    g, l = grid(ctx.device, (c, ph * pw, r), (64, 1, 1))
+    args = [ctx.buf(0), ctx.buf(1), ctx.buf(2), ctx.out(0), i32(r), i32(c), i32(h), i32(w), i32(ph), i32(pw),
             i32(ctx.attr("sampling_ratio", 0)), f32(ctx.attr("spatial_scale", 1.0)), i32(n)]
     return [Launch("roialign", "roi_align", g, args, l, defines, ctx.label())]
