@@ -12,7 +12,8 @@
  *        fill the group. gsize (groups * LS), lsize (LS).
  *   cols (wg_reduce_cols, wg_argreduce_cols)  the innermost kept dimension (`inner` outputs) is
  *        contiguous: local dimension 0 takes neighbouring outputs (coalesced columns), dimension 1
- *        splits the reduced set. gsize (ceil(inner / lx) * lx, ly, n_hi), lsize (lx, ly).
+ *        splits the reduced set. gsize (n_hi * ceil(inner / lx) * lx, ly), lsize (lx, ly): dimension 0
+ *        holds every block (large second and third global sizes are not portable).
  *
  * Defines:
  *   T, TO, ACC   input, output and accumulator types (reduce.cl's); ACC_FLOAT when ACC is floating
@@ -217,8 +218,9 @@ __kernel void wg_reduce_cols(__global const T* restrict x, __global TO* restrict
     __local ACC buf[LS];
     const int lx = get_local_id(0), ly = get_local_id(1);
     const int wx = get_local_size(0), wy = get_local_size(1);
-    const int j = get_global_id(0);
-    const int h = get_global_id(2);
+    const int blocks = (inner + wx - 1) / wx;  /* column blocks per outer position */
+    const int h = get_group_id(0) / blocks;
+    const int j = (get_group_id(0) - h * blocks) * wx + lx;
     const int live = j < inner;
     const int idx = ly * wx + lx;
     __global const T* p = x + (live ? BASE(h, n_red, inner) + j : 0);
@@ -303,8 +305,9 @@ __kernel void wg_argreduce_cols(__global const T* restrict x, __global long* res
     __local int bi[LS];
     const int lx = get_local_id(0), ly = get_local_id(1);
     const int wx = get_local_size(0), wy = get_local_size(1);
-    const int j = get_global_id(0);
-    const int h = get_global_id(2);
+    const int blocks = (inner + wx - 1) / wx;  /* column blocks per outer position */
+    const int h = get_group_id(0) / blocks;
+    const int j = (get_group_id(0) - h * blocks) * wx + lx;
     const int live = j < inner;
     const int idx = ly * wx + lx;
     __global const T* p = x + (live ? BASE(h, n_red, inner) + j : 0);

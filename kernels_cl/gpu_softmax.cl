@@ -8,7 +8,7 @@
  *                 rows per group. gsize (groups * LS), lsize (LS).
  *   softmax_cols  rows of `len` elements `inner` apart (an inner axis, e.g. the channels of
  *                 [N, C, H, W]): local dimension 0 takes neighbouring rows (coalesced), dimension 1
- *                 splits each row. gsize (ceil(inner / lx) * lx, ly, outer), lsize (lx, ly).
+ *                 splits each row. gsize (outer * ceil(inner / lx) * lx, ly), lsize (lx, ly).
  *   LS            work-items per group (a power of two): the local array's size
  *   LOG_SOFTMAX   write x - max - log(sum) instead of exp(x - max) / sum
  * The max skips NaN (fmax) as softmax.cl's does; a NaN element still makes its row NaN through
@@ -76,8 +76,9 @@ __kernel void softmax_cols(__global const float* restrict x, __global float* res
     __local float buf[LS];
     const int lx = get_local_id(0), ly = get_local_id(1);
     const int wx = get_local_size(0), wy = get_local_size(1);
-    const int j = get_global_id(0);
-    const int o = get_global_id(2);
+    const int blocks = (inner + wx - 1) / wx;  /* column blocks per outer index: all in dimension 0 */
+    const int o = get_group_id(0) / blocks;
+    const int j = (get_group_id(0) - o * blocks) * wx + lx;
     const int live = j < inner;
     const long base = live ? (long)o * len * inner + j : 0;
     sm_row(x + base, y + base, live, len, inner, ly, wy, buf, ly * wx + lx, ly, wy, wx, lx);

@@ -109,7 +109,7 @@ def group_shape(target: Target, lay: Layout, ls: int) -> Tuple[tuple, tuple, int
     sizes = tuple(target.max_work_item_sizes) + (1, 1)
     lx = min(ls, pow2_at_least(lay.inner), 64, _pow2_at_most(sizes[0]))
     ly = min(ls // lx, pow2_at_least(lay.n_red), _pow2_at_most(sizes[1]))
-    return (-(-lay.inner // lx) * lx, ly, max(lay.n_hi, 1)), (lx, ly, 1), 0
+    return (max(lay.n_hi, 1) * -(-lay.inner // lx) * lx, ly, 1), (lx, ly, 1), 0
 
 
 def _pow2_at_most(n: int) -> int:
