@@ -16,8 +16,8 @@ from ..ir import Graph, Node
 from ..target import Target
 from .base import LowerCtx, device_op
 from .common import float32_only, shape_of
-from .gemm_kernel import (Bias, GemmConfig, Operand, b_unpacked_ok, gemm_config, gemm_key, gemm_launch, pack_a, pack_b,
-                          pack_b_launch, pack_rows_launch, packed_b_bytes, tuned_tiles)
+from .gemm_kernel import (Bias, GemmConfig, Operand, b_unpacked_ok, fit_rows, gemm_config, gemm_key, gemm_launch,
+                          pack_a, pack_b, pack_b_launch, pack_rows_launch, packed_b_bytes, tuned_tiles)
 from .gpu_gemm import tuned_xgemm, xgemm_applicable, xgemm_launch
 from .tunable import forget
 
@@ -155,7 +155,8 @@ def _gemm_bias(ctx: LowerCtx, m: int, n: int) -> Optional[Bias]:
 
 def _lower_gemm_tiles(ctx: LowerCtx, m: int, n: int, k: int, ta: bool, tb: bool, bias: Optional[Bias]) -> list:
     """gemm.cl: operands by the path table above (panels packed at plan or run time, or in place)."""
-    cfg = gemm_config(ctx.device)
+    # the tiles that pad less (fit_rows: the family's default for the key, as conv lowering takes)
+    cfg = fit_rows(ctx.device, gemm_config(ctx.device), m, n)
     layout = "packed" if ctx.const(1) is not None or tb or conflicting_pitch(n) else "inplace"
     if ctx.const(0) is not None:  # weights as A, packed: the gemm family's benchmark layout (lower/tunable.py)
         cfg, _ = tuned_tiles(ctx.device, gemm_key(m, n, k, layout), cfg, ctx.label())

@@ -188,3 +188,17 @@ def test_live_b_rows_2k_apart_packed():
             kernels = [l.kernel for l in lower(node, {"a": a, "b": b}, {}, {"y": ((30, n), np.float32)}, device=dev)]
             assert ("pack_b" in kernels) == packed, (op, n, kernels)
             check(node, {"a": a, "b": b}, device=dev)
+
+
+def test_gemm_takes_the_tiles_that_pad_less():
+    """Gemm lowers with fit_rows' tiles (the gemm family's default for its key): 64 rows as
+    8-row tiles, not 72 as 12-row ones; constant and live A, vs onnx.reference."""
+    dev = dataclasses.replace(device_info().with_family("cpu"), gemm_tiles=(12, 16, 2, (1, 1, 1)),
+                              preferred_vector_width_float=16)
+    a, b = rand(64, 40), rand(40, 200)
+    node = helper.make_node("Gemm", ["a", "b"], ["y"])
+    for feeds, consts in (({"b": b}, {"a": a}), ({"a": a, "b": b}, {})):
+        launches = lower(node, feeds, consts, {"y": ((64, 200), np.float32)}, device=dev)
+        gemm = [ln for ln in launches if ln.program == "gemm"][0]
+        assert gemm.defines["MR"] == 8, gemm.defines
+        check(node, feeds, consts, device=dev)
