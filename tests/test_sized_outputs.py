@@ -349,3 +349,19 @@ def test_host_nms_both_paths_match_reference(budget, monkeypatch):
         want = ReferenceEvaluator(model).run(None, {"boxes": boxes, "scores": scores, "max": args[0], "iou": args[1],
                                                     "sthr": args[2]})[0]
         np.testing.assert_array_equal(nms.non_max_suppression(boxes, scores, *args, center_point_box=center), want)
+
+
+def test_empty_inputs():
+    """No element at all: the counts are 0 without any counting launch (NonZero, Compress, NMS)."""
+    x = np.zeros((0, 3), np.float32)
+    nz = _model([helper.make_node("NonZero", ["x"], ["y"])], [helper.make_tensor_value_info("x", T.FLOAT, [0, 3])],
+                [helper.make_tensor_value_info("y", T.INT64, [2, "n"])])
+    _check(nz, [{"x": x}], "NonZero")
+    cp = _model([helper.make_node("Compress", ["x", "c"], ["y"], axis=1)],
+                [helper.make_tensor_value_info("x", T.FLOAT, [0, 3]), helper.make_tensor_value_info("c", T.BOOL, [3])],
+                [helper.make_tensor_value_info("y", T.FLOAT, [None, None])], opset=11)
+    _check(cp, [{"x": x, "c": np.array([1, 0, 1], bool)}], "Compress")
+    nms = _nms_model(0, 1, 2, 0, consts=False)
+    _check(nms, [{"boxes": np.zeros((1, 0, 4), np.float32), "scores": np.zeros((1, 2, 0), np.float32),
+                  "max": np.array([5], np.int64), "iou": np.array([0.5], np.float32),
+                  "sthr": np.array([0.0], np.float32)}], "NonMaxSuppression")
