@@ -15,7 +15,10 @@ except ImportError:  # pragma: no cover - run as a plain directory
     from harness import check, lower  # type: ignore
     from run_launches import reference  # type: ignore
 
+from clglow.target import Target
+
 RNG = np.random.default_rng(11)
+CPU = Target(family="cpu")  # no tuning database entries: the ranked table's path
 
 
 def rand(*shape):
@@ -48,7 +51,7 @@ def test_dilated_depthwise(case):
     node = _node(k, s, d, p, c)
     check(node, {"x": x}, {"w": wt, "b": b})
     y = reference(node, {"x": x}, {"w": wt, "b": b}, 17)[0]
-    launches = lower(node, {"x": x}, {"w": wt, "b": b}, {"y": (y.shape, np.float32)})
+    launches = lower(node, {"x": x}, {"w": wt, "b": b}, {"y": (y.shape, np.float32)}, device=CPU)
     assert [la.kernel for la in launches] == ["dwconv_rows"]
 
 
