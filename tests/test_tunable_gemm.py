@@ -135,3 +135,18 @@ def test_live_a_gemm_and_matmul_with_each_a_block(monkeypatch, akb):
         gemm = [ln for ln in launches if ln.program == "gemm"][0]
         assert gemm.defines["A_PACKED"] == 0 and gemm.defines.get("AKB", 0) == gk.gemm_config(dev).akb
         check(node, {"a": a, "b": b}, device=dev)
+
+
+def test_variants_benchmark_checks_every_variant(capsys):
+    """benchmarks.gemm_variants (the single-kernel A/B tool these parameters were measured with)
+    runs each variant, checks it against numpy and prints a row per variant."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # PYTHONSAFEPATH=1
+    from benchmarks import gemm_variants
+
+    assert gemm_variants.main(["40x33x70", "packed:MR=8,NV=3", "inplace:B_PACKED=0,PFB=4",
+                               "strided:A_PACKED=0,AKB=8,LDA=40", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in ("numpy", "packed", "inplace", "strided")), out
