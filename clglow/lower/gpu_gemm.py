@@ -35,7 +35,7 @@ from ..errors import InvalidModel
 from ..target import Target
 from .base import Launch, f32, i32, unaligned
 from .gemm_kernel import ACTIVATIONS, Bias, Operand, act_params
-from .gpu_gemv import gemv_applicable, gemv_launch
+from .gpu_gemv import MAX_ROWS, gemv_applicable, gemv_launch
 from .tunable import Family, Params, ShapeKey, choose, register
 
 
@@ -256,6 +256,10 @@ def tuned_xgemm(target: Target, key: ShapeKey, label: str = "") -> Optional[Xgem
 
     if xgemm_config(target) is None:
         return None
+    if int(key[0]) <= MAX_ROWS and key[3] != "packed":
+        # xgemm_launch runs it as gpu_gemv.cl, within the default's work-group shape: no tile to
+        # tune, and no request for the search to spend time on
+        return xgemm_config(target)
     p, _ = choose(target, "xgemm", key, label, valid=ok)
     return XgemmConfig.from_tuple(p["cfg"])
 

@@ -148,3 +148,16 @@ def test_pointwise_conv_few_channels(group):
     launches = lower(node, feeds, consts, {"y": ((2, cout, 5, 7), np.float32)}, device=gpu_local())
     assert "gemv" in [ln.kernel for ln in launches]
     check(node, feeds, consts, device=gpu_local())
+
+
+def test_skinny_shapes_ask_no_tile_search():
+    """A skinny GEMM records no xgemm request (the search would time tiles gpu_gemv.cl never uses)."""
+    from clglow.lower import tunable
+    from clglow.lower.gemm_kernel import gemm_key
+    from clglow.lower.gpu_gemm import tuned_xgemm
+
+    mark = tunable.request_mark()
+    assert tuned_xgemm(gpu_local(), gemm_key(1, 1000, 2048, "inplace")) is not None
+    assert tunable.requests_since(mark, gpu_local()) == {}
+    tuned_xgemm(gpu_local(), gemm_key(64, 1000, 2048, "inplace"))
+    assert list(tunable.requests_since(mark, gpu_local())) == [("xgemm", (64, 1000, 2048, "inplace"))]
