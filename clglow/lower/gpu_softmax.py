@@ -55,7 +55,7 @@ def _default(target: Target, key: ShapeKey) -> Params:
 
 def _bench(target: Target, key: ShapeKey, p: Params):
     """Softmax over shape `key` (gpu_reduce.shape_key: kind, outer, length, inner) on p["ls"] items."""
-    kind, n_hi, length, inner = (key[0], int(key[1]), int(key[2]), int(key[3]))
+    n_hi, length, inner = int(key[1]), int(key[2]), int(key[3])  # key[0], the mapping, follows from inner
     ls = int(p["ls"])
     if ls not in local_sizes(target, 4):
         raise ValueError(f"work-group size {ls} does not fit the device")
