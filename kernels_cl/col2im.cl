@@ -80,11 +80,19 @@ __kernel void col2im_2d(__global const T* col, __global T* im, const int planes,
     T acc = (T)0;
     for (int kh = 0; kh < KH; ++kh) {
         const int th = y + m[6] - kh * m[4];
+#ifdef STRIDE1  /* strides of 1: no division per tap */
+        const int ch = th;
+#else
         const int ch = th / m[8];
+#endif
         const int okh = th >= 0 && ch * m[8] == th && ch < CH;
         for (int kw = 0; kw < KW; ++kw) {
             const int tw = x + m[7] - kw * m[5];
+#ifdef STRIDE1
+            const int cw = tw;
+#else
             const int cw = tw / m[9];
+#endif
             if (okh && tw >= 0 && cw * m[9] == tw && cw < CW) acc += base[(kh * KW + kw) * L + ch * CW + cw];
         }
     }

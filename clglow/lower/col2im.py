@@ -64,6 +64,8 @@ def lower_col2im(ctx: LowerCtx) -> list:
     meta = ctx.const_buffer(np.array(image + block + dil + pads + st + cols, np.int32))
     if len(image) == 2:  # rows of pixels, uniform tap loops (4.6 ms against the N-D kernel's 22, under load)
         planes = out.size // (image[0] * image[1])
+        if st == [1, 1]:
+            defines["STRIDE1"] = None
         gsize, ls = grid(ctx.device, (image[1], image[0], planes), (64, 1, 1))
         return [Launch("col2im", "col2im_2d", gsize, [ctx.buf(0), ctx.out(0), i32(planes), meta], ls, defines,
                        ctx.label())]
