@@ -70,13 +70,15 @@ class TapsCtx:
 
     def __init__(self, ctx: LowerCtx, taps: tuple) -> None:
         ky0, ky1, kx0, kx1 = taps
-        w = ctx.const(1)
-        sliced = np.ascontiguousarray(np.asarray(w)[:, :, ky0:ky1 + 1, kx0:kx1 + 1])
+        w = np.asarray(ctx.const(1))
+        # a 1-D conv's weights [M, C, K] are its geometry's one row of taps (kh = 1)
+        cut = (slice(ky0, ky1 + 1), slice(kx0, kx1 + 1))[4 - w.ndim:]
+        sliced = np.ascontiguousarray(w[(slice(None), slice(None)) + cut])
         inputs = list(ctx.inputs)
         inputs[1] = TensorInfo(inputs[1].name, inputs[1].dtype, sliced.shape)
         object.__setattr__(self, "_ctx", ctx)
         object.__setattr__(self, "_tag", f"taps{ky0},{ky1},{kx0},{kx1}")
-        object.__setattr__(self, "_slice", (slice(ky0, ky1 + 1), slice(kx0, kx1 + 1)))
+        object.__setattr__(self, "_slice", cut)
         object.__setattr__(self, "_w", sliced)
         object.__setattr__(self, "inputs", inputs)
 

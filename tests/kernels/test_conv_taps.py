@@ -93,6 +93,8 @@ CASES = [
     ((1, 3, 6, 6), (4, 3, 3, 3), dict(dilations=[4, 4], pads=[4, 4, 4, 4])),          # rate 4 on 6: partly inside
     ((1, 5, 7, 7), (5, 1, 3, 3), dict(dilations=[8, 8], pads=[8, 8, 8, 8], group=5)),  # depthwise -> 1x1 depthwise
     ((1, 4, 20, 20), (4, 1, 5, 5), dict(dilations=[2, 2], pads=[4, 4, 4, 4], group=4)),  # DeepLab's dilated dw
+    ((1, 3, 1), (4, 3, 3), dict(pads=[1, 1])),                       # 1-D, size 1 (3-D weights): 1x1
+    ((2, 3, 5), (4, 3, 3), dict(dilations=[6], pads=[6, 6])),        # 1-D dilated past the map
 ]
 
 
