@@ -179,7 +179,7 @@ class Plan:
     target: Target = field(default_factory=Target)  # what it was lowered for (base_align: outputs in place)
     zero_copy: bool = False  # planned with zero copy on (the target's policy and the session's option)
     orphans: list = field(default_factory=list)  # (marker, host buffers) of failed runs still in flight
-    sized: Optional[object] = None  # planning.SizedEnd: the device op sized at run time ending the stage
+    sized: Optional[list] = None  # [planning.SizedEnd]: the stage's device ops sized at run time
     next_stages: dict = field(default_factory=dict)
     _buffers: list = field(default_factory=list)
     # sub-buffers only kernel arguments refer to (scratch carved from the arena): a kernel does not
