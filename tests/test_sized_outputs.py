@@ -365,3 +365,19 @@ def test_empty_inputs():
     _check(nms, [{"boxes": np.zeros((1, 0, 4), np.float32), "scores": np.zeros((1, 2, 0), np.float32),
                   "max": np.array([5], np.int64), "iou": np.array([0.5], np.float32),
                   "sthr": np.array([0.0], np.float32)}], "NonMaxSuppression")
+
+
+def test_large_unique_prefers_the_host_sort_unless_host_fallback_is_off():
+    """Above UNIQUE_HOST_ENTRIES the host's sort is placed (the device compares all pairs)."""
+    from clglow.lower.select import UNIQUE_HOST_ENTRIES
+
+    n = UNIQUE_HOST_ENTRIES + 1
+    model = _unique_model((n,), T.INT64, None, 1)
+    x = np.random.default_rng(13).integers(0, n // 3, n).astype(np.int64)
+    want = _unique_spec(x, None, 1)
+    for fallback, where in ((True, "host"), (False, "opencl")):
+        sess = clglow.InferenceSession(model.SerializeToString(),
+                                       sess_options=clglow.SessionOptions(host_fallback=fallback))
+        for g, w in zip(sess.run(None, {"x": x}), want):
+            np.testing.assert_array_equal(g, w)
+        assert [p.where for p in sess.placement if p.op_type == "Unique"] == [where]
