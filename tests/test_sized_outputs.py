@@ -87,7 +87,8 @@ def test_compress_matches_reference(axis, clen, target):
     shape = (2, 3, 4)
     attrs = {} if axis is None else {"axis": axis}
     model = _model([helper.make_node("Compress", ["x", "c"], ["y"], **attrs)],
-                   [helper.make_tensor_value_info("x", T.FLOAT, shape), helper.make_tensor_value_info("c", T.BOOL, [clen])],
+                   [helper.make_tensor_value_info("x", T.FLOAT, shape),
+                    helper.make_tensor_value_info("c", T.BOOL, [clen])],
                    [helper.make_tensor_value_info("y", T.FLOAT, ["n"] if axis is None else [None] * 3)], opset=11)
     rng = np.random.default_rng(3)
     x = rng.standard_normal(shape).astype(np.float32)
@@ -207,8 +208,8 @@ def _unique_model(shape, elem, axis, sort: int, outputs: int = 4) -> onnx.ModelP
     rank = 1 if axis is None else len(shape)
     outs = [helper.make_tensor_value_info("y", elem, [None] * rank)] + \
         [helper.make_tensor_value_info(n, T.INT64, [None]) for n in names[1:]]
-    return _model([helper.make_node("Unique", ["x"], names, **attrs)], [helper.make_tensor_value_info("x", elem, shape)],
-                  outs, opset=11)
+    return _model([helper.make_node("Unique", ["x"], names, **attrs)],
+                  [helper.make_tensor_value_info("x", elem, shape)], outs, opset=11)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -316,7 +317,8 @@ def test_independent_data_dependent_nodes_share_one_stage():
     NonZeros (two counts read with one wait), the next both gathers; results as onnx.reference."""
     nodes, outs = [], []
     for k in "ab":
-        nodes += [helper.make_node("Greater", [k, "zero"], [f"m{k}"]), helper.make_node("NonZero", [f"m{k}"], [f"nz{k}"]),
+        nodes += [helper.make_node("Greater", [k, "zero"], [f"m{k}"]),
+                  helper.make_node("NonZero", [f"m{k}"], [f"nz{k}"]),
                   helper.make_node("Transpose", [f"nz{k}"], [f"i{k}"], perm=[1, 0]),
                   helper.make_node("GatherND", [k, f"i{k}"], [f"y{k}"])]
         outs.append(helper.make_tensor_value_info(f"y{k}", T.FLOAT, ["n"]))

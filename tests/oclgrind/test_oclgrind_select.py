@@ -23,5 +23,6 @@ pytestmark = [pytest.mark.oclgrind, pytest.mark.slow]
 
 def test_sized_output_kernels(oclgrind_env):  # noqa: F811
     # target="gpu" cases left out: Oclgrind's own family is the GPU one
-    args = pytest_args("tests/test_sized_outputs.py") + ["-k", "not host_nms and not many_boxes and not large_unique and not gpu"]
+    skip = "not host_nms and not many_boxes and not large_unique and not gpu"
+    args = pytest_args("tests/test_sized_outputs.py") + ["-k", skip]
     run_checked(oclgrind_env, args, uninitialized=False)
