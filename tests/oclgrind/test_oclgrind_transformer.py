@@ -1,0 +1,28 @@
+"""The decode-step kernels on Oclgrind: gemv.cl, parts.cl (Concat/Split of a few parts) and
+attention.cl's attention_rows (tests/kernels/test_gemv.py, test_parts.py,
+tests/passes/test_pass_fuse_attention.py), under the CPU family's paths (CLGLOW_TARGET=cpu: Oclgrind is a
+GPU, whose family takes xgemm/gpu_gemv instead of these kernels)."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_oclgrind import oclgrind_env, pytest_args, run_checked  # noqa: E402,F401  (oclgrind_env: the fixture)
+
+pytestmark = [pytest.mark.oclgrind, pytest.mark.slow]
+
+
+def test_gemv_and_parts_kernels(oclgrind_env):  # noqa: F811
+    """Every check on; test_gemv's cases that take gemm.cl instead are left to that kernel's own runs."""
+    tests = ("tests/kernels/test_gemv.py", "tests/kernels/test_parts.py")
+    run_checked(dict(oclgrind_env, CLGLOW_TARGET="cpu"), pytest_args(*tests) + ["-k", "not not_taken and not gpu"])
+
+
+def test_fused_attention(oclgrind_env):  # noqa: F811
+    """Bounds and races; the uninitialised-value checker stops with "Unsupported instruction:
+    freeze" in attention_rows (a fatal error, not a report), as in test_oclgrind_spectral.py."""
+    run_checked(dict(oclgrind_env, CLGLOW_TARGET="cpu"),
+                pytest_args("tests/passes/test_pass_fuse_attention.py") + ["-k", "test_fused"], uninitialized=False)
