@@ -272,3 +272,22 @@ def test_warm_start_prefetches_the_programs_of_the_last_plan(cache_dir, device, 
     assert asked[0] == [] and asked[1]  # nothing known at the first start; the plan's list then
     assert set(asked[1]) <= set(used) and all(isinstance(o, tuple) for _, o in asked[1])
     np.testing.assert_array_equal(second, first)
+
+
+def test_graph_cache_sees_changed_external_data(cache_dir, device, tmp_path, monkeypatch):
+    """The model file unchanged, its external-data file rewritten: the entry is not used."""
+    monkeypatch.setattr(graph_cache, "MIN_MODEL_BYTES", 0)
+    x = np.random.default_rng(9).standard_normal((1, 32, 8, 8)).astype(np.float32)
+    a, b = _model(10), _model(11)
+    (want_b,) = ReferenceEvaluator(b).run(None, {"x": x})
+    for folder, m in (("a", a), ("b", b)):
+        (tmp_path / folder).mkdir()
+        onnx.save(m, str(tmp_path / folder / "m.onnx"), save_as_external_data=True, location="w.bin",
+                  size_threshold=0)
+    path = tmp_path / "a" / "m.onnx"
+    _run(path, device, x)
+    flush()
+    (tmp_path / "a" / "w.bin").write_bytes((tmp_path / "b" / "w.bin").read_bytes())  # same sizes, other weights
+    hits = graph_cache.stats()["hits"]
+    np.testing.assert_allclose(_run(path, device, x), want_b, rtol=1e-4, atol=1e-4)
+    assert graph_cache.stats()["hits"] == hits

@@ -115,7 +115,7 @@ def load(key: Optional[str]) -> Optional[Loaded]:
         return None
     if not isinstance(loaded, Loaded):
         return None
-    _label_constants(key, loaded)
+    _label_constants(key, header.get("deps", []), loaded)
     _counts["hits"] += 1
     log.debug("graph cache: %s loaded from the cache", loaded.meta.get("graph"))
     return loaded
@@ -134,18 +134,20 @@ def save(key: Optional[str], loaded: Loaded, external: List[str]) -> None:
     except Exception as e:  # noqa: BLE001 - a graph that does not pickle is simply not cached
         log.debug("graph cache: %s not stored (%s)", loaded.meta.get("graph"), e)
         return
-    _label_constants(key, loaded)
+    _label_constants(key, deps, loaded)
     _store.put_async(key, {"deps": deps}, [body] + views)
 
 
-def _label_constants(key: str, loaded: Loaded) -> None:
+def _label_constants(key: str, deps: list, loaded: Loaded) -> None:
     """Give each large constant of the graph a digest made of the graph's key and its name
     (runtime.derived_cache keys packed weights by it): the same key means the same model, code
     and options, hence the same constants, so neither a cold nor a warm start hashes 100 MB of
-    weights (sha256: 70 ms for ResNet-50)."""
+    weights (sha256: 70 ms for ResNet-50). The external-data files' stamps (`deps`) are part of it:
+    the key names the model file only."""
+    base = hashlib.sha256(f"{key}\0{deps!r}".encode()).hexdigest()
     for name, v in loaded.graph.values.items():
         if isinstance(v.const, np.ndarray) and v.const.nbytes >= _DIGEST_MIN_BYTES:
-            remember_digest(v.const, "graph:" + hashlib.sha256(f"{key}\0{name}".encode()).hexdigest())
+            remember_digest(v.const, "graph:" + hashlib.sha256(f"{base}\0{name}".encode()).hexdigest())
 
 
 # --- the programs a model's plan asked for (warm starts build them while the model loads) -------
