@@ -58,6 +58,8 @@ def _refine_node(node: Node, g: Graph) -> bool:
     """Refine `node`'s output shapes in place; True when one changed."""
     from ..shapes import infer_node
 
+    if all(o and o in g.values and g.values[o].is_static for o in node.outputs if o):
+        return False  # nothing to learn: onnx's inference per node is the pass's whole cost
     try:
         inferred = infer_node(node, g)
     except (ClglowError, ValueError, TypeError, KeyError) as e:  # left to specialisation, which reports it
