@@ -1,5 +1,5 @@
-"""Data movement that moves nothing: a Cast to the dtype its input already has and a Reshape to
-the shape its input already has are dropped, and a Transpose that only moves axes of size 1
+"""Data movement that moves nothing: a Cast to the dtype its input already has, a Reshape to the
+shape its input already has and a Concat of one input are dropped, and a Transpose that only moves axes of size 1
 becomes a Reshape (a view: no launch).
 
 A decode step's head split transposes [1, 1, H, D] to [1, H, 1, D] (the same bytes in the same
@@ -37,6 +37,12 @@ def _same_shape_reshape(node: Node, g: Graph) -> bool:
     return a is not None and b is not None and a.is_static and b.is_static and tuple(a.shape) == tuple(b.shape)
 
 
+def _single_concat(node: Node) -> bool:
+    """A Concat of one input (its copy): GPT-2's export concatenates the first layer's past keys
+    with nothing before the new token's."""
+    return node.op_type == "Concat" and len([i for i in node.inputs if i]) == 1 and len(node.inputs) == 1
+
+
 def _moves_only_ones(node: Node, g: Graph) -> Optional[tuple]:
     """The output shape of a Transpose whose axes of size > 1 keep their order, else None."""
     if node.op_type != "Transpose":
@@ -53,7 +59,8 @@ def _moves_only_ones(node: Node, g: Graph) -> Optional[tuple]:
 
 
 def remove_trivial_moves(graph: Graph) -> Graph:
-    """`graph` without same-dtype Casts or same-shape Reshapes, size-1-only Transposes as Reshapes."""
+    """`graph` without same-dtype Casts, same-shape Reshapes or one-input Concats, and with
+    size-1-only Transposes as Reshapes."""
     g = graph.copy()
     outputs = set(g.outputs)
     rename: dict = {}
@@ -63,7 +70,7 @@ def remove_trivial_moves(graph: Graph) -> Graph:
         if node.domain not in ("", "ai.onnx") or node.outputs[0] in outputs:
             keep.append(node)
             continue
-        if _same_dtype_cast(node, g) or _same_shape_reshape(node, g):
+        if _same_dtype_cast(node, g) or _same_shape_reshape(node, g) or _single_concat(node):
             rename[node.outputs[0]] = node.inputs[0]
             g.values.pop(node.outputs[0], None)
             continue

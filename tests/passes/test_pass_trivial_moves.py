@@ -53,3 +53,17 @@ def test_graph_output_stays():
     assert [n.op_type for n in remove_trivial_moves(import_model(m)).nodes] == ["Cast"]
     x = RNG.standard_normal(3).astype(np.float32)
     np.testing.assert_array_equal(clglow.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0], x)
+
+
+def test_one_input_concat_and_same_shape_reshape_are_dropped():
+    nodes = [helper.make_node("Concat", ["x"], ["c"], axis=1), helper.make_node("Reshape", ["c", "s"], ["r"]),
+             helper.make_node("Concat", ["r", "x"], ["y"], axis=1)]
+    s = helper.make_tensor("s", T.INT64, [2], [2, 3])
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [2, 6])], [s])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    out = remove_trivial_moves(import_model(m))
+    assert [n.op_type for n in out.nodes] == ["Concat"] and out.nodes[0].inputs == ["x", "x"]
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    got = clglow.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, models.ort_run(m, {"x": x})[0])
