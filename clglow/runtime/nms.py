@@ -147,9 +147,12 @@ def non_max_suppression(boxes: np.ndarray, scores: np.ndarray, max_output_boxes_
         iou_threshold is not None and np.size(iou_threshold)) else scores.dtype.type(0)
     thr = scores.dtype.type(np.asarray(score_threshold).reshape(-1)[0]) if (
         score_threshold is not None and np.size(score_threshold)) else None
-    rows: list = []
+    parts: list = [np.zeros((0, 3), dtype=np.int64)]
     for b in range(boxes.shape[0]):
         c = _corners(boxes[b], int(center_point_box or 0))
         for k in range(scores.shape[1]):
-            rows.extend((b, k, i) for i in _select(c, scores[b, k], limit, iou, thr))
-    return np.array(rows, dtype=np.int64).reshape(-1, 3)
+            kept = _select(c, scores[b, k], limit, iou, thr)
+            rows = np.empty((len(kept), 3), dtype=np.int64)  # built as one array: ssdlite320 keeps 11k
+            rows[:, 0], rows[:, 1], rows[:, 2] = b, k, kept
+            parts.append(rows)
+    return np.concatenate(parts)
