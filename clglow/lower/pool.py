@@ -15,6 +15,7 @@ from ..errors import InvalidModel
 from ..ir import Graph, Node
 from ..target import Target
 from .base import Launch, LowerCtx, device_op, i32
+from . import gpu_pool
 from .common import AUTO_PADS, F32, attr_str, check_dtypes, check_int32_sizes, grid, resolve_pads, work_size
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,8 @@ def lower_global_pool(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
         return []
+    if gpu_pool.applicable(ctx.device) is None:  # the GPU family: a work-group per plane (gpu_pool.py)
+        return gpu_pool.lower_global_pool_wg(ctx)
     nc = int(np.prod(x.shape[:2], dtype=np.int64))
     length = int(np.prod(x.shape[2:], dtype=np.int64))
     if length == 0:

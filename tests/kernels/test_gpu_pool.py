@@ -59,3 +59,20 @@ def test_gpu_global_max_pool_nan():
 def test_gpu_global_pool_empty_plane():
     with pytest.raises(InvalidModel, match="empty plane"):
         _run("GlobalAveragePool", np.zeros((1, 2, 0, 3), np.float32))
+
+
+@pytest.mark.parametrize("family,local,kernel", [("gpu", "local", "wg_reduce"), ("gpu", "global", "global_pool"),
+                                                 ("cpu", "global", "global_pool")])
+def test_pool_lowering_selects_the_work_group_kernel(family, local, kernel):
+    """pool.py's GlobalAveragePool takes gpu_pool's row only under the GPU family with dedicated
+    local memory (pocl's emulated local memory keeps the per-plane kernel), and either is right."""
+    from clglow.lower.pool import lower_global_pool
+
+    x = RNG.standard_normal((2, 5, 9, 9)).astype(np.float32)
+    node = helper.make_node("GlobalAveragePool", ["x"], ["y"])
+    target = dataclasses.replace(device_info().with_family(family), local_mem_type=local)
+    _op, lctx = lower_ctx(node, {"x": x}, {}, {"y": ((2, 5, 1, 1), np.float32)}, opset=13, device=target)
+    launches = lower_global_pool(lctx)
+    assert [ln.kernel for ln in launches] == [kernel]
+    got = execute(launches, {"x": x}, {"y": np.empty((2, 5, 1, 1), np.float32)})["y"]
+    np.testing.assert_allclose(got, x.astype(np.float64).mean(axis=(2, 3), keepdims=True), rtol=1e-5, atol=1e-6)
