@@ -201,6 +201,14 @@ def _print_tuned_nodes(records: list, n: int, top: int = 25) -> None:
         print(f"{label[:28]:28s} {op[:14]:14s} {ms / n:8.3f}  {choice or '-'}")
 
 
+def _host_stores() -> list:
+    """The warm-start stores of host work: loaded graphs and packed weights (runtime/blob_store.py)."""
+    from .frontend import graph_cache
+    from .runtime import derived_cache
+
+    return [("optimized graphs", graph_cache.store()), ("packed weights", derived_cache.store())]
+
+
 def _cache(args: argparse.Namespace) -> int:
     from .runtime import cache, driver_cache
 
@@ -209,11 +217,16 @@ def _cache(args: argparse.Namespace) -> int:
         print(f"removed {n} cached program(s) from {cache.programs_dir()}")
         files, nbytes = driver_cache.clear_owned()
         print(f"removed {files} file(s) ({nbytes / 1e6:.1f} MB) of pocl's kernel cache from {driver_cache.owned_dir()}")
+        for what, store in _host_stores():
+            print(f"removed {store.clear()} cached {what} from {store.directory}")
     else:
         files, nbytes = cache.disk_usage()
         print(f"cache directory: {cache.programs_dir()}")
         print(f"entries: {files} ({nbytes / 1e6:.1f} MB)")
         print(f"pocl's kernel cache (when POCL_CACHE_DIR is unset): {driver_cache.owned_dir()}")
+        for what, store in _host_stores():
+            files, nbytes = store.usage()
+            print(f"{what}: {store.directory}: {files} entries ({nbytes / 1e6:.1f} MB)")
     return 0
 
 

@@ -259,3 +259,24 @@ def test_cache_clear_empties_the_owned_pocl_folder(tmp_path, monkeypatch, capsys
     assert "removed 1 file(s)" in capsys.readouterr().out
     assert not owned.exists() and not (tmp_path / "clglow" / "prepared").exists()
     assert (users / "keep.bc").exists()
+
+
+def test_cache_info_and_clear_cover_the_host_stores(tmp_path, monkeypatch, capsys):
+    """`clglow cache info` lists the warm-start stores (optimized graphs, packed weights) and
+    `clglow cache clear` empties them."""
+    from clglow import cli
+    from clglow.frontend import graph_cache
+    from clglow.runtime import derived_cache
+
+    monkeypatch.setenv("CLGLOW_CACHE_DIR", str(tmp_path / "clglow"))
+    for store in (graph_cache.store(), derived_cache.store()):
+        assert store.put("ab" * 32, {"k": 1}, [b"\0" * 256])
+    from clglow.runtime import blob_store
+
+    blob_store.flush()
+    assert cli.main(["cache", "info"]) == 0
+    out = capsys.readouterr().out
+    assert "optimized graphs" in out and "packed weights" in out and "1 entries" in out
+    assert cli.main(["cache", "clear"]) == 0
+    assert "removed 1 cached optimized graphs" in capsys.readouterr().out
+    assert graph_cache.store().usage() == (0, 0) and derived_cache.store().usage() == (0, 0)
