@@ -102,6 +102,10 @@ def infer_node(node: Node, graph: Graph) -> dict:
     if (domain, op_type) == ("", "STFT") and "onesided" not in proto_node.attrs:  # onnx infers 0; schema, reference: 1
         proto_node = Node(op_type, node.name, list(proto_node.inputs), list(proto_node.outputs),
                           {**proto_node.attrs, "onesided": 1}, domain)
+    if (domain, op_type) == ("", "MaxUnpool"):  # onnx infers only the rank from a constant output_shape
+        known = _max_unpool_shape(node, graph)
+        if known:
+            return known
     try:
         schema = defs.get_schema(op_type, graph.opset(domain), domain)
     except Exception:
@@ -125,6 +129,16 @@ def infer_node(node: Node, graph: Graph) -> dict:
     except Exception as e:
         raise InvalidModel(f"shape inference failed: {str(e).strip().splitlines()[-1]}", node=node.name) from None
     return {k: type_to_dtype_shape(tp) for k, tp in out.items()}
+
+
+def _max_unpool_shape(node: Node, graph: Graph) -> dict:
+    """MaxUnpool's output is its output_shape input when that is a constant (plan constants
+    included): {} otherwise, for onnx's rule."""
+    shape = graph.const(node.input(2)) if len(node.inputs) > 2 and node.input(2) else None
+    x = graph.values.get(node.input(0))
+    if shape is None or x is None or shape.ndim != 1 or shape.dtype.kind not in "iu" or (shape < 0).any():
+        return {}
+    return {node.outputs[0]: (x.dtype, tuple(int(d) for d in shape))}
 
 
 def _static_shape(graph: Graph, name: str) -> Optional[tuple]:

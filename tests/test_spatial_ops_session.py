@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnx.numpy_helper
 import pytest
 from onnx import TensorProto as T, helper
 from onnx.reference import ReferenceEvaluator
@@ -89,6 +90,17 @@ def test_deform_conv_and_max_unpool(target):
     _check(m, [{k: v.astype(np.float32) for k, v in feeds.items()}], target, rtol=1e-4)
     m = _model(helper.make_node("MaxUnpool", ["x", "i"], ["y"], kernel_shape=[2, 2], strides=[2, 2]),
                [("x", T.FLOAT, [1, 1, 2, 2]), ("i", T.INT64, [1, 1, 2, 2])], 11)
+    _check(m, [{"x": np.array([[[[1, 2], [3, 4]]]], np.float32), "i": np.array([[[[0, 3], [9, 14]]]], np.int64)}],
+           target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_max_unpool_with_a_constant_output_shape(target):
+    """MaxUnpool's output_shape as an initializer (larger than the inferred shape, as the node
+    suite's export case): the shape rule reads it, so the node plans on OpenCL, not ending a stage."""
+    m = _model(helper.make_node("MaxUnpool", ["x", "i", "s"], ["y"], kernel_shape=[2, 2], strides=[2, 2]),
+               [("x", T.FLOAT, [1, 1, 2, 2]), ("i", T.INT64, [1, 1, 2, 2])], 11)
+    m.graph.initializer.append(onnx.numpy_helper.from_array(np.array([1, 1, 5, 5], np.int64), "s"))
     _check(m, [{"x": np.array([[[[1, 2], [3, 4]]]], np.float32), "i": np.array([[[[0, 3], [9, 14]]]], np.int64)}],
            target)
 
