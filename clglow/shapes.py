@@ -214,7 +214,6 @@ def fold_shape_op(node: Node, graph: Graph) -> Optional[np.ndarray]:
     return None
 
 
-_fold_shape_op = fold_shape_op  # the old private name (passes/refine_shapes.py imports it)
 
 
 def _has_subgraph(n: onnx.NodeProto) -> bool:

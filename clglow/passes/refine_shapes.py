@@ -47,11 +47,11 @@ def _merge(old: Optional[tuple], new: Optional[tuple]) -> Optional[tuple]:
 
 def _shape_const(node: Node, g: Graph) -> Optional[np.ndarray]:
     """Shape / Size of a static tensor, as the constant it is."""
-    from ..shapes import _fold_shape_op
+    from ..shapes import fold_shape_op
 
     if node.op_type not in ("Shape", "Size") or node.outputs[0] in g.outputs:
         return None
-    return _fold_shape_op(node, g)
+    return fold_shape_op(node, g)
 
 
 def _refine_node(node: Node, g: Graph) -> bool:
