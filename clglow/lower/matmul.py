@@ -18,7 +18,7 @@ from ..target import Target
 from .base import Arg, LowerCtx, device_op, round_up
 from .common import attr_str, float32_only, shape_of
 from .gemm import a_path, b_path, conflicting_pitch, pack_live_a
-from .gemm_kernel import (ACTIVATIONS, Bias, GemmConfig, Operand, gemm_config, gemm_key, gemm_launch, pack_a, pack_b,
+from .gemm_kernel import (ACTIVATIONS, Bias, GemmConfig, Operand, fit_rows, gemm_config, gemm_key, gemm_launch, pack_a, pack_b,
                           pack_b_launch, packed_b_bytes, tuned_tiles)
 from .fused import check_expr
 from .gemv import gemv_applicable, gemv_launch
@@ -275,6 +275,7 @@ def _tuned(ctx: LowerCtx, cfg: GemmConfig, m: int, n: int, k: int) -> GemmConfig
     "packed" (weights or a pitch packed at run time) or "inplace", from the tuning database;
     else `cfg`. A stored point that would pack a live A instead is not taken."""
     forget(ctx.label())  # the profiler's record of this node's tuned choices starts again
+    cfg = fit_rows(ctx.device, cfg, m, n)  # the tiles that pad less: the family's default, as Gemm's
     layout = "packed" if ctx.const(1) is not None or conflicting_pitch(n) else "inplace"
     if ctx.const(0) is not None:
         return tuned_tiles(ctx.device, gemm_key(m, n, k, layout), cfg, ctx.label())[0]
