@@ -166,13 +166,23 @@ def _compress_geometry(node: Node, graph: Graph) -> tuple:
     axis = node.attrs.get("axis")
     if axis is None:
         n = int(np.prod(shape, dtype=np.int64))
-        return 1, n, 1, min(cond[0], n), None
+        _check_condition_length(node, cond[0], n)
+        return 1, n, 1, cond[0], None
     try:
         a = norm_axis(axis, len(shape))
     except ValueError as e:
         raise InvalidModel(f"Compress {e}", node=node.name) from None
     outer, inner = int(np.prod(shape[:a], dtype=np.int64)), int(np.prod(shape[a + 1:], dtype=np.int64))
-    return outer, shape[a], inner, min(cond[0], shape[a]), a
+    _check_condition_length(node, cond[0], shape[a])
+    return outer, shape[a], inner, cond[0], a
+
+
+def _check_condition_length(node: Node, length: int, dim: int) -> None:
+    """The spec lets the condition be shorter than the selected axis, never longer (the
+    reference raises for a true entry past it; the kernels would ignore it silently)."""
+    if length > dim:
+        raise InvalidModel(f"Compress condition {node.input(1)!r} has {length} entries for an axis of {dim}",
+                           node=node.name, tensor=node.input(1))
 
 
 def _compress_bound(node: Node, graph: Graph) -> list:
@@ -185,8 +195,7 @@ def _compress_bound(node: Node, graph: Graph) -> list:
 
 @sized_op("Compress", bound=_compress_bound, supports=_compress_supports)
 def lower_compress(ctx: LowerCtx) -> list:
-    """The condition's first `length` entries select (entries past x's axis never can: the
-    reference raises for a true one there; here they are ignored)."""
+    """The condition's entries select (it is at most as long as x's axis: _compress_geometry)."""
     x, count = ctx.inputs[0], ctx.outputs[-1]
     check_int32_sizes(ctx)
     outer, dim, inner, length, _ = _compress_geometry(ctx.node, ctx.graph)

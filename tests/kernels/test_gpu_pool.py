@@ -68,6 +68,9 @@ def test_pool_lowering_selects_the_work_group_kernel(family, local, kernel):
     local memory (pocl's emulated local memory keeps the per-plane kernel), and either is right."""
     from clglow.lower.pool import lower_global_pool
 
+    if SMALL and kernel != "wg_reduce":  # tests/oclgrind runs this file with every checker on
+        pytest.skip("Oclgrind 21.10's uninitialised-value checker segfaults in pool.cl's global_pool "
+                    "(a simulator fault; the selection is tested on the other devices)")
     x = RNG.standard_normal((2, 5, 9, 9)).astype(np.float32)
     node = helper.make_node("GlobalAveragePool", ["x"], ["y"])
     target = dataclasses.replace(device_info().with_family(family), local_mem_type=local)
