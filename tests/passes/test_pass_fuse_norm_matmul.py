@@ -46,8 +46,8 @@ def _model(rows=1, k=96, n=70, ln_bias=True, reshape=False, twice=False):
     return m, {"x": (RNG.standard_normal(x_shape) * 3 + 1).astype(np.float32)}
 
 
-def _run(m, feeds):
-    sess = clglow.InferenceSession(m.SerializeToString())
+def _run(m, feeds, target=None):
+    sess = clglow.InferenceSession(m.SerializeToString(), sess_options=clglow.SessionOptions(target=target))
     for got, want in zip(sess.run(None, feeds), models.ort_run(m, feeds)):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
     return sess
@@ -55,7 +55,7 @@ def _run(m, feeds):
 
 @pytest.mark.parametrize("ln_bias,reshape", [(True, False), (False, False), (True, True)])
 def test_prologue(ln_bias, reshape):
-    sess = _run(*_model(ln_bias=ln_bias, reshape=reshape))
+    sess = _run(*_model(ln_bias=ln_bias, reshape=reshape), target="cpu")  # the GEMV: CPU family
     nodes = [n for n in sess.graph.nodes if n.op_type != "Reshape"]
     assert [n.op_type for n in nodes] == ["FusedMatMul"] and "ln_epsilon" in nodes[0].attrs
 
@@ -100,9 +100,16 @@ def _gelu_model(rows=1, k=40, n=50):
 @pytest.mark.parametrize("rows", [1, 3])
 def test_elementwise_epilogue(rows):
     """One row: the GELU is the GEMV's epilogue (one node); three rows: a FusedElementwise of its own."""
-    sess = _run(*_gelu_model(rows))
+    sess = _run(*_gelu_model(rows), target="cpu")  # the GEMV: CPU family
     ops = [n.op_type for n in sess.graph.nodes]
     assert ops == (["FusedMatMul"] if rows == 1 else ["FusedMatMul", "FusedElementwise"]), ops
+
+
+def test_gpu_family_runs_the_norm_and_gelu_unfused():
+    """The GPU family has no GEMV prologue/epilogue: the fused node's original nodes run, right."""
+    sess = _run(*_model(), target="gpu")
+    assert "LayerNormalization" in [n.op_type for n in sess.graph.nodes]
+    _run(*_gelu_model(), target="gpu")
 
 
 def test_epilogue_refused_runs_the_original_nodes(monkeypatch):
