@@ -22,8 +22,7 @@ from typing import Optional
 import numpy as np
 
 from ..ir import Graph, Node
-from ..lower.base import GENERIC_TARGET, lookup
-from .fuse_conv import in_graph_order, rewrite_to_fixed_point
+from .fuse_conv import rewrite_to_fixed_point, splice_fused
 
 MAX_ROWS = 16  # query rows: more, and the GEMM kernels' tiles beat one work-item per row
 
@@ -92,16 +91,8 @@ def _fuse_one(g: Graph, consumers: dict, outputs: set) -> bool:
                  "perm_y": _perm(c, "perm_c") if c.op_type == "FusedMatMul" else []}
         fused = Node("FusedAttention", s.name, [s.input(0), s.input(1), c.input(1), s.input(2) or ""],
                      [c.outputs[0]], attrs, "clglow", None)
-        op = lookup(fused)
-        if op is None or op.supports(fused, g, GENERIC_TARGET) is not None:
-            continue
-        fused.unfused = in_graph_order(g, [s, sm, c])
-        g.nodes[g.nodes.index(c)] = fused  # where the context was: V may be computed after the scores
-        gone = {id(s), id(sm)}
-        g.nodes = [n for n in g.nodes if id(n) not in gone]
-        g.values.pop(s.outputs[0], None)
-        g.values.pop(sm.outputs[0], None)
-        return True
+        if splice_fused(g, s, [sm, c], fused):  # where the context was: V may be computed after the scores
+            return True
     return False
 
 

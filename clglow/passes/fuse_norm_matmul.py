@@ -19,8 +19,7 @@ from typing import Optional
 import numpy as np
 
 from ..ir import Graph, Node
-from ..lower.base import GENERIC_TARGET, lookup
-from .fuse_conv import in_graph_order, rewrite_to_fixed_point
+from .fuse_conv import rewrite_to_fixed_point, splice_fused
 
 _PLAIN = {"alpha": 1.0, "activation": "", "act_alpha": 0.0, "act_beta": 0.0}
 
@@ -68,14 +67,8 @@ def _fuse_one(g: Graph, consumers: dict, outputs: set) -> bool:
         attrs["ln_epsilon"] = float(ln.attr("epsilon", 1e-5))
         inputs = ([ln.input(0)] + (list(c.inputs) + ["", "", ""])[1:4] + [ln.input(1), ln.input(2)])
         fused = Node("FusedMatMul", c.name, inputs, list(c.outputs), attrs, "clglow", None)
-        op = lookup(fused)
-        if op is None or op.supports(fused, g, GENERIC_TARGET) is not None:
-            continue
-        fused.unfused = in_graph_order(g, [ln, c])
-        g.nodes[g.nodes.index(c)] = fused
-        g.nodes = [n for n in g.nodes if n is not ln]
-        g.values.pop(ln.outputs[0], None)
-        return True
+        if splice_fused(g, ln, [c], fused):
+            return True
     return False
 
 
@@ -113,14 +106,8 @@ def _fuse_epilogue_one(g: Graph, consumers: dict, outputs: set) -> bool:
         attrs = dict(_PLAIN) if c.op_type == "MatMul" else dict(c.attrs)
         attrs["epilogue"] = e.attrs.get("expr")
         fused = Node("FusedMatMul", c.name, list(c.inputs), list(e.outputs), attrs, "clglow", None)
-        op = lookup(fused)
-        if op is None or op.supports(fused, g, GENERIC_TARGET) is not None:
-            continue
-        fused.unfused = in_graph_order(g, [c, e])
-        g.nodes[g.nodes.index(e)] = fused
-        g.nodes = [n for n in g.nodes if n is not c]
-        g.values.pop(c.outputs[0], None)
-        return True
+        if splice_fused(g, c, [e], fused):
+            return True
     return False
 
 

@@ -34,7 +34,6 @@ import logging
 import mmap
 import os
 import struct
-import tempfile
 import threading
 import time
 import weakref
@@ -46,7 +45,7 @@ import numpy as np
 
 from .. import config
 from .._version import __version__
-from .cache import default_cache_dir
+from .cache import atomic_write, default_cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -121,24 +120,6 @@ def array_digest(arr: np.ndarray) -> str:
     digest = h.hexdigest()
     remember_digest(arr, digest)
     return digest
-
-
-def write_parts(path: Path, parts: Sequence[memoryview | bytes]) -> None:
-    """Write `parts` one after another to `path` through a temporary file and os.replace (a
-    reader sees the old file or the whole new one). Raises OSError (the temporary removed)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for p in parts:
-                f.write(p)
-        os.replace(tmp_name, path)
-    except BaseException:
-        try:
-            os.unlink(tmp_name)
-        except OSError:
-            pass
-        raise
 
 
 def checksum(buf: memoryview | bytes) -> str:
@@ -287,7 +268,7 @@ class BlobStore:
         for v in views:
             parts += [v, bytes(_pad(len(v)))]
         try:
-            write_parts(d / (key + _SUFFIX), parts)
+            atomic_write(d / (key + _SUFFIX), parts)
             _touch(d / (key + _SUFFIX))
         except OSError as e:
             log.warning("%s cache: cannot write in %s (%s); continuing without it", self.name, d, e)

@@ -386,14 +386,17 @@ class ProgramCache:
             log.warning("program cache: cannot write %s (%s); continuing without it", path, e)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write `data` to `path` through a temporary file and os.replace, so a reader sees the old
-    file or the whole new one, never a torn one. Raises OSError (the temporary file removed)."""
+def atomic_write(path: Path, data: bytes | memoryview | Sequence[bytes | memoryview]) -> None:
+    """Write `data` (one buffer, or parts one after another) to `path` through a temporary file
+    and os.replace, so a reader sees the old file or the whole new one, never a torn one. Raises
+    OSError (the temporary file removed)."""
+    parts = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for p in parts:
+                f.write(p)
         os.replace(tmp_name, path)
     except BaseException:
         try:
