@@ -20,7 +20,7 @@ import json
 import os
 import statistics
 import sys
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
@@ -189,21 +189,16 @@ def _ort_ms(model, feeds: dict, repeat: int) -> tuple:
     return statistics.median(per_run), outs
 
 
-def main(argv: Optional[Sequence[str]] = None, out: Callable[[str], None] = print) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.ops", description=__doc__.split("\n")[0])
-    p.add_argument("--repeat", type=int, default=30)
-    p.add_argument("--only", nargs="*", default=[], help="run the rows whose name contains one of these")
-    args = p.parse_args(argv)
+def table(rows: Iterable[tuple], repeat: int, out: Callable[[str], None] = print) -> int:
+    """Print one markdown row per (name, model, feeds) — clglow's kernel time against
+    onnxruntime's node time, outputs compared — and return how many rows failed or differ."""
     wrong = 0
     out("| operator (shape) | clglow ms | onnxruntime ms | clglow/ORT | clglow kernels | max abs diff |")
     out("|---|---:|---:|---:|---|---:|")
-    for name, model in cases().items():
-        if args.only and not any(s in name for s in args.only):
-            continue
-        feeds = _feeds(model)
+    for name, model, feeds in rows:
         try:
-            ours, kernels, got = _clglow_ms(model, feeds, args.repeat)
-            theirs, want = _ort_ms(model, feeds, args.repeat)
+            ours, kernels, got = _clglow_ms(model, feeds, repeat)
+            theirs, want = _ort_ms(model, feeds, repeat)
         except Exception as e:  # one broken row must not hide the others
             out(f"| {name} | error: {type(e).__name__}: {str(e)[:120]} | | | | |")
             wrong += 1
@@ -215,7 +210,17 @@ def main(argv: Optional[Sequence[str]] = None, out: Callable[[str], None] = prin
         wrong += bool(flag)
         out(f"| {name} | {ours:.3f} | {theirs:.3f} | **{ours / theirs:.2f}** | {', '.join(kernels)} | "
             f"{diff:.1e}{flag} |")
-    return 1 if wrong else 0
+    return wrong
+
+
+def main(argv: Optional[Sequence[str]] = None, out: Callable[[str], None] = print) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.ops", description=__doc__.split("\n")[0])
+    p.add_argument("--repeat", type=int, default=30)
+    p.add_argument("--only", nargs="*", default=[], help="run the rows whose name contains one of these")
+    args = p.parse_args(argv)
+    rows = ((name, m, _feeds(m)) for name, m in cases().items()
+            if not args.only or any(s in name for s in args.only))
+    return 1 if table(rows, args.repeat, out) else 0
 
 
 if __name__ == "__main__":

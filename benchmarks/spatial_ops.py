@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .ops import _clglow_ms, _ort_ms
+from .ops import table
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 _RNG = np.random.default_rng(0)
@@ -91,27 +91,9 @@ def main(argv: Optional[Sequence[str]] = None, out: Callable[[str], None] = prin
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--only", nargs="*", default=[], help="run the rows whose name contains one of these")
     args = p.parse_args(argv)
-    wrong = 0
-    out("| operator (shape) | clglow ms | onnxruntime ms | clglow/ORT | clglow kernels | max abs diff |")
-    out("|---|---:|---:|---:|---|---:|")
-    for name, (model, feeds) in cases().items():
-        if args.only and not any(s in name for s in args.only):
-            continue
-        try:
-            ours, kernels, got = _clglow_ms(model, feeds, args.repeat)
-            theirs, want = _ort_ms(model, feeds, args.repeat)
-        except Exception as e:  # one broken row must not hide the others
-            out(f"| {name} | error: {type(e).__name__}: {str(e)[:160]} | | | | |")
-            wrong += 1
-            continue
-        diff = max(float(np.max(np.abs(np.asarray(g, np.float64) - np.asarray(w, np.float64))))
-                   for g, w in zip(got, want))
-        tol = 1e-3 * max(1.0, max(float(np.max(np.abs(w))) for w in want))
-        flag = "" if diff <= tol else " **WRONG**"
-        wrong += bool(flag)
-        out(f"| {name} | {ours:.3f} | {theirs:.3f} | **{ours / theirs:.2f}** | {', '.join(kernels)} | "
-            f"{diff:.1e}{flag} |")
-    return 1 if wrong else 0
+    rows = ((name, m, feeds) for name, (m, feeds) in cases().items()
+            if not args.only or any(s in name for s in args.only))
+    return 1 if table(rows, args.repeat, out) else 0
 
 
 if __name__ == "__main__":
