@@ -97,17 +97,7 @@
 #define FLAG_IMPLICIT 4
 #define FLAG_IMPLICIT_A 8
 
-#if VW == 4
-typedef float4 floatv;
-#elif VW == 8
-typedef float8 floatv;
-#elif VW == 16
-typedef float16 floatv;
-#else
-#error "VW must be 4, 8 or 16"
-#endif
-/* The same vector with 4-byte alignment: an unaligned load/store without calling vloadN. */
-typedef floatv floatv_u __attribute__((aligned(4)));
+#include "floatv.h"
 
 #include "activation.h"
 DEFINE_ACT(act_v, floatv)

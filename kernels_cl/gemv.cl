@@ -27,16 +27,7 @@
 #define KU 4
 #endif
 
-#if VW == 4
-typedef float4 floatv;
-#elif VW == 8
-typedef float8 floatv;
-#elif VW == 16
-typedef float16 floatv;
-#else
-#error "VW must be 4, 8 or 16"
-#endif
-typedef floatv floatv_u __attribute__((aligned(4)));
+#include "floatv.h"
 
 /* fe_ops.h (and erf.h through it) unconditionally, before activation.h: runtime/sources.py splices
  * each header once, where it is first named, even inside an #if that is off */
