@@ -17,7 +17,7 @@ shape tests are in lower/conv_gemm.py and lower/winograd.py, the tiles come from
               gemm.cl launch, the weights packed once. Any family.
   depthwise   Cin/groups == 1, groups > 1: dwconv.cl, one launch: dwconv_rows (8 rows x 16
               columns per work-item) for 3x3, 5x5 and 7x7 with stride 1 or 2, dwconv (16
-              columns of one row) otherwise. Any family.
+              columns of one row) otherwise (lower/conv_depthwise.py). Any family.
   gemv        a single-group 1x1 conv of a 1x1 map (SE blocks' FCs, a head after pooling): one
               conv_gemv.cl launch over weight panels of 16 output channels (lower/conv_gemv.py).
               CPU family.
@@ -67,6 +67,7 @@ from ..ir import Graph, Node
 from ..target import Target
 from .base import Launch, LowerCtx, device_op, f32, i32, round_up
 from .common import AUTO_PADS, ConvGeometry, Epilogue, attr_str, float32_only, grid, resolve_conv
+from .conv_depthwise import depthwise_applicable, lower_depthwise
 from .conv_gemm import (fit_tiles, implicit_ok, implicit_rows_ok, padded_output, phase_geometry, phase_pieces,
                         pixel_panels)
 from .conv_nd import (ND_RANKS, NdGeometry, lower_conv_nd, lower_conv_nd_implicit, nd_applicable, nd_geometry,
@@ -82,10 +83,6 @@ from .winograd import lower_winograd, variant_name, winograd_variant
 
 log = logging.getLogger(__name__)
 
-# Output rows per work-item of the KxK depthwise kernel (dwconv.cl dwconv_rows, unrolled): 16 rows
-# ran MobileNet-style 0.04 ms faster than 8 but took ~3 s longer to generate at a cold start
-# (11.3-11.8 s vs 8.1-9.2 s); 4 rows 0.1 ms slower.
-_DW_ROWS = 8
 _FLT_MAX = 3.4028234663852886e38
 
 
@@ -222,47 +219,6 @@ class ConvPath:
     applicable: Callable[[ConvCase], Optional[str]]
     lower: Callable[[LowerCtx, ConvCase], list]
     gemm: bool = True
-
-
-# --- depthwise ------------------------------------------------------------------------------------------
-def _depthwise_applicable(c: ConvCase) -> Optional[str]:
-    return None if c.geom.depthwise else "not depthwise (Cin/groups > 1 or one group)"
-
-
-def _lower_depthwise(ctx: LowerCtx, c: ConvCase) -> list:
-    """dwconv.cl: every output channel from its one input channel, epilogue included."""
-    g, e, label = c.geom, c.epi, ctx.label()
-    act_code, act_p = act_params(e.act, e.alpha, e.beta)
-    defines = {"DW_T": 16, "HAS_BIAS": int(e.has_bias), "HAS_RES": int(e.has_res)}
-    if act_code:
-        defines["ACT"] = act_code
-    args: list = [ctx.buf(0), ctx.buf(1)]
-    if e.has_bias:
-        args.append(ctx.buf(2))
-    if e.has_res:
-        args.append(ctx.buf(3))
-    head = args + [ctx.out(0), i32(g.cin), i32(g.h), i32(g.w), i32(g.cout)]
-    tail = [i32(v) for v in (g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.cout // g.cin)] + [f32(p) for p in act_p]
-    args = head + [i32(g.oh), i32(g.ow)] + tail
-    noop = head + [i32(0), i32(0)] + tail  # OH = OW = 0: returns at once (code generated early)
-    if (g.kh == g.kw and g.kh in (3, 5, 7) and g.dh == g.dw and g.sh == g.sw and g.sh in (1, 2)
-            and 16 * g.sh + (g.kh - 1) * g.dh <= 64):
-        # The usual depthwise KxK (stride 1 or 2, dilation 1 or a few): _DW_ROWS output rows x
-        # 16 columns per work-item, each input row loaded once for the output rows it serves.
-        # DeepLabV3's 5x5 dilation-2 layers on 20x20 (960 channels), profiled on pocl under
-        # load: 3.7-3.9 ms on dwconv (element by element: the tile starts in the padding) ->
-        # 1.3 ms.
-        # MobileNet-style on pocl (AVX-512), A/B in one process: its 7 depthwise layers
-        # 1.20 -> 0.49 ms (the 14x14 one 0.22 -> 0.063, the stride-2 112 -> 56 one 0.19 ->
-        # 0.10); groups of 2 work-items slower than 1.
-        dw3 = dict(defines, DW_S=g.sh, DW_K=g.kh, DW_RT=_DW_ROWS, **({"DW_D": g.dh} if g.dh > 1 else {}))
-        del dw3["DW_T"]
-        gsize, ls = grid(ctx.device, (-(-g.ow // 16), -(-g.oh // _DW_ROWS), g.n_img * g.cout), (1, 1, 1))
-        return [Launch("dwconv", "dwconv_rows", gsize, args, ls, dw3, label, noop_args=noop)]
-    # 8 output rows per work-group (the kernel skips rows past OH): a CPU driver pays per
-    # group, and pocl left to itself picked groups of a single work-item for most layer shapes
-    gsize, ls = grid(ctx.device, (-(-g.ow // 16), g.oh, g.n_img * g.cout), (1, 8, 1))
-    return [Launch("dwconv", "dwconv", gsize, args, ls, defines, label, noop_args=noop)]
 
 
 # --- Winograd -------------------------------------------------------------------------------------------
@@ -461,7 +417,7 @@ def _lower_xgemm_im2col(ctx: LowerCtx, c: ConvCase) -> list:
 CONV_PATHS = (
     ConvPath("implicit nd", nd_implicit_applicable, lower_conv_nd_implicit),  # first two: 3-D convs (the rows
     ConvPath("im2col nd", nd_applicable, lower_conv_nd),                      # below read a 2-D geometry)
-    ConvPath("depthwise", _depthwise_applicable, _lower_depthwise, gemm=False),
+    ConvPath("depthwise", depthwise_applicable, lower_depthwise, gemm=False),  # lower/conv_depthwise.py
     ConvPath("gemv", gemv_applicable, lower_gemv, gemm=False),  # 1x1 of a 1x1 map (lower/conv_gemv.py)
     ConvPath("winograd", _winograd_applicable, _lower_winograd),
     ConvPath("regions", regions_applicable, lower_regions, gemm=False),  # lower/conv_regions.py
