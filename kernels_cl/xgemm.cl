@@ -22,6 +22,12 @@
  *   A           A[m*lda_m + k*lda_k]: row-major (lda_k = 1), transposed (lda_m = 1) or any view
  *   B           B[k*ldb_k + n*ldb_n], or with B_PANEL=1 panels of NWG columns (im2col.cl's
  *               layout for a conv's pixels, zero padded to whole panels): B[(tn*K + k)*NWG + c]
+ *               or with B_CONV=1 gathered from a convolution's input X (implicit GEMM, no im2col
+ *               buffer): row k = (ci, kh, kw) of the group's Cin/G x KH x KW taps, column n =
+ *               (oh, ow) of the output pixels, B[k][n] = X[ci][oh*SH - PH + kh*DH][ow*SW - PW + kw*DW]
+ *               and zero where that falls in the padding (bounds, no padded copy); B's batch
+ *               offsets select the image (sB1) and the group's channels (sB2); any stride,
+ *               dilation and groups. The conv's shapes are run-time arguments too (CONV_ARGS).
  *   C, Z        row-major with leading dimensions ldc, ldz; C may be Z itself (every output is
  *               read from Z and written to C by one work-item); BIAS at bias[m*bias_sm + n*bias_sn]
  * The batch index z (global dim 2) is split as z1 = z / D2, z2 = z % D2 and every operand offset is
@@ -72,6 +78,9 @@
 #ifndef B_PANEL
 #define B_PANEL 0
 #endif
+#ifndef B_CONV
+#define B_CONV 0
+#endif
 
 #define MWI (MWG / MDIMC)
 #define NWI (NWG / NDIMC)
@@ -80,6 +89,17 @@
 #define LDBL (NWG + PADB)
 #if MWG % MDIMC || NWG % NDIMC || MWI % VWM || NWI % VWN
 #error "MWG/MDIMC and NWG/NDIMC must be whole and multiples of VWM and VWN"
+#endif
+#if B_CONV
+/* The conv's shapes: input H x W, KH x KW taps (KHW = KH*KW) with strides, begin pads and
+ * dilations; OW output columns. */
+#define CONV_ARGS , int cH, int cW, int cKW, int cKHW, int cOW, int cSH, int cSW, int cPH, int cPW, int cDH, int cDW
+/* Each work-item stages the same B columns at every k-step (element e = tid + i*THREADS of the
+ * KWG x NWG slice, N fastest): their top-left input coordinates are computed once. */
+#define BPT ((KWG * NWG + THREADS - 1) / THREADS)
+#define CONV_OUTSIDE (-(1 << 28)) /* a column past N: every tap row reads as padding */
+#else
+#define CONV_ARGS
 #endif
 
 #define FLAG_BIAS 1
@@ -145,7 +165,7 @@ void xgemm(
     __global const float* restrict bias, int offBias, int sBias1, int sBias2, int bias_sm, int bias_sn,
     float beta,
     __global const float* Z, int offZ, int sZ1, int sZ2, int ldz,
-    int M, int N, int K, int D2, float alpha, int flags, float act_a, float act_b, float act_c)
+    int M, int N, int K, int D2, float alpha, int flags, float act_a, float act_b, float act_c CONV_ARGS)
 {
     __local float Al[KWG * LDAL];
     __local float Bl[KWG * LDBL];
@@ -173,6 +193,16 @@ void xgemm(
 #pragma unroll
         for (int j = 0; j < NWI; ++j)
             acc[i][j] = 0.0f;
+#if B_CONV
+    int iy0[BPT], ix0[BPT];
+#pragma unroll
+    for (int i = 0; i < BPT; ++i) {
+        const int gn = n0 + (tid + i * THREADS) % NWG;
+        const int oh = gn / cOW;
+        iy0[i] = gn < N ? oh * cSH - cPH : CONV_OUTSIDE;
+        ix0[i] = (gn - oh * cOW) * cSW - cPW;
+    }
+#endif
 
     for (int k0 = 0; k0 < K; k0 += KWG) {
         /* Stage A[m0 .. m0+MWG, k0 .. k0+KWG) and B[k0 .., n0 ..) (zeros outside M, N, K). */
@@ -185,6 +215,25 @@ void xgemm(
             const int gm = m0 + mm, gk = k0 + kk;
             Al[kk * LDAL + mm] = gm < M && gk < K ? pa[gm * lda_m + gk * lda_k] : 0.0f;
         }
+#if B_CONV
+#pragma unroll
+        for (int i = 0; i < BPT; ++i) {
+            const int e = tid + i * THREADS;
+            if (BPT * THREADS == KWG * NWG || e < KWG * NWG) {
+                const int kk = e / NWG, nn = e - kk * NWG;
+                const int gk = k0 + kk;
+                float v = 0.0f;
+                if (gk < K) {
+                    const int ci = gk / cKHW, r = gk - ci * cKHW;
+                    const int th = r / cKW;
+                    const int iy = iy0[i] + th * cDH, ix = ix0[i] + (r - th * cKW) * cDW;
+                    if (iy >= 0 && iy < cH && ix >= 0 && ix < cW)
+                        v = pb[(ci * cH + iy) * cW + ix];
+                }
+                Bl[kk * LDBL + nn] = v;
+            }
+        }
+#else
         for (int e = tid; e < NWG * KWG; e += THREADS) {
 #if B_NFAST || B_PANEL
             const int kk = e / NWG, nn = e - kk * NWG;
@@ -199,6 +248,7 @@ void xgemm(
             Bl[kk * LDBL + nn] = gn < N && gk < K ? pb[gk * ldb_k + gn * ldb_n] : 0.0f;
 #endif
         }
+#endif
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int kk = 0; kk < KWG; ++kk) {
             float a[MWI], b[NWI];

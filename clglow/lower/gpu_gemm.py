@@ -156,11 +156,39 @@ def xgemm_applicable(target: Target) -> Optional[str]:
     return None
 
 
-def xgemm_defines(cfg: XgemmConfig, *, a_kfast: bool, b_nfast: bool, b_panel: bool, act_code: int = 0) -> dict:
-    """The -D defines of one xgemm.cl program: the configuration and the operands' fast dimensions."""
+@dataclass(frozen=True)
+class ConvGather:
+    """A convolution's shapes for xgemm.cl's B_CONV mode (implicit GEMM: B's tile gathered from
+    X into local memory, the padding by bounds): input h x w, kh x kw taps, strides, begin
+    pads, dilations, ow output columns. Run-time arguments: one program serves every conv."""
+
+    h: int
+    w: int
+    kh: int
+    kw: int
+    ow: int
+    sh: int = 1
+    sw: int = 1
+    ph: int = 0
+    pw: int = 0
+    dh: int = 1
+    dw: int = 1
+
+    def args(self) -> list:
+        """The kernel's trailing CONV_ARGS, in its order."""
+        return [i32(v) for v in (self.h, self.w, self.kw, self.kh * self.kw, self.ow, self.sh, self.sw, self.ph,
+                                 self.pw, self.dh, self.dw)]
+
+
+def xgemm_defines(cfg: XgemmConfig, *, a_kfast: bool, b_nfast: bool, b_panel: bool, act_code: int = 0,
+                  b_conv: bool = False) -> dict:
+    """The -D defines of one xgemm.cl program: the configuration and the operands' fast dimensions
+    (B_CONV only where set: the plain GEMM's programs keep their options)."""
     d = {"MWG": cfg.mwg, "NWG": cfg.nwg, "KWG": cfg.kwg, "MDIMC": cfg.mdimc, "NDIMC": cfg.ndimc,
          "VWM": cfg.vwm, "VWN": cfg.vwn, "STRM": cfg.strm, "STRN": cfg.strn, "PADA": cfg.pad, "PADB": cfg.pad,
          "A_KFAST": int(a_kfast), "B_NFAST": int(b_nfast), "B_PANEL": int(b_panel)}
+    if b_conv:
+        d["B_CONV"] = 1
     if act_code:
         d["ACT"] = act_code
     return d
@@ -185,14 +213,20 @@ def xgemm_launch(cfg: XgemmConfig, *, m: int, n: int, k: int, batch: int, d2: in
 
 def tiled_launch(cfg: XgemmConfig, *, m: int, n: int, k: int, batch: int, d2: int, a: Operand, b: Operand,
                  c: Operand, bias: Optional[Bias] = None, res: Optional[Operand] = None, alpha: float = 1.0,
-                 act: str = "", act_alpha: float = 0.0, act_beta: float = 0.0, label: str = "") -> Launch:
-    """The xgemm.cl launch itself (any M; what the tuner times for a configuration)."""
+                 act: str = "", act_alpha: float = 0.0, act_beta: float = 0.0, label: str = "",
+                 conv: Optional[ConvGather] = None) -> Launch:
+    """The xgemm.cl launch itself (any M; what the tuner times for a configuration). With `conv`,
+    B is the convolution's input X gathered per tile (B_CONV: b.arg is X, b.s1 / b.s2 its image
+    and group offsets; b.ld, b.ld2 unused)."""
     if act not in ACTIVATIONS:
         raise InvalidModel(f"unsupported fused activation {act!r}", node=label or None)
     if a.packed:
         raise ValueError("xgemm reads A through its strides (no packed panels)")
+    if conv is not None and b.packed:
+        raise ValueError("xgemm's conv mode gathers B from X (no packed panels)")
     act_code, act_p = act_params(act, act_alpha, act_beta)
-    defines = xgemm_defines(cfg, a_kfast=a.ld2 == 1, b_nfast=b.ld2 == 1, b_panel=b.packed, act_code=act_code)
+    defines = xgemm_defines(cfg, a_kfast=a.ld2 == 1, b_nfast=b.ld2 == 1 or conv is not None, b_panel=b.packed,
+                            act_code=act_code, b_conv=conv is not None)
     bias_ = bias if bias is not None else Bias(c.arg, sm=0, sn=0, beta=0.0)
     res_ = res if res is not None else Operand(c.arg, ld=c.ld)
     flags = (1 if bias is not None else 0) | (2 if res is not None else 0)
@@ -202,7 +236,7 @@ def tiled_launch(cfg: XgemmConfig, *, m: int, n: int, k: int, batch: int, d2: in
             c.arg, i32(c.off), i32(c.s1), i32(c.s2), i32(c.ld),
             bias_.arg, i32(bias_.off), i32(bias_.s1), i32(bias_.s2), i32(bias_.sm), i32(bias_.sn), f32(bias_.beta),
             res_.arg, i32(res_.off), i32(res_.s1), i32(res_.s2), i32(res_.ld)]
-    tail = [i32(max(d2, 1)), f32(alpha), i32(flags)] + [f32(p) for p in act_p]
+    tail = [i32(max(d2, 1)), f32(alpha), i32(flags)] + [f32(p) for p in act_p] + (conv.args() if conv else [])
     gsize = (-(-n // cfg.nwg) * cfg.ndimc, -(-m // cfg.mwg) * cfg.mdimc, max(batch, 1))
     return Launch("xgemm", "xgemm", gsize, head + [i32(m), i32(n), i32(k)] + tail, cfg.lsize, defines, label,
                   noop_args=head + [i32(0), i32(0), i32(0)] + tail)  # M = N = 0: returns at once
@@ -264,5 +298,5 @@ def tuned_xgemm(target: Target, key: ShapeKey, label: str = "") -> Optional[Xgem
     return XgemmConfig.from_tuple(p["cfg"])
 
 
-__all__ = ["XgemmConfig", "tuned_xgemm", "XGEMM_FAMILY", "SEARCH_SPACE", "search_space", "xgemm_config", "xgemm_applicable", "xgemm_defines",
+__all__ = ["ConvGather", "XgemmConfig", "tuned_xgemm", "XGEMM_FAMILY", "SEARCH_SPACE", "search_space", "xgemm_config", "xgemm_applicable", "xgemm_defines",
            "xgemm_launch", "tiled_launch"]
