@@ -36,6 +36,9 @@ shape tests are in lower/conv_gemm.py and lower/winograd.py, the tiles come from
   xgemm pointwise / xgemm im2col   GPU family with dedicated local memory (gpu_gemm.xgemm_applicable):
               xgemm.cl's local-memory tiles, a 1x1 reading X in place as B, any other conv on
               im2col panels of the tile's width; the weights read in place (not packed).
+  xgemm implicit  the same tiles with B gathered from X into local memory per tile (implicit GEMM,
+              no im2col buffer, padding by bounds): any other 2-D conv, one launch
+              (lower/gpu_conv.py); "xgemm im2col" stays in the tuner's space of paths.
   pointwise   1x1, stride 1, no padding: the GEMM reads X in place as B (when N is whole
               column tiles or at least 4 of them). Any family.
   implicit    other convs whose taps read phases 0..n-1: conv_phases (im2col.cl) copies X once
@@ -78,6 +81,7 @@ from .conv_taps import drop_dead_taps
 from .gemm_kernel import (ACTIVATIONS, Bias, GemmConfig, Implicit, Operand, act_params, b_unpacked_ok,
                           gemm_config, gemm_key, gemm_launch, pack_a, pack_b, transposed_config, tuned_tiles)
 from .gpu_gemm import tuned_xgemm, xgemm_applicable, xgemm_launch
+from .gpu_conv import implicit_applicable as xgemm_implicit_applicable, lower_implicit as lower_xgemm_implicit
 from .tunable import Family, forget, note_request, record_decision, register, stored
 from .winograd import lower_winograd, variant_name, winograd_variant
 
@@ -423,6 +427,7 @@ CONV_PATHS = (
     ConvPath("regions", regions_applicable, lower_regions, gemm=False),  # lower/conv_regions.py
     ConvPath("transposed", _transposed_applicable, _lower_transposed),
     ConvPath("xgemm pointwise", _xgemm_pointwise_applicable, _lower_xgemm_pointwise),
+    ConvPath("xgemm implicit", xgemm_implicit_applicable, lower_xgemm_implicit),  # lower/gpu_conv.py
     ConvPath("xgemm im2col", lambda c: xgemm_applicable(c.target), _lower_xgemm_im2col),
     ConvPath("pointwise", _pointwise_applicable, _lower_pointwise),
     ConvPath("implicit", _implicit_applicable, _lower_implicit),
