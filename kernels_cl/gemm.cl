@@ -97,6 +97,26 @@
 #define FLAG_IMPLICIT 4
 #define FLAG_IMPLICIT_A 8
 
+/* Storage of the operands in global memory (storage.h): 0 float, 1 half (read and written as
+ * floats, the accumulators stay fp32). C_HALF covers C and the residual Z. */
+#ifndef A_HALF
+#define A_HALF 0
+#endif
+#ifndef B_HALF
+#define B_HALF 0
+#endif
+#ifndef C_HALF
+#define C_HALF 0
+#endif
+#ifndef BIAS_HALF
+#define BIAS_HALF 0
+#endif
+#include "storage.h"
+#define A_T ST_T(A_HALF)
+#define B_T ST_T(B_HALF)
+#define C_T ST_T(C_HALF)
+#define BIAS_T ST_T(BIAS_HALF)
+
 #include "floatv.h"
 
 #include "activation.h"
@@ -113,10 +133,6 @@ typedef float8 colv;
 typedef float16 colv;
 #endif
 DEFINE_ACT(act_col, colv)
-typedef float fu1;
-typedef float2 fu2 __attribute__((aligned(4)));
-typedef float4 fu4 __attribute__((aligned(4)));
-typedef float8 fu8 __attribute__((aligned(4)));
 #if MR == 6
 #define COL_PARTS(X) X(s0123, 4, 0) X(s45, 2, 4)
 #elif MR == 7
@@ -132,8 +148,8 @@ typedef float8 fu8 __attribute__((aligned(4)));
 #else
 #define COL_PARTS(X) X(s01234567, 8, 0) X(s89ab, 4, 8)
 #endif
-#define COL_ADD(S, W, O) col.S += *(const __global fu##W*)(pzc + (O));
-#define COL_STORE(S, W, O) *(__global fu##W*)(pcc + (O)) = col.S;
+#define COL_ADD(S, W, O) col.S += ST_LDV(C_HALF, W, pzc + (O));
+#define COL_STORE(S, W, O) ST_STV(C_HALF, W, pcc + (O), col.S);
 #else
 #define HAS_COLV 0
 #endif
@@ -164,33 +180,33 @@ typedef float4 f4_u __attribute__((aligned(4)));
 typedef float2 f2_u __attribute__((aligned(4)));
 
 /* t[0, n) += z[0, n), n <= 16, as at most five vector moves. */
-inline void run_add(float* t, const __global float* z, int n)
+inline void run_add(float* t, const __global C_T* z, int n)
 {
-    if (n & 16) { *(f16_u*)t += *(const __global f16_u*)z; return; }
-    if (n & 8) { *(f8_u*)t += *(const __global f8_u*)z; t += 8; z += 8; }
-    if (n & 4) { *(f4_u*)t += *(const __global f4_u*)z; t += 4; z += 4; }
-    if (n & 2) { *(f2_u*)t += *(const __global f2_u*)z; t += 2; z += 2; }
-    if (n & 1) *t += *z;
+    if (n & 16) { *(f16_u*)t += ST_LDV(C_HALF, 16, z); return; }
+    if (n & 8) { *(f8_u*)t += ST_LDV(C_HALF, 8, z); t += 8; z += 8; }
+    if (n & 4) { *(f4_u*)t += ST_LDV(C_HALF, 4, z); t += 4; z += 4; }
+    if (n & 2) { *(f2_u*)t += ST_LDV(C_HALF, 2, z); t += 2; z += 2; }
+    if (n & 1) *t += ST_LD(C_HALF, z, 0);
 }
 
 /* c[0, n) = t[0, n), n <= 16. */
-inline void run_store(__global float* c, const float* t, int n)
+inline void run_store(__global C_T* c, const float* t, int n)
 {
-    if (n & 16) { *(__global f16_u*)c = *(const f16_u*)t; return; }
-    if (n & 8) { *(__global f8_u*)c = *(const f8_u*)t; t += 8; c += 8; }
-    if (n & 4) { *(__global f4_u*)c = *(const f4_u*)t; t += 4; c += 4; }
-    if (n & 2) { *(__global f2_u*)c = *(const f2_u*)t; t += 2; c += 2; }
-    if (n & 1) *c = *t;
+    if (n & 16) { ST_STV(C_HALF, 16, c, *(const f16_u*)t); return; }
+    if (n & 8) { ST_STV(C_HALF, 8, c, *(const f8_u*)t); t += 8; c += 8; }
+    if (n & 4) { ST_STV(C_HALF, 4, c, *(const f4_u*)t); t += 4; c += 4; }
+    if (n & 2) { ST_STV(C_HALF, 2, c, *(const f2_u*)t); t += 2; c += 2; }
+    if (n & 1) ST_ST(C_HALF, c, 0, *t);
 }
 #endif
 
 __kernel void gemm(
-    __global const float* restrict A, int offA, int sA1, int sA2, int lda_m, int lda_k,
-    __global const float* restrict B, int offB, int sB1, int sB2, int ldb,
-    __global float* C, int offC, int sC1, int sC2, int ldc,
-    __global const float* restrict bias, int offBias, int sBias1, int sBias2,
+    __global const A_T* restrict A, int offA, int sA1, int sA2, int lda_m, int lda_k,
+    __global const B_T* restrict B, int offB, int sB1, int sB2, int ldb,
+    __global C_T* C, int offC, int sC1, int sC2, int ldc,
+    __global const BIAS_T* restrict bias, int offBias, int sBias1, int sBias2,
     int bias_sm, int bias_sn, float beta,
-    __global const float* Z, int offZ, int sZ1, int sZ2,
+    __global const C_T* Z, int offZ, int sZ1, int sZ2,
     int M, int N, int K, int D2, float alpha, int flags, float act_a, float act_b, float act_c,
     __global const int* restrict koff, int wph, int ow, int opitch, int ooff)
 {
@@ -246,19 +262,19 @@ __kernel void gemm(
             acc[r][v] = (floatv)0.0f;
 
 #if A_PACKED
-    const __global float* pa = A + offA + z1 * sA1 + z2 * sA2 + tm * (K * MR);
+    const __global A_T* pa = A + offA + z1 * sA1 + z2 * sA2 + tm * (K * MR);
 #else
-    const __global float* pa[MR];
+    const __global A_T* pa[MR];
 #pragma unroll
     for (int r = 0; r < MR; ++r)
         pa[r] = A + offA + z1 * sA1 + z2 * sA2 + min(m0 + r, M - 1) * lda_m;
 #endif
 
 #if A_PACKED
-#define A_AT(r) pa[r]
+#define A_AT(r) ST_LD(A_HALF, pa, r)
 #define A_NEXT() pa += MR
 #else
-#define A_AT(r) pa[r][0]
+#define A_AT(r) ST_LD(A_HALF, pa[r], 0)
 #define A_NEXT() do { _Pragma("unroll") for (int r_ = 0; r_ < MR; ++r_) pa[r_] += lda_k; } while (0)
 #endif
 
@@ -277,7 +293,6 @@ __kernel void gemm(
 #define AKB_CAT_(a, b) a##b
 #define AKB_CAT(a, b) AKB_CAT_(a, b)
 typedef AKB_CAT(float, AKB) akv;
-typedef akv akv_u __attribute__((aligned(4)));
 #define AT_BLOCK(r) ap_[(r) * AKB]
 #define K_LOOP(STEP) do {                                                   \
         int k = 0;                                                          \
@@ -285,7 +300,7 @@ typedef akv akv_u __attribute__((aligned(4)));
             float at_[MR * AKB] __attribute__((aligned(64)));               \
             for (; k + AKB <= K; k += AKB) {                                \
                 _Pragma("unroll") for (int r = 0; r < MR; ++r) {           \
-                    *(akv*)(at_ + r * AKB) = *(const __global akv_u*)pa[r]; \
+                    *(akv*)(at_ + r * AKB) = ST_LDV(A_HALF, AKB, pa[r]);   \
                     pa[r] += AKB;                                           \
                 }                                                           \
                 const float* ap_ = at_;                                     \
@@ -317,22 +332,22 @@ typedef akv akv_u __attribute__((aligned(4)));
  * vector of pbias); pbias is the tile's bias pointer in the scope of use. */
 #define ALPHA_BIAS_V(r, v)                                                                     \
     (acc[r][v] * alpha + (!has_bias ? (floatv)0.0f                                             \
-                          : bias_sn == 0 ? (floatv)(beta * pbias[(r) * bias_sm])               \
-                                         : beta * *(const __global floatv_u*)(pbias + (r) * bias_sm + (v) * VW)))
+                          : bias_sn == 0 ? (floatv)(beta * ST_LD(BIAS_HALF, pbias, (r) * bias_sm)) \
+                                         : beta * ST_LDV(BIAS_HALF, VW, pbias + (r) * bias_sm + (v) * VW)))
 /* One output of an edge tile from the spilled `tile`: alpha, bias, the residual read by ZVAL
  * (evaluated only with a residual), the activation. */
 #define EDGE_OUT(r, c, ZVAL)                                                                   \
-    act_s(tile[(r) * NR + (c)] * alpha + (has_bias ? beta * pbias[(r) * bias_sm + (c) * bias_sn] : 0.0f) \
+    act_s(tile[(r) * NR + (c)] * alpha + (has_bias ? beta * ST_LD(BIAS_HALF, pbias, (r) * bias_sm + (c) * bias_sn) : 0.0f) \
           + (has_res ? (ZVAL) : 0.0f), act_a, act_b, act_c)
-/* The NV vectors of B at p (VECT: floatv for an aligned panel, floatv_u for a row in place). */
-#define LOAD_B_N(bv, p, VECT, NVEC) do {                    \
+/* The NV vectors of B at p (LDM: ST_LDVA for an aligned panel, ST_LDV for a row in place). */
+#define LOAD_B_N(bv, p, LDM, NVEC) do {                     \
         _Pragma("unroll") for (int v = 0; v < NVEC; ++v)    \
-            bv[v] = *(const __global VECT*)((p) + v * VW);  \
+            bv[v] = LDM(B_HALF, VW, (p) + v * VW);          \
     } while (0)
-#define LOAD_B(bv, p, VECT) LOAD_B_N(bv, p, VECT, NV)
+#define LOAD_B(bv, p, LDM) LOAD_B_N(bv, p, LDM, NV)
 
 #if B_PACKED
-    const __global float* pb = B + offB + z1 * sB1 + z2 * sB2 + tn * (K * NR);
+    const __global B_T* pb = B + offB + z1 * sB1 + z2 * sB2 + tn * (K * NR);
 #if C_TRANS && PF_NEXT
     /* The weight panels stream from DRAM (ResNet-50's layer4: 60 MB of weights a run): the
      * first row tile of a panel would fetch all of it at once while the panel's other row
@@ -340,8 +355,8 @@ typedef akv akv_u __attribute__((aligned(4)));
      * line every 2 k steps, so the fetch spreads over the current panel's groups. */
     const int n_rt = (M + MR - 1) / MR, n_z = get_global_size(1);
     const int share = (K * NR + n_rt * n_z * 16 - 1) / (n_rt * n_z * 16) * 16;
-    const __global float* pf = pb + K * NR + (z + n_z * tm) * share;
-    const __global float* pf_end = (tn + 1) * NR >= N ? pf
+    const __global B_T* pf = pb + K * NR + (z + n_z * tm) * share;
+    const __global B_T* pf_end = (tn + 1) * NR >= N ? pf
                                    : pf + share < pb + 2 * K * NR ? pf + share : pb + 2 * K * NR;
 #define PREFETCH_NEXT(k) do { if (((k) & 1) == 0 && pf < pf_end) { __builtin_prefetch(pf); pf += 16; } } while (0)
 #else
@@ -353,7 +368,7 @@ typedef akv akv_u __attribute__((aligned(4)));
          * images otherwise) and the tile's rows are output pixels p, at (p / ow) * wph + p % ow
          * there: one pointer per row, so no padding column is computed (ResNet-50's 14x14 3x3s:
          * 196 rows, not 14 x 15 = 210). */
-        const __global float* pr[MR];
+        const __global A_T* pr[MR];
 #pragma unroll
         for (int r = 0; r < MR; ++r) {
             const int p = min(m0 + r, M - 1);
@@ -362,10 +377,10 @@ typedef akv akv_u __attribute__((aligned(4)));
         }
         for (int k = 0; k < K; ++k) {
             floatv b[NV];
-            LOAD_B(b, pb, floatv);
+            LOAD_B(b, pb, ST_LDVA);
             pb += NR;
             const int o = koff[k];
-#define AR_AT(r) pr[r][o]
+#define AR_AT(r) ST_LD(A_HALF, pr[r], o)
             FMA_TILE(b, AR_AT);
             PREFETCH_NEXT(k);
         }
@@ -373,17 +388,17 @@ typedef akv akv_u __attribute__((aligned(4)));
 #endif
 #define STEP_PANEL(k, AT) do {   \
         floatv b[NV];             \
-        LOAD_B(b, pb, floatv);    \
+        LOAD_B(b, pb, ST_LDVA);    \
         pb += NR;                 \
         FMA_TILE(b, AT);          \
         PREFETCH_NEXT(k);         \
     } while (0)
     K_LOOP(STEP_PANEL);
 #else
-    const __global float* pb = B + offB + z1 * sB1 + z2 * sB2 + n0;
+    const __global B_T* pb = B + offB + z1 * sB1 + z2 * sB2 + n0;
 /* Every 64-byte line of W floats at p (p need not be aligned: its last float too). */
 #define PREFETCH_B_ROW(p, W) do {                               \
-        const __global float* p_ = (p);                         \
+        const __global B_T* p_ = (p);                           \
         _Pragma("unroll") for (int i_ = 0; i_ < (W); i_ += 16)  \
             __builtin_prefetch(p_ + i_);                        \
         __builtin_prefetch(p_ + (W) - 1);                       \
@@ -394,7 +409,7 @@ typedef akv akv_u __attribute__((aligned(4)));
             floatv b[NV];                                 \
             if (PFB && (k) + PFB < K)                     \
                 PREFETCH_B_ROW(pb + koff[(k) + PFB], NR); \
-            LOAD_B(b, pb + koff[k], floatv_u);            \
+            LOAD_B(b, pb + koff[k], ST_LDV);            \
             FMA_TILE(b, AT);                              \
         } while (0)
         K_LOOP(STEP_IMPLICIT);
@@ -405,7 +420,7 @@ typedef akv akv_u __attribute__((aligned(4)));
             floatv b[1];                                 \
             if (PFB && (k) + PFB < K)                    \
                 PREFETCH_B_ROW(pb + PFB * ldb, VW);      \
-            LOAD_B_N(b, pb, floatv_u, 1);                \
+            LOAD_B_N(b, pb, ST_LDV, 1);                \
             pb += ldb;                                   \
             FMA_TILE_N(b, AT, 1);                        \
         } while (0)
@@ -415,7 +430,7 @@ typedef akv akv_u __attribute__((aligned(4)));
             floatv b[NV];                               \
             if (PFB && (k) + PFB < K)                   \
                 PREFETCH_B_ROW(pb + PFB * ldb, NR);     \
-            LOAD_B(b, pb, floatv_u);                    \
+            LOAD_B(b, pb, ST_LDV);                    \
             pb += ldb;                                  \
             FMA_TILE(b, AT);                            \
         } while (0)
@@ -426,7 +441,7 @@ typedef akv akv_u __attribute__((aligned(4)));
             floatv b[NV];                                 \
             float* bs = (float*)b;                        \
             _Pragma("unroll 1") for (int c = 0; c < NR; ++c) \
-                bs[c] = c < nn ? pb[c] : 0.0f;            \
+                bs[c] = c < nn ? ST_LD(B_HALF, pb, c) : 0.0f; \
             pb += ldb;                                    \
             FMA_TILE(b, AT);                              \
         } while (0)
@@ -444,9 +459,9 @@ typedef akv akv_u __attribute__((aligned(4)));
      * by run (FOR_RUNS). The bias is per row (a conv's per-channel bias). */
     if (flags & FLAG_IMPLICIT) {
         const int mr = min(MR, M - m0);
-        __global float* pc = C + offC + z1 * sC1 + z2 * sC2 + m0 * ldc;
-        const __global float* pz = Z + offZ + z1 * sZ1 + z2 * sZ2 + m0 * ldc;
-        const __global float* pbias = bias + offBias + z1 * sBias1 + z2 * sBias2 + m0 * bias_sm;
+        __global C_T* pc = C + offC + z1 * sC1 + z2 * sC2 + m0 * ldc;
+        const __global C_T* pz = Z + offZ + z1 * sZ1 + z2 * sZ2 + m0 * ldc;
+        const __global BIAS_T* pbias = bias + offBias + z1 * sBias1 + z2 * sBias2 + m0 * bias_sm;
         int dst[NV];
         bool whole[NV];
 #pragma unroll
@@ -462,14 +477,14 @@ typedef akv akv_u __attribute__((aligned(4)));
         float tile[MR * NR] __attribute__((aligned(64)));
 #pragma unroll
         for (int r = 0; r < MR; ++r) {
-            const float br = has_bias && r < mr ? beta * pbias[r * bias_sm] : 0.0f;
+            const float br = has_bias && r < mr ? beta * ST_LD(BIAS_HALF, pbias, r * bias_sm) : 0.0f;
 #pragma unroll
             for (int v = 0; v < NV; ++v) {
                 floatv y = acc[r][v] * alpha + br;
                 if (whole[v]) {
                     if (has_res)
-                        y += *(const __global floatv_u*)(pz + r * ldc + dst[v]);
-                    *(__global floatv_u*)(pc + r * ldc + dst[v]) = act_v(y, act_a, act_b, act_c);
+                        y += ST_LDV(C_HALF, VW, pz + r * ldc + dst[v]);
+                    ST_STV(C_HALF, VW, pc + r * ldc + dst[v], act_v(y, act_a, act_b, act_c));
                 } else {
                     *(floatv*)(tile + r * NR + v * VW) = y;
                 }
@@ -512,9 +527,9 @@ typedef akv akv_u __attribute__((aligned(4)));
             const int x = j - y * ow;
             rd[r] = !imp ? j : (r >= rs && j < M ? y * opitch + x + ooff : -1);
         }
-        __global float* pcb = C + offC + z1 * sC1 + z2 * sC2 + n0 * ldc;
-        const __global float* pzb = Z + offZ + z1 * sZ1 + z2 * sZ2 + n0 * ldc;
-        const __global float* pbias = bias + offBias + z1 * sBias1 + z2 * sBias2 + m0 * bias_sm + n0 * bias_sn;
+        __global C_T* pcb = C + offC + z1 * sC1 + z2 * sC2 + n0 * ldc;
+        const __global C_T* pzb = Z + offZ + z1 * sZ1 + z2 * sZ2 + n0 * ldc;
+        const __global BIAS_T* pbias = bias + offBias + z1 * sBias1 + z2 * sBias2 + m0 * bias_sm + n0 * bias_sn;
         float tile[MR * NR] __attribute__((aligned(64)));
         const int mr = min(MR, M - m0);
         const int nr = min(NR, N - n0);
@@ -539,12 +554,12 @@ typedef akv akv_u __attribute__((aligned(4)));
 #pragma unroll
                 for (int r = 0; r < MR; ++r)
                     col[r] = tile[r * NR + c];
-                const __global float* pzc = pzb + c * ldc;
+                const __global C_T* pzc = pzb + c * ldc;
                 if (has_res) {
                     COL_PARTS(COL_ADD)
                 }
                 col = act_col(col, act_a, act_b, act_c);
-                __global float* pcc = pcb + c * ldc;
+                __global C_T* pcc = pcb + c * ldc;
                 COL_PARTS(COL_STORE)
             }
         } else
@@ -564,10 +579,10 @@ typedef akv akv_u __attribute__((aligned(4)));
             if (has_res) {
 #pragma unroll 4
                 for (int c = 0; c < NR; ++c) {
-                    const __global float* pzc = pzb + c * ldc;
+                    const __global C_T* pzc = pzb + c * ldc;
 #pragma unroll
                     for (int r = 0; r < MR; ++r)
-                        tile[r * NR + c] += rd[r] < 0 ? 0.0f : pzc[rd[r]];
+                        tile[r * NR + c] += rd[r] < 0 ? 0.0f : ST_LD(C_HALF, pzc, rd[r]);
                 }
             }
 #pragma unroll
@@ -575,11 +590,11 @@ typedef akv akv_u __attribute__((aligned(4)));
                 *(floatv*)(tile + i * VW) = act_v(*(const floatv*)(tile + i * VW), act_a, act_b, act_c);
 #pragma unroll 4
             for (int c = 0; c < NR; ++c) {
-                __global float* pcc = pcb + c * ldc;
+                __global C_T* pcc = pcb + c * ldc;
 #pragma unroll
                 for (int r = 0; r < MR; ++r) {
                     if (rd[r] >= 0)
-                        pcc[rd[r]] = tile[r * NR + c];
+                        ST_ST(C_HALF, pcc, rd[r], tile[r * NR + c]);
                 }
             }
         } else {
@@ -590,14 +605,14 @@ typedef akv akv_u __attribute__((aligned(4)));
                     continue;
 #pragma unroll 1
                 for (int c = 0; c < nr; ++c)
-                    pcb[c * ldc + rd[r]] = EDGE_OUT(r, c, pzb[c * ldc + rd[r]]);
+                    ST_ST(C_HALF, pcb, c * ldc + rd[r], EDGE_OUT(r, c, ST_LD(C_HALF, pzb, c * ldc + rd[r])));
             }
         }
     }
 #else
-    __global float* pc = C + offC + z1 * sC1 + z2 * sC2 + m0 * ldc + n0;
-    const __global float* pbias = bias + offBias + z1 * sBias1 + z2 * sBias2 + m0 * bias_sm + n0 * bias_sn;
-    const __global float* pz = Z + offZ + z1 * sZ1 + z2 * sZ2 + m0 * ldc + n0;
+    __global C_T* pc = C + offC + z1 * sC1 + z2 * sC2 + m0 * ldc + n0;
+    const __global BIAS_T* pbias = bias + offBias + z1 * sBias1 + z2 * sBias2 + m0 * bias_sm + n0 * bias_sn;
+    const __global C_T* pz = Z + offZ + z1 * sZ1 + z2 * sZ2 + m0 * ldc + n0;
     if (m0 + MR <= M && n0 + NR <= N && cs == 0) {
         /* A whole tile: unrolled, vector loads and stores. */
 #pragma unroll
@@ -607,8 +622,8 @@ typedef akv akv_u __attribute__((aligned(4)));
                 floatv y = ALPHA_BIAS_V(r, v);
                 const int c0 = v * VW;
                 if (has_res)
-                    y += *(const __global floatv_u*)(pz + r * ldc + c0);
-                *(__global floatv_u*)(pc + r * ldc + c0) = act_v(y, act_a, act_b, act_c);
+                    y += ST_LDV(C_HALF, VW, pz + r * ldc + c0);
+                ST_STV(C_HALF, VW, pc + r * ldc + c0, act_v(y, act_a, act_b, act_c));
             }
         }
     } else {
@@ -622,7 +637,7 @@ typedef akv akv_u __attribute__((aligned(4)));
         for (int r = 0; r < mr; ++r) {
 #pragma unroll 1
             for (int c = cs; c < nr; ++c)
-                pc[r * ldc + c] = EDGE_OUT(r, c, pz[r * ldc + c]);
+                ST_ST(C_HALF, pc, r * ldc + c, EDGE_OUT(r, c, ST_LD(C_HALF, pz, r * ldc + c)));
         }
     }
 #endif
