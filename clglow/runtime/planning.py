@@ -442,7 +442,7 @@ def zero_copy_binds(bp: BufferPlan) -> dict:
     binds: dict = {}
     for name in list(bp.device_inputs) + [o for o in outputs if o not in inputs]:
         key = bp.storage.get(name)
-        if key is None:
+        if key is None or key[0] == "const":  # a folded output: the weight cache's buffer, never the caller's
             continue
         aliases = sharing[key]
         found = [u for t in aliases for u in uses.get(t, [])]
