@@ -271,7 +271,19 @@ DW_PARAMS(dwconv_rows)
         *(float16*)(seg + 16 * v) = (float16)0.0f;
     const int lo = max(0, -iw0), hi = min(DW_SEG, W - iw0);
     const int x_end = (get_global_size(2) / Cout) * Cin * H * W - (int)(x - X);  /* floats of X from x on */
+    const int x_beg = -(int)(x - X);  /* the first float of X, from x */
     const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    /* Edge tiles whose loads stay inside X: the taps loaded straight from the row (reaching into
+     * the neighbouring rows' floats) and the lanes outside the row zeroed, tap kw's lane j being
+     * column iw0 + kw*DW_D + DW_S*j. Faster than the private segment, whose 16-float store then
+     * unaligned tap loads stall on store-to-load forwarding: a 5x5 layer on a 28x28 map (every
+     * tile an edge tile), A/B under load on pocl, 275 -> see the commit. */
+    int16 inrow[DW_K];
+#pragma unroll
+    for (int kw = 0; kw < DW_K; ++kw) {
+        const int16 col = (int16)(iw0 + kw * DW_D) + (int16)DW_S * lane;
+        inrow[kw] = col >= (int16)0 && col < (int16)W;
+    }
 #pragma unroll
     for (int i = 0; i < (DW_RT - 1) * DW_S + (DW_K - 1) * DW_D + 1; ++i) {
         const int ih = oh0 * DW_S - ph + i;
@@ -285,6 +297,11 @@ DW_PARAMS(dwconv_rows)
         } else if (left1 && ih * W + DW_SEG - 1 <= x_end) {
             DW_TAPS_L1(xr, t);
 #endif
+        } else if (ih * W + iw0 >= x_beg && ih * W + iw0 + DW_SEG <= x_end) {
+            DW_TAPS(xr + iw0, __global, t);
+#pragma unroll
+            for (int kw = 0; kw < DW_K; ++kw)
+                t[kw] = select((float16)0.0f, t[kw], inrow[kw]);
         } else {
             const __global float* src = xr + iw0;
             if (hi - lo >= 16) {
