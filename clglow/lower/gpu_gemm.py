@@ -298,5 +298,5 @@ def tuned_xgemm(target: Target, key: ShapeKey, label: str = "") -> Optional[Xgem
     return XgemmConfig.from_tuple(p["cfg"])
 
 
-__all__ = ["ConvGather", "XgemmConfig", "tuned_xgemm", "XGEMM_FAMILY", "SEARCH_SPACE", "search_space", "xgemm_config", "xgemm_applicable", "xgemm_defines",
-           "xgemm_launch", "tiled_launch"]
+__all__ = ["ConvGather", "XgemmConfig", "tuned_xgemm", "XGEMM_FAMILY", "SEARCH_SPACE", "search_space", "xgemm_config",
+           "xgemm_applicable", "xgemm_defines", "xgemm_launch", "tiled_launch"]
