@@ -15,6 +15,9 @@ shape tests are in lower/conv_gemm.py and lower/winograd.py, the tiles come from
               (lower/conv_nd.py). CPU family, as the 2-D implicit path.
   im2col nd   other 3-D convs (an NdGeometry): im2col_nd.cl B panels piece by piece, each then one
               gemm.cl launch, the weights packed once. Any family.
+  gpu depthwise  depthwise convs on the GPU family with dedicated local memory: gpu_dwconv.cl, a tile
+              of output pixels per work-group, its input halo staged in local memory once
+              (lower/gpu_dwconv.py).
   depthwise   Cin/groups == 1, groups > 1: dwconv.cl, one launch: dwconv_rows (8 rows x 16
               columns per work-item) for 3x3, 5x5 and 7x7 with stride 1 or 2, dwconv (16
               columns of one row) otherwise (lower/conv_depthwise.py). Any family.
@@ -72,7 +75,7 @@ from .base import Launch, LowerCtx, device_op, f32, i32, round_up
 from .common import AUTO_PADS, ConvGeometry, Epilogue, attr_str, float32_only, grid, resolve_conv
 from .conv_depthwise import depthwise_applicable, lower_depthwise
 from .conv_gemm import (fit_tiles, implicit_ok, implicit_rows_ok, padded_output, phase_geometry, phase_pieces,
-                        pixel_panels)
+                        pixel_panels, pixel_row_pieces)
 from .conv_nd import (ND_RANKS, NdGeometry, lower_conv_nd, lower_conv_nd_implicit, nd_applicable, nd_geometry,
                       nd_implicit_applicable)
 from .conv_gemv import gemv_applicable, lower_gemv
@@ -82,6 +85,7 @@ from .gemm_kernel import (ACTIVATIONS, Bias, GemmConfig, Implicit, Operand, act_
                           gemm_config, gemm_key, gemm_launch, pack_a, pack_b, transposed_config, tuned_tiles)
 from .gpu_gemm import tuned_xgemm, xgemm_applicable, xgemm_launch
 from .gpu_conv import implicit_applicable as xgemm_implicit_applicable, lower_implicit as lower_xgemm_implicit
+from .gpu_dwconv import depthwise_applicable as gpu_depthwise_applicable, lower_depthwise as lower_gpu_depthwise
 from .tunable import Family, forget, note_request, record_decision, register, stored
 from .winograd import lower_winograd, variant_name, winograd_variant
 
@@ -266,7 +270,7 @@ def _lower_transposed(ctx: LowerCtx, c: ConvCase) -> list:
     launches: list = []
     if implicit_rows_ok(c.target, cfg, g):
         # A read in place: X itself for a 1x1 (one launch, no pack), else the phase images.
-        for producer, a, koff, wph, i0, ni in phase_pieces(ctx, g, slack=phase_geometry(g)[3] + cfg.mr):
+        for producer, a, koff, wph, i0, ni in pixel_row_pieces(ctx, g, slack=phase_geometry(g)[3] + cfg.mr):
             if producer is not None:
                 launches.append(producer)
             off = i0 * c_s1  # C^T: pixels are the rows, stored contiguously per channel
@@ -421,6 +425,7 @@ def _lower_xgemm_im2col(ctx: LowerCtx, c: ConvCase) -> list:
 CONV_PATHS = (
     ConvPath("implicit nd", nd_implicit_applicable, lower_conv_nd_implicit),  # first two: 3-D convs (the rows
     ConvPath("im2col nd", nd_applicable, lower_conv_nd),                      # below read a 2-D geometry)
+    ConvPath("gpu depthwise", gpu_depthwise_applicable, lower_gpu_depthwise, gemm=False),  # lower/gpu_dwconv.py
     ConvPath("depthwise", depthwise_applicable, lower_depthwise, gemm=False),  # lower/conv_depthwise.py
     ConvPath("gemv", gemv_applicable, lower_gemv, gemm=False),  # 1x1 of a 1x1 map (lower/conv_gemv.py)
     ConvPath("winograd", _winograd_applicable, _lower_winograd),
