@@ -70,6 +70,19 @@
 #ifndef BIAS_FLOAT
 #define BIAS_FLOAT 0
 #endif
+#ifndef QPM
+#define QPM 0
+#endif
+/* The widest vector the tile uses, in bits, as clang's min_vector_width: without it LLVM's x86
+ * backend, which prefers 256-bit vectors on AVX-512 targets, splits 512-bit int vectors in two. */
+#if defined(__clang__) && defined(__has_attribute)
+#if __has_attribute(min_vector_width)
+#define QGEMM_ATTR __attribute__((min_vector_width(KC == 1 || KC == 2 ? 32 * VW : 512)))
+#endif
+#endif
+#ifndef QGEMM_ATTR
+#define QGEMM_ATTR
+#endif
 #define NR (VW * NV)
 
 #define CAT_(a, b) a##b
@@ -134,6 +147,71 @@ inline void q_store(__global TC* C, int ci, int acc, int gm, int gn, int K, EPI_
 #endif
 }
 
+#if (KC == 1 || KC == 2) && VW != 3
+/* The epilogue on VW consecutive columns of one row at once (the same arithmetic as q_store, lane
+ * by lane): a column parameter is one vector load (stride 1) or a broadcast (stride 0). Scalar
+ * stores would cost more than the products where K is small (a 1x1 convolution, K = 64: about 30
+ * scalar operations per result against 4 vector multiply-adds per 16 results). */
+#define Q_VEC_EPILOGUE 1
+#define INTV_ CAT(int, VW)
+#define UINTV_ CAT(uint, VW)
+#define FLTV_ CAT(float, VW)
+typedef INTV_ qv_int_u __attribute__((aligned(4)));
+typedef FLTV_ qv_flt_u __attribute__((aligned(4)));
+typedef CAT(TB, VW) qv_tb_u __attribute__((aligned(1)));
+typedef CAT(TC, VW) qv_tc;
+typedef qv_tc qv_tc_u __attribute__((aligned(1)));
+#if defined(__clang__)
+#define QCVT(x, T) __builtin_convertvector((x), T)
+#define QAS(x, T) __builtin_astype((x), T)
+#else
+#define QCVT(x, T) CAT(convert_, T)(x)
+#define QAS(x, T) CAT(as_, T)(x)
+#endif
+
+/* True where the vector path can take this store: every column stride 0 or 1. */
+inline bool q_vec_ok(int zpb_s, int bias_cs, int sc_s)
+{
+    return (uint)zpb_s <= 1u && (uint)bias_cs <= 1u && (uint)sc_s <= 1u;
+}
+
+inline void q_store_v(__global TC* C, int ci, INTV_ acc, int gm, int gn, int K, EPI_PARAMS)
+{
+    UINTV_ v = QAS(acc, UINTV_);
+    const int za = (flags & FLAG_ZA) ? (int)zpa[gm * zpa_s] : 0;
+    UINTV_ zb = (UINTV_)0;
+    if (flags & FLAG_ZB)
+        zb = zpb_s ? QCVT(QCVT(*(const __global qv_tb_u*)(zpb + gn), INTV_), UINTV_) : (UINTV_)((uint)(int)zpb[0]);
+    if (flags & FLAG_ZA) v -= (uint)za * QAS(*(const __global qv_int_u*)(colsum + gn), UINTV_);
+    if (flags & FLAG_ZB) v -= zb * (uint)rowsum[gm];
+    if ((flags & (FLAG_ZA | FLAG_ZB)) == (FLAG_ZA | FLAG_ZB)) v += ((uint)K * (uint)za) * zb;
+    INTV_ adj = QAS(v, INTV_);
+    const int bi = gm * bias_rs + gn * bias_cs;
+#if !BIAS_FLOAT
+    if (flags & FLAG_BIAS) adj += bias_cs ? *(const __global qv_int_u*)(bias + bi) : (INTV_)bias[bi];
+#endif
+    const FLTV_ sc = sc_s ? *(const __global qv_flt_u*)(s_col + gn) : (FLTV_)s_col[0];
+#if EPI == 0
+    *(__global qv_tc_u*)(C + ci) = QCVT(adj, qv_tc);
+#elif EPI == 1
+    const FLTV_ mul = ((FLTV_)s_row[gm * sr_s] * sc) / (FLTV_)s_y[0];
+    const int z = (flags & FLAG_YZP) ? (int)y_zp[0] : 0;
+    FLTV_ f = QCVT(adj, FLTV_) * mul;
+    const FLTV_ lo = (FLTV_)((float)(qlo - z)), hi = (FLTV_)((float)(qhi - z)), magic = (FLTV_)12582912.0f;
+    f = f < lo ? lo : f;  /* component-wise selects, as q_store */
+    f = f > hi ? hi : f;
+    f = (f + magic) - magic;
+    *(__global qv_tc_u*)(C + ci) = QCVT(QCVT(f, INTV_) + (INTV_)z, qv_tc);
+#else
+    FLTV_ f = QCVT(adj, FLTV_) * ((FLTV_)s_row[gm * sr_s] * sc);
+#if BIAS_FLOAT
+    if (flags & FLAG_BIAS) f += bias_cs ? *(const __global qv_flt_u*)(bias + bi) : (FLTV_)bias[bi];
+#endif
+    *(__global qv_tc_u*)(C + ci) = QCVT(f, qv_tc);
+#endif
+}
+#endif
+
 #if KC == 4
 typedef CAT(TA, 4) ta4;
 typedef CAT(TB, 4) tb4;
@@ -156,6 +234,46 @@ typedef ta16 ta16_u __attribute__((aligned(1)));
 #define TO_I8(x) convert_int8(x)
 #endif
 #define PAIR_DOT(a, b) (TO_I8((a).even) * TO_I8((b).even) + TO_I8((a).odd) * TO_I8((b).odd))
+#elif KC == 2
+/* Pairs of k: 2*VW 16-bit lanes (VW columns x 2 k) against a broadcast pair of A, multiplied
+ * as even and odd lanes in int32 and summed per column: the shape of a paired 16-bit
+ * multiply-add (x86 vpmaddwd: two exact 16-bit products summed into each int32 lane). 32 lanes
+ * (VW=16) exceed OpenCL C's vector sizes: clang's extended vectors (pocl), VW=8 elsewhere. */
+typedef CAT(int, VW) intv;
+#if defined(__clang__)
+typedef TB tb2v __attribute__((ext_vector_type(2 * VW)));
+typedef short s2v __attribute__((ext_vector_type(2 * VW)));
+typedef tb2v tb2v_u __attribute__((aligned(1)));
+typedef CAT(TA, 2) ta2;
+typedef ta2 ta2_u __attribute__((aligned(1)));
+#define TO_S2V(x) __builtin_convertvector((x), s2v)
+#define TO_INTV(x) __builtin_convertvector((x), intv)
+#define A_PAIR(p) __builtin_astype(__builtin_convertvector(*(const __global ta2_u*)(p), short2), int)
+#define AS_S2V(x) __builtin_astype((x), s2v)
+#elif VW == 8
+typedef CAT(TB, 16) tb2v_u;
+typedef short16 s2v;
+#define TO_S2V(x) convert_short16(x)
+#define TO_INTV(x) convert_int8(x)
+#define A_PAIR(p) as_int(convert_short2(vload2(0, (p))))
+#define AS_S2V(x) as_short16(x)
+#else
+#error "KC=2 needs VW=8, or clang's extended vector types"
+#endif
+#if QPM == 1  /* the compiler's paired 16-bit multiply-add builtin (x86: vpmaddwd); no such
+                builtin, or one the device's ISA lacks, fails the build: the tuner skips the point */
+#if VW == 16
+#define QPM_BUILTIN __builtin_ia32_pmaddwd512
+#elif VW == 8
+#define QPM_BUILTIN __builtin_ia32_pmaddwd256
+#else
+#define QPM_BUILTIN __builtin_ia32_pmaddwd128
+#endif
+typedef short s2v_g __attribute__((__vector_size__(4 * VW)));
+#define PMADD(a, b) __builtin_astype(QPM_BUILTIN(__builtin_astype((a), s2v_g), __builtin_astype((b), s2v_g)), intv)
+#else
+#define PMADD(a, b) (TO_INTV((a).even) * TO_INTV((b).even) + TO_INTV((a).odd) * TO_INTV((b).odd))
+#endif
 #else
 typedef CAT(TB, VW) tbv;
 typedef CAT(int, VW) intv;
@@ -183,7 +301,7 @@ inline int qb_off(int k, int n, int K)
 }
 
 /* gsize (ceil(M/MR), ceil(N/NR), batch); batch z = z1 * D2 + z2. */
-__kernel void qgemm(__global const TA* restrict A, int offA, int sA1, int sA2, int lda,
+__kernel QGEMM_ATTR void qgemm(__global const TA* restrict A, int offA, int sA1, int sA2, int lda,
                     __global const TB* restrict B, int offB, int sB1, int sB2,
                     __global TC* C, int offC, int sC1, int sC2, int ldc,
                     int M, int N, int K, int D2, int rs1, int rs2, int cs1, int cs2, EPI_PARAMS)
@@ -276,6 +394,43 @@ __kernel void qgemm(__global const TA* restrict A, int offA, int sA1, int sA2, i
             const int2 q = h.lo + h.hi;
             res[r][c] = q.x + q.y;
         }
+#elif KC == 2
+    const int KQ = (K + 1) >> 1, kfull = K >> 1;
+    const __global TB* bp = B + offB + z1 * sB1 + z2 * sB2 + tn * KQ * NR * 2;
+    intv accv[MR][NV];
+    _Pragma("unroll")
+    for (int r = 0; r < MR; ++r)
+        _Pragma("unroll")
+        for (int v = 0; v < NV; ++v) accv[r][v] = (intv)0;
+    PRAGMA(unroll KU)
+    for (int kq = 0; kq < kfull; ++kq) {
+        s2v b[NV];
+        _Pragma("unroll")
+        for (int v = 0; v < NV; ++v) b[v] = TO_S2V(*(const __global tb2v_u*)(bp + (kq * NR + v * VW) * 2));
+        _Pragma("unroll")
+        for (int r = 0; r < MR; ++r) {
+            const s2v a = AS_S2V((intv)A_PAIR(a_rows[r] + 2 * kq));
+            _Pragma("unroll")
+            for (int v = 0; v < NV; ++v) accv[r][v] += PMADD(a, b[v]);
+        }
+    }
+    if (kfull < KQ) {  /* odd K: the last k paired with a zero (B is zero padded too) */
+        s2v b[NV];
+        _Pragma("unroll")
+        for (int v = 0; v < NV; ++v) b[v] = TO_S2V(*(const __global tb2v_u*)(bp + (kfull * NR + v * VW) * 2));
+        _Pragma("unroll")
+        for (int r = 0; r < MR; ++r) {
+            const int a = (int)(ushort)(short)a_rows[r][2 * kfull];
+            const s2v av = AS_S2V((intv)a);
+            _Pragma("unroll")
+            for (int v = 0; v < NV; ++v) accv[r][v] += PMADD(av, b[v]);
+        }
+    }
+    int res[MR][NR];
+    _Pragma("unroll")
+    for (int r = 0; r < MR; ++r)
+        _Pragma("unroll")
+        for (int v = 0; v < NV; ++v) *(intv*)&res[r][v * VW] = accv[r][v];
 #else
     const __global TB* bp = B + offB + z1 * sB1 + z2 * sB2 + tn * K * NR;
     intv accv[MR][NV];
@@ -306,6 +461,15 @@ __kernel void qgemm(__global const TA* restrict A, int offA, int sA1, int sA2, i
     const int rb = z1 * rs1 + z2 * rs2, cb = z1 * cs1 + z2 * cs2;
     __global TC* cz = C + offC + z1 * sC1 + z2 * sC2;
     const int mend = min(MR, M - m0), nend = min(NR, N - n0);
+#ifdef Q_VEC_EPILOGUE
+    if (nend == NR && q_vec_ok(zpb_s, bias_cs, sc_s)) {
+        for (int r = 0; r < mend; ++r)
+            _Pragma("unroll")
+            for (int v = 0; v < NV; ++v)
+                q_store_v(cz, (m0 + r) * ldc + n0 + v * VW, *(INTV_*)&res[r][v * VW], rb + m0 + r, cb + n0 + v * VW, K, EPI_ARGS);
+        return;
+    }
+#endif
     for (int r = 0; r < mend; ++r)
         for (int c = 0; c < nend; ++c)
             q_store(cz, (m0 + r) * ldc + n0 + c, res[r][c], rb + m0 + r, cb + n0 + c, K, EPI_ARGS);
@@ -330,6 +494,62 @@ __kernel void qpack_b(__global const TB* restrict src, int off, int s1, int s2, 
  * 0), so the zero-point algebra holds. One work-item per (panel, k): the tap decoded once, the
  * panel's NR columns walked pixel by pixel (contiguous bytes for KC=1). Batch z = image * G + g.
  * gsize (panels, padded K, n*G). */
+#if KC == 2 && NR % 16 == 0
+/* KC=2 im2col by pairs of k: one work-item per (panel, k pair), two rows of 16 pixels
+ * interleaved into the pairs' layout, 32 bytes per store. gsize (panels, ceil(K/2), n*G). */
+#define QIM_PAIRS 1
+typedef CAT(TB, 16) qim_tb16;
+
+/* 16 columns n..n+15 of im2col row k (zeros past K or N, the zero point `pad` in the padding):
+ * one 16-byte move where they are 16 pixels of one output row inside the image, else gathered. */
+inline qim_tb16 qim_row16(const __global TB* xi, int k, int K, int n, int N, int H, int W, int KH, int KW,
+                          int SH, int SW, int PH, int PW, int DH, int DW, int OW, TB pad)
+{
+    if (k >= K) return (qim_tb16)0;
+    const int kx = k % KW, t = k / KW, ky = t % KH, ch = t / KH;
+    const __global TB* xc = xi + ch * H * W;
+    int oy = n / OW, ox = n - oy * OW;
+    const int iy0 = oy * SH - PH + ky * DH, ix0 = ox * SW - PW + kx * DW;
+    if (SW == 1 && ox + 16 <= OW && n + 16 <= N && iy0 >= 0 && iy0 < H && ix0 >= 0 && ix0 + 16 <= W)
+        return *(const __global tb16_u*)(xc + iy0 * W + ix0);
+    TB v[16];
+    for (int j = 0; j < 16; ++j) {
+        const int iy = oy * SH - PH + ky * DH, ix = ox * SW - PW + kx * DW;
+        const bool col = n + j < N;
+        v[j] = col && iy >= 0 && iy < H && ix >= 0 && ix < W ? xc[iy * W + ix] : (col ? pad : (TB)0);
+        if (++ox == OW) { ox = 0; ++oy; }
+    }
+    return *(qim_tb16*)v;
+}
+
+__kernel void qim2col(__global const TB* restrict X, int offX, int sX1, int G, int cin_g, int H, int W,
+                      int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW, int OW,
+                      __global const TB* xzp, int has_zp, __global TB* restrict dst, int panels, int K, int N)
+{
+    const int p = get_global_id(0), kq = get_global_id(1), z = get_global_id(2);
+    if (p * NR >= N || 2 * kq >= K) return;
+    const TB pad = has_zp ? xzp[0] : (TB)0;
+    const int img = z / G, g = z - img * G;
+    const __global TB* xi = X + offX + img * sX1 + g * cin_g * H * W;
+    __global TB* out = dst + z * panels + qb_off(2 * kq, p * NR, K);
+    for (int c0 = 0; c0 < NR; c0 += 16) {
+        const int n = p * NR + c0;
+        const qim_tb16 r0 = qim_row16(xi, 2 * kq, K, n, N, H, W, KH, KW, SH, SW, PH, PW, DH, DW, OW, pad);
+        const qim_tb16 r1 = qim_row16(xi, 2 * kq + 1, K, n, N, H, W, KH, KW, SH, SW, PH, PW, DH, DW, OW, pad);
+#if defined(__clang__)
+        typedef TB qim_tb32 __attribute__((ext_vector_type(32)));
+        typedef qim_tb32 qim_tb32_u __attribute__((aligned(1)));
+        *(__global qim_tb32_u*)(out + 2 * c0) = __builtin_shufflevector(r0, r1, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20,
+            5, 21, 6, 22, 7, 23, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+#else
+        *(__global tb16_u*)(out + 2 * c0) = (qim_tb16)(r0.s0, r1.s0, r0.s1, r1.s1, r0.s2, r1.s2, r0.s3, r1.s3,
+                                                       r0.s4, r1.s4, r0.s5, r1.s5, r0.s6, r1.s6, r0.s7, r1.s7);
+        *(__global tb16_u*)(out + 2 * c0 + 16) = (qim_tb16)(r0.s8, r1.s8, r0.s9, r1.s9, r0.sa, r1.sa, r0.sb,
+            r1.sb, r0.sc, r1.sc, r0.sd, r1.sd, r0.se, r1.se, r0.sf, r1.sf);
+#endif
+    }
+}
+#else
 __kernel void qim2col(__global const TB* restrict X, int offX, int sX1, int G, int cin_g, int H, int W,
                       int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW, int OW,
                       __global const TB* xzp, int has_zp, __global TB* restrict dst, int panels, int K, int N)
@@ -370,6 +590,7 @@ __kernel void qim2col(__global const TB* restrict X, int offX, int sX1, int G, i
     for (int c = 0; c < NR; ++c) QIM_ONE(c);
 #endif
 }
+#endif
 
 /* rowsum[z*M + m] = sum_k A[z][m][k] (A as qgemm reads it). gsize (M, batch). */
 __kernel void qrowsum(__global const TA* restrict A, int offA, int sA1, int sA2, int lda, int M, int K, int D2,

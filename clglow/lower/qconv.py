@@ -27,7 +27,7 @@ from .common import F32, check_dtypes, grid, resolve_conv, shape_of
 from .qgemm import requant_epilogue
 from .gemm_kernel import Operand
 from .qgemm_kernel import (EPI_INT, QTYPES, QEpilogue, int_bytes, panel_elems, qcolsum_launch,
-                           qdefines, qgemm_config, qgemm_launch, kpad, side_defines, tuned_qgemm)
+                           qdefines, qgemm_config, qgemm_launch, im2col_rows, side_defines, tuned_qgemm)
 
 INT32 = np.dtype(np.int32)
 
@@ -123,7 +123,7 @@ def _im2col_gemm(ctx: LowerCtx, geo: _Geo, iw: int, epi: QEpilogue) -> list:
     panels = panel_elems(cfg, geo.kk, geo.npix)
     cols = ctx.scratch(panels * nb)
     xz = epi.zpb
-    gsize, ls = grid(ctx.device, (-(-geo.npix // cfg.nr), kpad(cfg, geo.kk), nb), (1, 64, 1))
+    gsize, ls = grid(ctx.device, (-(-geo.npix // cfg.nr), im2col_rows(cfg, geo.kk), nb), (1, 64, 1))
     launches = [Launch("qgemm", "qim2col", gsize,
                        [ctx.buf(0), i32(0), i32(geo.cin * geo.h * geo.w), i32(geo.g), i32(geo.cin // geo.g),
                         i32(geo.h), i32(geo.w), i32(geo.kh), i32(geo.kw), i32(geo.sh), i32(geo.sw), i32(geo.ph),

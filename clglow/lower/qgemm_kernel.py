@@ -52,6 +52,7 @@ class QGemmConfig:
     ku: int = 1
     kc: int = 1
     lsize: tuple = (1, 1, 1)
+    pm: int = 0
 
     @property
     def nr(self) -> int:
@@ -59,8 +60,11 @@ class QGemmConfig:
 
     def params(self) -> dict:
         """The point as the tuner's parameter dict."""
-        return {"mr": self.mr, "vw": self.vw, "nv": self.nv, "ku": self.ku, "kc": self.kc,
-                "lsize": tuple(self.lsize)}
+        p = {"mr": self.mr, "vw": self.vw, "nv": self.nv, "ku": self.ku, "kc": self.kc,
+             "lsize": tuple(self.lsize)}
+        if self.pm:
+            p["pm"] = self.pm
+        return p
 
 
 def default_qgemm_config(target: Target) -> QGemmConfig:
@@ -101,6 +105,13 @@ def _space_points(target: Target) -> Iterator[QGemmConfig]:
                     if mr * nv <= 24:  # accumulators within the vector registers
                         for ku in (1, 4):
                             yield QGemmConfig(mr, vw, nv, ku, 1, (1, 1, 1))
+        for pm in (1, 0):  # KC=2: pairs of k (pm 1: the compiler's paired multiply-add builtin)
+            for vw in (w for w in widths if w >= 8):
+                for nv in (1, 2, 3, 4):
+                    for mr in (4, 6, 8):
+                        if mr * nv <= 24:
+                            for ku in (1, 2):
+                                yield QGemmConfig(mr, vw, nv, ku, 2, (1, 1, 1), pm)
         return
     for mr in (2, 4, 8):
         for vw in (2, 4, 8):
@@ -119,7 +130,7 @@ def qgemm_config(target: Target) -> QGemmConfig:
 # for every point, so the raw product is what is measured).
 def _params_config(p: Params) -> QGemmConfig:
     return QGemmConfig(int(p["mr"]), int(p["vw"]), int(p["nv"]), int(p["ku"]), int(p["kc"]),
-                       tuple(int(x) for x in p["lsize"]))
+                       tuple(int(x) for x in p["lsize"]), int(p.get("pm", 0)))
 
 
 def _valid(p: Params) -> bool:
@@ -127,8 +138,8 @@ def _valid(p: Params) -> bool:
         c = _params_config(p)
     except (KeyError, TypeError, ValueError):
         return False
-    ok_vw = c.vw in (2, 3, 4, 8, 16) if c.kc == 1 else c.vw >= 1
-    return c.kc in (1, 4, 16) and c.mr > 0 and c.nv > 0 and c.ku > 0 and ok_vw and (c.kc == 1 or c.nv == 1 or c.kc == 4)
+    ok_vw = c.vw in (2, 3, 4, 8, 16) if c.kc == 1 else (c.vw in (4, 8, 16) if c.kc == 2 else c.vw >= 1)
+    return c.kc in (1, 2, 4, 16) and c.mr > 0 and c.nv > 0 and c.ku > 0 and ok_vw and (c.kc in (1, 2, 4) or c.nv == 1)
 
 
 def _q_space(target: Target, key: ShapeKey = ()) -> List[Params]:
@@ -191,6 +202,12 @@ def fit_columns(cfg: QGemmConfig, n: int) -> QGemmConfig:
 def kpad(cfg: QGemmConfig, k: int) -> int:
     """K as the panels store it (a multiple of KC)."""
     return round_up(k, cfg.kc)
+
+
+def im2col_rows(cfg: QGemmConfig, k: int) -> int:
+    """qim2col's work-items along k: one per k pair where KC=2 panels are 16-column multiples
+    (qgemm.cl's QIM_PAIRS), else one per padded k."""
+    return -(-k // 2) if cfg.kc == 2 and cfg.nr % 16 == 0 else kpad(cfg, k)
 
 
 def panel_elems(cfg: QGemmConfig, k: int, n: int) -> int:
@@ -259,6 +276,8 @@ def qdefines(cfg: QGemmConfig, ta: np.dtype, tb: np.dtype, tc: np.dtype, epi: QE
          "VW": cfg.vw, "NV": cfg.nv, "KU": cfg.ku, "KC": cfg.kc}
     if epi.bias_float:
         d["BIAS_FLOAT"] = 1
+    if cfg.pm:
+        d["QPM"] = cfg.pm
     return d
 
 
@@ -311,5 +330,5 @@ def int_bytes(n: int) -> int:
 
 
 __all__ = ["INT8", "UINT8", "QTYPES", "EPI_INT", "EPI_QUANT", "EPI_FLOAT", "QGemmConfig", "default_qgemm_config",
-           "qgemm_space", "qgemm_config", "fit_columns", "qgemm_bench", "QGEMM_FAMILY", "tuned_qgemm", "kpad", "panel_elems", "pack_b_host", "QEpilogue", "qdefines",
+           "qgemm_space", "qgemm_config", "fit_columns", "qgemm_bench", "QGEMM_FAMILY", "tuned_qgemm", "kpad", "im2col_rows", "panel_elems", "pack_b_host", "QEpilogue", "qdefines",
            "qgemm_launch", "side_defines", "qpack_launch", "qcolsum_launch", "qrowsum_launch", "int_bytes"]

@@ -1,0 +1,118 @@
+"""qgemm.cl's KC=2 tiles (pairs of k as 16-bit lanes, summed in pairs into int32: the paired
+multiply-add shape, as an expression (pm=0) and as the compiler's builtin (pm=1)), the pair
+im2col and the vector epilogue, against exact numpy int64 references.
+
+Every sampled point of the KC=2 part of the CPU family's space must build and give the exact
+product: MatMulInteger with zero points on both sides (the zero-point sums of the epilogue),
+ConvInteger through the pair im2col (odd K, padding, stride, groups), and QLinearConv /
+QLinearMatMul's requantising vector epilogue (per-channel scales, bias, full and ragged tiles).
+"""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from onnx import helper
+
+pytest.importorskip("pyopencl")
+try:  # tests/kernels may or may not be a package
+    from .run_launches import device_info, run_node  # noqa: E402
+    from .test_qconv import conv_exact
+    from .test_qgemm import exact, requant
+except ImportError:
+    from run_launches import device_info, run_node  # type: ignore  # noqa: E402
+    from test_qconv import conv_exact  # type: ignore
+    from test_qgemm import exact, requant  # type: ignore
+
+RNG = np.random.default_rng(4242)
+
+
+def rand(shape: tuple, dt) -> np.ndarray:
+    info = np.iinfo(dt)
+    return RNG.integers(info.min, info.max + 1, shape).astype(dt)
+
+
+def _pair_points() -> list:
+    """The KC=2 points of the CPU family's declared space: a seeded sample plus the largest tile
+    of each inner form."""
+    from clglow.lower import qgemm_kernel
+    space = [c for c in qgemm_kernel.qgemm_space(device_info().with_family("cpu")) if c.kc == 2]
+    assert {c.pm for c in space} == {0, 1}, "the space declares both pair forms"
+    big = [max((c for c in space if c.pm == pm), key=lambda c: c.mr * c.nv * c.vw) for pm in (0, 1)]
+    return big + random.Random(7).sample([c for c in space if c not in big], 4)
+
+
+POINTS = _pair_points()
+
+
+def _use(monkeypatch, cfg) -> None:
+    from clglow.lower import qconv, qgemm
+    monkeypatch.setattr(qgemm, "tuned_qgemm", lambda target, m, n, k, label="": cfg)
+    monkeypatch.setattr(qconv, "tuned_qgemm", lambda target, m, n, k, label="": cfg)
+
+
+@pytest.mark.parametrize("cfg", POINTS, ids=str)
+@pytest.mark.parametrize("mkn", [(29, 75, 41), (8, 64, 128), (3, 1, 17)])
+def test_matmul_integer_pairs_exact(cfg, mkn, monkeypatch):
+    _use(monkeypatch, cfg)
+    m, k, n = mkn
+    a, b = rand((m, k), np.uint8), rand((k, n), np.int8)
+    za, zb = np.array(201, np.uint8), rand((n,), np.int8)
+    e = exact(a, b, za, zb).astype(np.int32)
+    got, _ = run_node(helper.make_node("MatMulInteger", ["a", "b", "za", "zb"], ["y"]), {"a": a, "b": b},
+                      {"za": za, "zb": zb}, opset=10, expected=[e])
+    np.testing.assert_array_equal(got[0], e)
+
+
+@pytest.mark.parametrize("cfg", POINTS[:3], ids=str)
+@pytest.mark.parametrize("case", [((1, 5, 9, 37), (8, 5, 3, 3), 1, (1, 1), (1, 1, 1, 1)),   # K = 45 (odd), 16-pixel moves
+                                  ((1, 6, 12, 20), (4, 3, 3, 2), 2, (2, 1), (0, 1, 2, 1)),   # groups, stride
+                                  ((1, 64, 8, 8), (24, 64, 1, 1), 1, (1, 1), (0, 0, 0, 0))])  # pointwise
+def test_conv_integer_pair_im2col_exact(cfg, case, monkeypatch):
+    _use(monkeypatch, cfg)
+    xs, wsh, g, st, pads = case
+    x, w = rand(xs, np.uint8), rand(wsh, np.int8)
+    xz, wz = np.array(131, np.uint8), rand((wsh[0],), np.int8)
+    e = conv_exact(x, w, xz, wz, g, st, pads, (1, 1)).astype(np.int32)
+    node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], group=g, strides=list(st), pads=list(pads))
+    got, _ = run_node(node, {"x": x}, {"w": w, "xz": xz, "wz": wz}, opset=10, expected=[e])
+    np.testing.assert_array_equal(got[0], e)
+
+
+@pytest.mark.parametrize("cfg", POINTS[:2], ids=str)
+@pytest.mark.parametrize("npix", [16 * 16, 7 * 5])  # full vector tiles, and ragged ones
+def test_qlinear_conv_vector_epilogue_exact(cfg, npix, monkeypatch):
+    """The requantising epilogue on whole column vectors: per-channel weight scales and zero
+    points, int32 bias, uint8 output with a zero point, exactly numpy's float32 formula."""
+    _use(monkeypatch, cfg)
+    h, w_ = (16, 16) if npix == 256 else (7, 5)
+    cin, cout = 24, 20
+    x, w = rand((1, cin, h, w_), np.uint8), rand((cout, cin, 1, 1), np.int8)
+    xs, xz = np.float32(0.03), np.uint8(120)
+    ws, wz = RNG.uniform(0.002, 0.01, cout).astype(np.float32), np.zeros(cout, np.int8)
+    ys, yz = np.float32(0.35), np.uint8(100)
+    bias = RNG.integers(-3000, 3000, cout).astype(np.int32)
+    acc = conv_exact(x, w, xz, wz, 1, (1, 1), (0, 0, 0, 0), (1, 1)) + bias.reshape(1, -1, 1, 1)
+    mul = ((xs * ws) / ys).astype(np.float32).reshape(1, -1, 1, 1)
+    e = requant(acc, mul, int(yz), np.uint8)
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"])
+    got, _ = run_node(node, {"x": x}, {"xs": xs, "xz": xz, "w": w, "ws": ws, "wz": wz, "ys": ys, "yz": yz, "b": bias},
+                      opset=10, expected=[e])
+    np.testing.assert_array_equal(got[0], e)
+
+
+@pytest.mark.parametrize("cfg", POINTS[:2], ids=str)
+def test_qlinear_matmul_per_column_vector_epilogue_exact(cfg, monkeypatch):
+    """Per-column B scales and zero points read as vectors by the epilogue (stride 1)."""
+    _use(monkeypatch, cfg)
+    m, k, n = 9, 40, 80
+    a, b = rand((m, k), np.uint8), rand((k, n), np.int8)
+    az, bz = np.uint8(77), rand((n,), np.int8)
+    as_, bs = np.float32(0.02), RNG.uniform(0.001, 0.01, n).astype(np.float32)
+    ys, yz = np.float32(0.2), np.int8(-5)
+    e = requant(exact(a, b, az, bz), ((as_ * bs) / ys).astype(np.float32), int(yz), np.int8)
+    node = helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
+    got, _ = run_node(node, {"a": a}, {"as": as_, "az": az, "b": b, "bs": bs, "bz": bz, "ys": ys, "yz": yz},
+                      opset=10, expected=[e])
+    np.testing.assert_array_equal(got[0], e)
