@@ -365,15 +365,17 @@ typedef AKB_CAT(float, AKB) akv;
 #if C_TRANS
     if (flags & FLAG_IMPLICIT_A) {
         /* Implicit A: row k of A^T starts at koff[k] (X in place for a 1x1 conv, the phase
-         * images otherwise) and the tile's rows are output pixels p, at (p / ow) * wph + p % ow
-         * there: one pointer per row, so no padding column is computed (ResNet-50's 14x14 3x3s:
-         * 196 rows, not 14 x 15 = 210). */
+         * images otherwise) and the tile's rows are output pixels p = (y, x), at y * wph +
+         * x * lda_k there (lda_k: 1, or a strided conv's column stride where it reads a
+         * stride-1 padded image or X itself: no phase images to copy first; wph is then the
+         * row stride times the image's pitch): one pointer per row, so no padding column is
+         * computed (ResNet-50's 14x14 3x3s: 196 rows, not 14 x 15 = 210). */
         const __global A_T* pr[MR];
 #pragma unroll
         for (int r = 0; r < MR; ++r) {
             const int p = min(m0 + r, M - 1);
             const int y = p / ow;
-            pr[r] = A + offA + z1 * sA1 + z2 * sA2 + y * wph + (p - y * ow);
+            pr[r] = A + offA + z1 * sA1 + z2 * sA2 + y * wph + (p - y * ow) * lda_k;
         }
         for (int k = 0; k < K; ++k) {
             floatv b[NV];

@@ -7,6 +7,7 @@ what those paths feed gemm.cl, on a `ConvGeometry`.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterator, Optional
 
 import numpy as np
@@ -237,6 +238,37 @@ def phase_pieces(ctx: LowerCtx, geom: ConvGeometry, slack: int) -> Iterator[tupl
         yield producer, Operand(scratch, s1=per_img, s2=g.cin_g * nh * nw * hph * wph), koff, wph, i0, ni
 
 
+def strided_cover(geom: ConvGeometry) -> ConvGeometry:
+    """The stride-1 conv whose output pixels (y, x) include every (y*SH, x*SW): it reads the same
+    rows and columns of X as `geom`, so its zero-padded image (one phase) holds every tap of
+    `geom` at a plain offset."""
+    g = geom
+    return replace(g, sh=1, sw=1, oh=(g.oh - 1) * g.sh + 1, ow=(g.ow - 1) * g.sw + 1)
+
+
+def pixel_row_pieces(ctx: LowerCtx, geom: ConvGeometry, slack: int) -> Iterator[tuple]:
+    """The pixel operand of a transposed implicit GEMM (output pixels as its rows, each read
+    through its own pointer, gemm.cl flag 8): as phase_pieces, but a strided conv reads X itself
+    (a 1x1 without padding) or a stride-1 zero-padded image of X with its row and column
+    strides, not phase images. That image is the layout a producing 1x1 conv may write
+    directly (offer_padded_in, as for a stride-1 conv): then nothing is copied at all, where
+    phase images always cost a conv_phases launch and a pass over X (ResNet-50's 28 -> 14
+    3x3/2). Yields (producer launch or None, pixel operand with its column stride as ld2,
+    offset table, row stride, first image, images)."""
+    g = geom
+    if g.sh == g.sw == 1:
+        yield from phase_pieces(ctx, g, slack)
+        return
+    if g.kh == g.kw == 1 and g.ph == g.pw == 0:  # a strided 1x1: X in place, subsampled
+        koff = ctx.const_buffer((np.arange(g.cin_g) * g.hw).astype(np.int32))
+        yield (None, Operand(ctx.buf(0), s1=g.cin * g.hw, s2=g.cin_g * g.hw, ld2=g.sw), koff, g.sh * g.w, 0,
+               g.n_img)
+        return
+    g1 = strided_cover(g)
+    for producer, a, koff, wph, i0, ni in phase_pieces(ctx, g1, slack + (g.sw - 1) * g.ow):
+        yield producer, replace(a, ld2=g.sw), koff, g.sh * wph, i0, ni
+
+
 def fit_tiles(target: Target, cfg: GemmConfig, geom: ConvGeometry) -> GemmConfig:
     """The tiles of a non-transposed conv GEMM: fit_rows over the columns its path computes
     (the padded-linear pixels of an implicit GEMM), keeping the config's path (X in place,
@@ -254,4 +286,4 @@ def fit_tiles(target: Target, cfg: GemmConfig, geom: ConvGeometry) -> GemmConfig
 __all__ = ["SCRATCH_CAP", "IMPLICIT_WASTE", "pieces", "panel_vector_width", "im2col_table", "table_of_reads",
            "pixel_panels",
            "phases_read", "phases_ok", "phase_geometry", "implicit_ok", "implicit_rows_ok", "implicit_offsets",
-           "padded_output", "phase_pieces", "fit_tiles"]
+           "padded_output", "phase_pieces", "strided_cover", "pixel_row_pieces", "fit_tiles"]

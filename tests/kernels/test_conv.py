@@ -259,14 +259,18 @@ PADDED = [  # (x, 1x1 producer's W, 3x3 consumer's W, consumer attrs, transposed
     ((2, 8, 20, 30), (13, 8, 1, 1), (7, 13, 3, 3), dict(pads=[1, 1, 1, 1]), False),    # N = 600 columns
     ((2, 16, 14, 14), (64, 16, 1, 1), (64, 64, 3, 3), dict(pads=[1, 1, 1, 1]), True),  # 196 pixel rows
     ((1, 5, 9, 40), (6, 5, 1, 1), (5, 6, 5, 3), dict(pads=[2, 1, 2, 1]), False),       # 5x3 taps
+    # a strided 3x3 on the transposed GEMM reads the padded image with its strides (ResNet's 28 -> 14)
+    ((1, 16, 14, 14), (64, 16, 1, 1), (64, 64, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), True),
+    ((2, 8, 15, 13), (64, 8, 1, 1), (64, 64, 3, 3), dict(strides=[2, 3], pads=[1, 2, 1, 0]), True),
 ]
 
 
 @pytest.mark.parametrize("x_shape,w1_shape,w2_shape,attrs,trans", PADDED, ids=[str(i) for i in range(len(PADDED))])
 def test_padded_activation_between_convs(x_shape, w1_shape, w2_shape, attrs, trans):
-    """A 1x1 conv writes its output straight into the zero-padded image the next stride-1 conv
-    reads (PaddedLayout: the consumer's conv_phases copy is gone); the pair computes what
-    onnx.reference does for the two convs."""
+    """A 1x1 conv writes its output straight into the zero-padded image the next conv reads
+    (PaddedLayout: a stride-1 conv, or a strided one whose transposed GEMM reads its pixel rows
+    in place; the consumer's conv_phases copy is gone); the pair computes what onnx.reference
+    does for the two convs."""
     dev = _default_tiles()
     x, w1, b1, w2, b2 = rand(*x_shape), rand(*w1_shape), rand(w1_shape[0]), rand(*w2_shape), rand(w2_shape[0])
     conv1 = helper.make_node("FusedConv", ["x", "w1", "b1"], ["mid"], domain="clglow", activation="Relu")
@@ -293,8 +297,8 @@ def test_padded_activation_between_convs(x_shape, w1_shape, w2_shape, attrs, tra
 
 
 def test_padded_offers_only_where_supported():
-    """No padded output from a conv with a residual or groups, no padded input for a strided or
-    pointwise conv."""
+    """No padded output from a conv with a residual or groups, no padded input for a pointwise
+    conv or a strided one on the (non-transposed) implicit GEMM, which reads phase images."""
     dev = _default_tiles()
     x = rand(1, 8, 20, 30)
     cases = [(helper.make_node("FusedConv", ["x", "w", "", "z"], ["y"], domain="clglow"), (8, 8, 1, 1), True, False),
@@ -368,8 +372,10 @@ SMALL_N_IMPLICIT = [
     # the transposed GEMM reading its pixels in place (gemm.cl flag 8): ResNet's 14x14 layers
     ((2, 64, 14, 14), (96, 64, 1, 1), {}, False),                                  # 1x1: X itself
     ((1, 32, 14, 14), (64, 32, 3, 3), dict(pads=[1, 1, 1, 1]), True),              # phase images
-    ((2, 24, 28, 28), (64, 24, 1, 1), dict(strides=[2, 2]), True),                 # strided 1x1
-    ((1, 24, 27, 27), (64, 24, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), True),  # 4 phases
+    ((2, 24, 28, 28), (64, 24, 1, 1), dict(strides=[2, 2]), False),                # strided 1x1: X itself
+    ((1, 24, 27, 27), (64, 24, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), True),  # padded image, strided
+    ((1, 8, 23, 17), (64, 8, 3, 2), dict(strides=[3, 2], pads=[1, 0, 2, 1], dilations=[2, 1]), True),
+    ((1, 8, 21, 21), (64, 8, 1, 1), dict(strides=[3, 2]), False),                  # 7 x 11 of 21 x 21
     ((2, 16, 13, 13), (128, 8, 1, 1), dict(group=2), False),                       # groups, 169 = 24*7 + 1
 ]
 
@@ -378,10 +384,12 @@ SMALL_N_IMPLICIT = [
                          ids=[str(i) for i in range(len(SMALL_N_IMPLICIT))])
 def test_small_n_implicit_rows(x_shape, w_shape, attrs, phases):
     """Bias, residual and activations through the transposed store with padding rows skipped,
-    a ragged last row tile computed overlapping its neighbour; no im2col or pack launch."""
+    a ragged last row tile computed overlapping its neighbour; no im2col or pack launch, and a
+    copy of X (`phases`: conv_phases) only for a padded conv: a strided 1x1 reads X itself."""
     dev = _default_tiles()
     g = attrs.get("group", 1)
-    geom = _geom(x_shape, w_shape, attrs.get("pads", (0,) * 4), attrs.get("strides", (1, 1)), groups=g)
+    geom = _geom(x_shape, w_shape, attrs.get("pads", (0,) * 4), attrs.get("strides", (1, 1)),
+                 attrs.get("dilations", (1, 1)), groups=g)
     cfg = transposed_config(dev, gemm_config(dev), w_shape[0] // g, geom[2] * geom[3])
     assert cfg is not None and conv_gemm.implicit_rows_ok(dev, cfg, ConvGeometry(*geom))
     x, w, b = rand(*x_shape), rand(*w_shape), rand(w_shape[0])
