@@ -149,11 +149,10 @@ class InferenceSession:
         t0 = time.perf_counter()
         self.device = _resolve_device(device)
         self.device.start_compile_helpers_if_cold()  # pocl: build in helper processes too (cold start)
-        # GEMM tiles for this device and family (measured once, then read from disk) while the model loads
+        # GEMM tiles for this device and family as stored on disk; a miss starts on the defaults and
+        # measures them in the background after the first run (start_background), never before it
         tune = config.tuning_enabled() if self.options.tune is None else bool(self.options.tune)
-        tuning = threading.Thread(target=self.device.ensure_tuned, args=(plan_options.target, tune),
-                                  name="clglow-tune", daemon=True)
-        tuning.start()
+        self.device.load_tuned(plan_options.target, tune)
         key = graph_cache.model_key(model, weights, (self.options.graph_optimization_level > 0,
                                                      self.options.max_tensor_bytes, config.max_tensor_bytes()))
         programs_key = graph_cache.programs_key(key, disk_key("", (), self.device.cl_device), (plan_options,))
@@ -170,9 +169,6 @@ class InferenceSession:
         self.graph = self._engine.graph  # fused nodes the Target refuses run as their original nodes
         static = all(isinstance(d, int) for a in self._input_args for d in a.shape) \
             and not self._has_unknown_inputs() and not self._engine.shape_inputs  # else plans wait for inputs
-        if static and tuning.is_alive():  # a cold start: the programs start while the tuner measures
-            self._engine.prewarm(self._input_types_static())
-        tuning.join()
         # the static placement report (raises UnsupportedOperator now if something cannot run at all)
         self._static_placement = place(self.graph, self._engine.target, self.host_fallback)
         self._last_plan = None

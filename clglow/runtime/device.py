@@ -11,7 +11,8 @@ per OpenCL device; the Device owns its context, in-order queue and program cache
 - runtime.cache: built programs in memory and on disk; runtime.driver_cache: pocl's own cache,
   checked before the driver loads;
 - runtime.preparation: background builds and warm-up launches, and the compile helpers;
-- runtime.tuning: the GEMM tiles per target family (`target(family)`, `ensure_tuned(family)`),
+- runtime.tuning: the GEMM tiles per target family (`target(family)`, `ensure_tuned(family)`,
+  `load_tuned(family)`),
   and the tuning database's per-shape entries each Target carries (`Target.tuned`, `reload_tuning`).
 
 Example::
@@ -143,6 +144,12 @@ class Device:
         """Choose `family`'s GEMM tiles once per process (from disk, or by measuring;
         runtime.tuning). `tune` False (default CLGLOW_TUNE) measures nothing: defaults apply."""
         self.tuning.ensure(self, family or self._base.family, tune)
+
+    def load_tuned(self, family: Optional[str] = None, tune: Optional[bool] = None) -> None:
+        """`family`'s stored GEMM tiles, without measuring (a session's start): a miss keeps the
+        defaults and leaves the measurement to the session's background search
+        (TuningState.load, measure_owed)."""
+        self.tuning.load(self, family or self._base.family, tune)
 
     @property
     def name(self) -> str:

@@ -22,7 +22,7 @@ from ..partition import failed_fusion, refused_fusions, unfuse
 from ..target import Target
 from ..shapes import specialize
 from .host import outer_scope_names
-from .executor import Plan, RunRecord, WeightCache, build_plan, execute, prewarm
+from .executor import Plan, RunRecord, WeightCache, build_plan, execute
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,6 @@ class Engine:
         self.profiling = profiling
         self.shape_inputs = shape_inputs(graph)
         self._rest: dict = {}  # id(staged plan) -> the specialised graph whose nodes[stop:] follow it
-        self._prewarmed: Optional[tuple] = None  # (specialised graph, derived constants) of prewarm
         self.last_plan: Optional[Plan] = None
 
     @property
@@ -153,33 +152,17 @@ class Engine:
             self.device.wait_prepared()
         return plan
 
-    def prewarm(self, input_types: dict) -> None:
-        """Start the programs of the plan for these inputs (executor.prewarm) before it is built:
-        the session calls this while a cold start's GEMM tuner measures, which otherwise leaves
-        one of two cores idle (ResNet-50 from empty caches: the model's programs started 1-2 s
-        later). The packed weights are kept for that plan's build."""
-        try:
-            spec, stop = specialize(self.graph, input_types)
-        except Exception as e:  # noqa: BLE001 - best effort: the plan's build reports real problems
-            log.debug("prewarm: %s", e)
-            return
-        memo: dict = {}
-        prewarm(spec, stop, self.device, self.target, self.options, memo)
-        self._prewarmed = (spec, memo)  # spec: its arrays' ids are the memo's keys
-
     def _build(self, graph: Graph, input_types: dict, outputs: Sequence[str]) -> Plan:
         """The plan of `graph` at these input types. A fused node that no kernel covers at these
         shapes, or whose lowering or OpenCL build fails, is replaced by its original nodes (partition.unfuse) and
         the graph planned again: a fusion never refuses a model that its parts would run."""
-        warm, self._prewarmed = self._prewarmed, None  # for the first plan only
-        memo = warm[1] if warm is not None else None
         graph = self._unfused(graph)
         while True:  # each round replaces at least one fused node: it ends
             try:
                 spec, stop = specialize(graph, input_types)
                 refused = refused_fusions(spec, spec.nodes[:stop], self.target)
                 if not refused:
-                    return self._build_specialized(spec, stop, outputs, memo)
+                    return self._build_specialized(spec, stop, outputs)
                 log.info("no kernel covers the fused nodes %s on %s: their original nodes run instead",
                          sorted(refused), self.target.family)
             except (InvalidModel, UnsupportedOperator, CompileError) as e:
@@ -191,12 +174,11 @@ class Engine:
                          self.target.family, e)
             if not any(n.name in refused and n.unfused for n in graph.nodes):
                 raise InvalidModel(f"fused nodes {sorted(refused)} cannot run and have no original nodes")
-            graph, memo = self._fall_back(graph, refused), None
+            graph = self._fall_back(graph, refused)
 
-    def _build_specialized(self, spec: Graph, stop: Optional[int], outputs: Sequence[str],
-                           memo: Optional[dict]) -> Plan:
+    def _build_specialized(self, spec: Graph, stop: Optional[int], outputs: Sequence[str]) -> Plan:
         if stop is None:
-            return build_plan(spec, None, outputs, self.device, self.weights, self.target, self.options, memo)
+            return build_plan(spec, None, outputs, self.device, self.weights, self.target, self.options)
         # staged: this stage hands over everything the rest of the graph needs
         produced = set(spec.inputs)
         for n in spec.nodes[:stop]:
@@ -204,7 +186,7 @@ class Engine:
         later_needs = {i for n in spec.nodes[stop:] for i in n.inputs if i}
         later_needs.update(i for n in spec.nodes[stop:] for i in outer_scope_names(n))
         crossing = sorted((later_needs | set(outputs)) & produced)
-        plan = build_plan(spec, stop, crossing, self.device, self.weights, self.target, self.options, memo)
+        plan = build_plan(spec, stop, crossing, self.device, self.weights, self.target, self.options)
         # the plan's graph is its stage's (nodes[:stop]); the rest is planned from this one, and
         # the rest's shape-deciding inputs among what crosses are fixed by its nodes: found once
         rest = Graph(list(spec.nodes[stop:]), spec.values, crossing, [], spec.opsets)

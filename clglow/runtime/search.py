@@ -174,13 +174,15 @@ def start_background(device, target: Target, keys: Dict[Tuple[str, ShapeKey], in
                      budget_s: float = BACKGROUND_BUDGET_S) -> Optional[Gate]:
     """Measure `keys` missing from the database in a daemon thread, only while the returned gate
     says the session is idle (after its first run), within `budget_s` seconds of search; None
-    when every shape is stored already. Writes the database; the running session keeps its
-    plans (a later session uses the results). Stops any older session's background search. Another search already running in this process:
+    when every shape is stored already and the family's GEMM tiles were not owed (a session
+    that started on default tiles has them measured first: TuningState.measure_owed). Writes the
+    database; the running session keeps its plans (a later session uses the results). Stops any older session's background search. Another search already running in this process:
     this one waits for it, then skips what it stored."""
     _stop_all()  # only the newest session measures: an older one's search would disturb its runs
     have = {(fam, key) for fam, key, _items in target.tuned}
     missing = {k: n for k, n in keys.items() if (k[0], key_str(k[1])) not in have and k[0] in BACKGROUND_FAMILIES}
-    if not ordered(missing, target):
+    tiles_owed = device.tuning.owed(target.family)  # the session started on default tiles (runtime.tuning)
+    if not ordered(missing, target) and not tiles_owed:
         return None
     gate = Gate()
     _gates.add(gate)
@@ -192,6 +194,8 @@ def start_background(device, target: Target, keys: Dict[Tuple[str, ShapeKey], in
             return
         with _background_lock:
             try:
+                if tiles_owed:
+                    device.tuning.measure_owed(device, target.family, gate.wait)
                 search(device, target, missing, budget_s=budget_s, gate=gate, by="background")
             except Exception as e:  # noqa: BLE001 - tuning is an optimisation; the session never sees it
                 log.warning("background tuning on %s stopped: %s", target.name, e)

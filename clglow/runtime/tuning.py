@@ -15,6 +15,15 @@ platform, device, driver and clglow versions, the target family and the candidat
 later processes only read it. ``CLGLOW_TUNE=0`` skips measuring and uses the built-in default
 for the family.
 
+A session never measures on its start: `TuningState.load` reads the stored choice (a file), and
+on a miss the session plans with the family's default tiles and owes the measurement, which its
+background search (runtime/search.py, after the first run, only while no run is in flight) does
+first (`TuningState.measure_owed`) and stores for later processes; the running process keeps
+the default, so its plans stay valid. (Measured on this 2-vCPU Zen 5 under load: the
+measurement's two candidate programs, which the model does not use, were 2 of 11 programs of
+ResNet-50's cold start.) `tune_gemm` and `Device.ensure_tuned` (``clglow tune``, tests) still
+measure at once.
+
 Tuning state, per target family: a device under the CPU family (register-blocked tiles, one
 work-item per group) and under the GPU family (work-group tiles; ``CLGLOW_TARGET=gpu`` on pocl)
 needs different tiles, so `TuningState` keeps one choice per family and tunes each family once
@@ -54,7 +63,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 import pyopencl as cl
@@ -247,12 +256,17 @@ class _Bench:
             b.release()
 
 
-def _measure_all(device, specs: Dict[str, Tuple[Launch, Dict[str, int]]], rounds: int = 7) -> Dict[str, float]:
+def _measure_all(device, specs: Dict[str, Tuple[Launch, Dict[str, int]]], rounds: int = 7,
+                 wait: Optional[Callable[[], bool]] = None) -> Dict[str, float]:
     """Best kernel time (ms) of each candidate (label -> its launch and buffer sizes) over
     `rounds` turns, the candidates alternating. A candidate that fails to build or run is left
-    out (logged)."""
+    out (logged). `wait` (a background measurement) is asked before every build and launch;
+    False stops: nothing measured ({})."""
+    go = wait if wait is not None else (lambda: True)
     benches: Dict[str, _Bench] = {}
     for label, (launch, sizes) in specs.items():
+        if not go():
+            break
         try:
             benches[label] = _Bench(device, launch, sizes)
         except Exception as e:  # noqa: BLE001 - a candidate the device rejects is skipped
@@ -261,6 +275,8 @@ def _measure_all(device, specs: Dict[str, Tuple[Launch, Dict[str, int]]], rounds
     try:
         for _ in range(rounds):
             for label, bench in list(benches.items()):
+                if not go():
+                    return {}
                 try:
                     best[label] = min(best[label], bench.run())
                 except Exception as e:  # noqa: BLE001
@@ -282,25 +298,43 @@ def tune_gemm(device, force: bool = False, family: Optional[str] = None,
     choice is ``device.target(family).xgemm_tiles``. A candidate that fails to build or run is
     skipped (logged); if all fail the default stands."""
     target = device.target(family)
-    cands = candidates(target)
-    xcands = xgemm_candidates(target)
     measure = config.tuning_enabled() if enabled is None else bool(enabled)
-    result: Optional[TuneResult] = None
-    if measure or force:
-        path = _cache_path(device, target.family, cands, xcands)
-        result = None if force else _load(path, cands, xcands)
-        stale = result is None or (bool(xcands) and result.xgemm is None)
-        if result is None:
-            result = _measure(device, target, cands)
-        if result is not None and xcands and result.xgemm is None:
-            _measure_xgemm(device, target, xcands, result)
-        if result is not None and stale:
-            _store(path, result)
+    result = _tune(device, target, force) if measure or force else None
     if result is None:
-        result = TuneResult(cands[0], {}, "default")
-    device.set_gemm_tiles(result.choice, target.family)
-    device.tuning.set_xgemm(target.family, result.xgemm)
+        result = TuneResult(candidates(target)[0], {}, "default")
+    _apply(device, target.family, result)
     return result
+
+
+def _apply(device, family: str, result: TuneResult) -> None:
+    device.set_gemm_tiles(result.choice, family)
+    device.tuning.set_xgemm(family, result.xgemm)
+
+
+def _tune(device, target: Target, force: bool = False, wait: Optional[Callable[[], bool]] = None
+          ) -> Optional[TuneResult]:
+    """The stored result unless `force`, else (or for what it lacks) measured and stored; None
+    when nothing ran (or `wait` said stop)."""
+    cands, xcands = candidates(target), xgemm_candidates(target)
+    path = _cache_path(device, target.family, cands, xcands)
+    result = None if force else _load(path, cands, xcands)
+    stale = result is None or (bool(xcands) and result.xgemm is None)
+    if result is None:
+        result = _measure(device, target, cands, wait)
+    if result is not None and xcands and result.xgemm is None:
+        _measure_xgemm(device, target, xcands, result, wait)
+    if result is not None and stale and (wait is None or wait()):
+        _store(path, result)
+    return result
+
+
+def stored(device, family: Optional[str] = None) -> Tuple[Optional[TuneResult], bool]:
+    """`family`'s tiles as a file stored them (no measuring, a file read) and whether that is
+    all there is to measure (False: no file, or one without the xgemm entry it needs)."""
+    target = device.target(family)
+    cands, xcands = candidates(target), xgemm_candidates(target)
+    result = _load(_cache_path(device, target.family, cands, xcands), cands, xcands)
+    return result, result is not None and not (xcands and result.xgemm is None)
 
 
 def _fastest(cands: List[Any], timings: Dict[str, float], label) -> Any:
@@ -312,14 +346,16 @@ def _fastest(cands: List[Any], timings: Dict[str, float], label) -> Any:
     return best
 
 
-def _measure(device, target: Target, cands: List[Tiles]) -> Optional[TuneResult]:
-    """Build the candidates side by side (compile helpers too), time them, keep the fastest
-    unless the default is within the margin. None when none ran."""
+def _measure(device, target: Target, cands: List[Tiles], wait: Optional[Callable[[], bool]] = None
+             ) -> Optional[TuneResult]:
+    """Build the candidates side by side (compile helpers too; one by one in the background,
+    `wait`), time them, keep the fastest unless the default is within the margin. None when none
+    ran."""
     t0 = time.perf_counter()
-    for t in cands:
+    for t in cands if wait is None else ():
         launch = _launch(t)
         device.prepare(launch.program, launch.build_options(), launch.kernel, launch.lsize, launch.noop_args)
-    timings = _measure_all(device, {_label(t): _gemm_spec(t) for t in cands})
+    timings = _measure_all(device, {_label(t): _gemm_spec(t) for t in cands}, wait=wait)
     if not timings:
         return None
     best = _fastest(cands, timings, _label)
@@ -328,7 +364,8 @@ def _measure(device, target: Target, cands: List[Tiles]) -> Optional[TuneResult]
     return TuneResult(best, timings, "measured")
 
 
-def _measure_xgemm(device, target: Target, xcands: List[tuple], result: TuneResult) -> None:
+def _measure_xgemm(device, target: Target, xcands: List[tuple], result: TuneResult,
+                   wait: Optional[Callable[[], bool]] = None) -> None:
     """Time xgemm.cl's configurations on XGEMM_SHAPE (round robin, best of each) and record the
     fastest in `result` (left None when none ran: the first of the search space applies). A
     configuration that fails to build or run is skipped (logged)."""
@@ -337,11 +374,12 @@ def _measure_xgemm(device, target: Target, xcands: List[tuple], result: TuneResu
     for t in xcands:
         try:
             launch, sizes = _xgemm_spec(t)
-            device.prepare(launch.program, launch.build_options(), launch.kernel, launch.lsize, launch.noop_args)
+            if wait is None:
+                device.prepare(launch.program, launch.build_options(), launch.kernel, launch.lsize, launch.noop_args)
             specs[_xlabel(t)] = (launch, sizes)
         except Exception as e:  # noqa: BLE001 - a configuration the device rejects is skipped
             log.info("xgemm tuning: configuration %s failed on %s: %s", _xlabel(t), target.name, e)
-    timings = _measure_all(device, specs)
+    timings = _measure_all(device, specs, wait=wait)
     if not timings:
         log.warning("xgemm tuning: no configuration ran on %s; using the first of the search space", target.name)
         return
@@ -367,6 +405,7 @@ class TuningState:
         self._family_locks: Dict[str, threading.Lock] = {}
         self._tables: Dict[str, tuple] = {}  # target family -> Target.tuned (the database's entries)
         self._db: Any = None
+        self._owed: Set[str] = set()  # families a session started with default tiles: measure_owed
 
     def database(self, device: Any) -> Any:
         """The device's tuning database (runtime.tuning_db), opened once."""
@@ -456,5 +495,51 @@ class TuningState:
                 self._tuned.add(family)
 
 
-__all__ = ["TuneResult", "Tiles", "TuningState", "candidates", "xgemm_candidates", "tune_gemm", "SHAPE",
+    def load(self, device: Any, family: str, enabled: Optional[bool] = None) -> None:
+        """A session's start: `family`'s stored tiles (a file read), never a measurement. A miss
+        keeps the family's default tiles and owes the measurement (`owed`, `measure_owed`: a
+        session runs it in the background after its first runs). Measuring off (`enabled`
+        False, default CLGLOW_TUNE): nothing is read or owed. Never raises."""
+        if not (config.tuning_enabled() if enabled is None else bool(enabled)):
+            return
+        with self._lock:
+            if family in self._tuned or family in self._owed:
+                return
+        try:
+            result, complete = stored(device, family)
+        except Exception as e:  # noqa: BLE001 - tuning is an optimisation; defaults always work
+            log.warning("GEMM tiles of %s unreadable (%s family: %s); using default tiles",
+                        getattr(device, "name", device), family, e)
+            return
+        if result is not None:
+            _apply(device, family, result)
+        with self._lock:
+            (self._tuned if complete else self._owed).add(family)
+
+    def owed(self, family: str) -> bool:
+        """Whether `load` found no stored tiles for `family` and nothing measured them since."""
+        with self._lock:
+            return family in self._owed
+
+    def measure_owed(self, device: Any, family: str, wait: Callable[[], bool]) -> Optional[TuneResult]:
+        """Measure the tiles `load` owed and store them for later processes, asking `wait` before
+        every build and launch (False stops: owed again). This process keeps its tiles, so the
+        plans of running sessions stay valid. None when not owed or stopped."""
+        with self._lock:
+            if family not in self._owed:
+                return None
+            self._owed.discard(family)
+        result = None
+        try:
+            result = _tune(device, device.target(family), wait=wait)
+        except Exception as e:  # noqa: BLE001 - a background optimisation; the session never sees it
+            log.warning("background GEMM tile measurement on %s stopped: %s", getattr(device, "name", device), e)
+        if result is None or not stored(device, family)[1]:
+            with self._lock:
+                self._owed.add(family)
+            return None
+        return result
+
+
+__all__ = ["TuneResult", "Tiles", "TuningState", "candidates", "xgemm_candidates", "tune_gemm", "stored", "SHAPE",
            "XGEMM_SHAPE"]
