@@ -16,7 +16,7 @@ Arguments are symbolic here; the executor binds them to OpenCL memory:
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -226,6 +226,19 @@ SupportsFn = Callable[[Node, Graph, Target], Optional[str]]
 LowerFn = Callable[[LowerCtx], list]
 
 
+@dataclass(frozen=True)
+class HalfIO:
+    """What a lowering can keep in half storage (passes/precision.py): each float input listed in
+    `inputs` is read as float or half, as its TensorInfo dtype says (the kernel picks with a
+    define, kernels_cl/storage.h), and each output in `outputs` is written so; `follows`: the
+    outputs are stored as that input is (views, which reinterpret its buffer). Unlisted float
+    inputs and outputs stay float32; the arithmetic is the lowering's (fp32 unless it says)."""
+
+    inputs: Tuple[int, ...] = (0,)
+    outputs: Tuple[int, ...] = (0,)
+    follows: Optional[int] = None
+
+
 @dataclass
 class DeviceOp:
     op_type: str
@@ -233,6 +246,7 @@ class DeviceOp:
     supports: SupportsFn
     view: bool = False  # output is the input's buffer reinterpreted (Reshape & co.)
     domain: str = ""
+    half: Optional[HalfIO] = None  # half storage it can read and write (None: float32 only)
 
 
 REGISTRY: dict[tuple, DeviceOp] = {}
@@ -243,7 +257,7 @@ def _always(node: Node, graph: Graph, target: Target) -> Optional[str]:
 
 
 def device_op(*op_types: str, supports: SupportsFn = _always, view: bool = False,
-              domain: str = "") -> Callable[[LowerFn], LowerFn]:
+              domain: str = "", half: Optional[HalfIO] = None) -> Callable[[LowerFn], LowerFn]:
     """Register a lowering function for one or more op types.
 
     Example::
@@ -254,16 +268,17 @@ def device_op(*op_types: str, supports: SupportsFn = _always, view: bool = False
 
     def deco(fn: LowerFn) -> LowerFn:
         for op in op_types:
-            REGISTRY[(domain, op)] = DeviceOp(op, fn, supports, view, domain)
+            REGISTRY[(domain, op)] = DeviceOp(op, fn, supports, view, domain, half)
         return fn
 
     return deco
 
 
 def view_op(*op_types: str, supports: SupportsFn = _always) -> None:
-    """Register ops whose output is a reinterpretation of input 0's buffer (no kernel)."""
+    """Register ops whose output is a reinterpretation of input 0's buffer (no kernel): stored as
+    input 0 is, half or float."""
     for op in op_types:
-        REGISTRY[("", op)] = DeviceOp(op, None, supports, True)
+        REGISTRY[("", op)] = DeviceOp(op, None, supports, True, half=HalfIO((0,), (0,), follows=0))
 
 
 def lookup(node: Node) -> Optional[DeviceOp]:
