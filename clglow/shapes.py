@@ -88,6 +88,9 @@ def infer_node(node: Node, graph: Graph) -> dict:
     if (domain, op_type) == ("clglow", "FusedAttention"):  # its rule lives with the pass that makes it
         from .passes.fuse_attention import output_shape
         return output_shape(node, graph)
+    if (domain, op_type) == ("clglow", "ChannelShuffle"):  # its rule lives with the pass that makes it
+        from .passes.fuse_channel_shuffle import output_shape as shuffle_shape
+        return shuffle_shape(node, graph)
     if domain == contrib_ops.DOMAIN:  # onnx has no schemas for onnxruntime's contrib ops
         return contrib_ops.infer(node, graph)
     proto_node = node
@@ -111,13 +114,15 @@ def infer_node(node: Node, graph: Graph) -> dict:
     except Exception:
         return {}
     types, data = {}, {}
+    # half storage next to float32 (passes/precision.py) is judged as the float32 the model computes in
+    mixed = _mixes_half(proto_node, graph)
     for name in proto_node.inputs:
         if not name:
             continue
         v = graph.values.get(name)
         if v is None:
             continue
-        tp = _type_proto(v)
+        tp = _type_proto(Value(v.name, np.dtype(np.float32), v.shape) if mixed and v.dtype == np.float16 else v)
         if tp is not None:
             types[name] = tp
         if v.const is not None and v.const.size <= _SMALL_CONST and v.const.dtype != object:
@@ -129,6 +134,17 @@ def infer_node(node: Node, graph: Graph) -> dict:
     except Exception as e:
         raise InvalidModel(f"shape inference failed: {str(e).strip().splitlines()[-1]}", node=node.name) from None
     return {k: type_to_dtype_shape(tp) for k, tp in out.items()}
+
+
+_HALF_OR_FLOAT = (np.dtype(np.float16), np.dtype(np.float32))
+
+
+def _mixes_half(node: Node, graph: Graph) -> bool:
+    """Whether `node` reads both float16 and float32 values: half storage of some (an ONNX model
+    itself cannot mix them in one type constraint)."""
+    dts = {np.dtype(graph.values[n].dtype) for n in node.inputs
+           if n and n in graph.values and graph.values[n].dtype is not None and graph.values[n].dtype != object}
+    return {np.dtype(np.float16), np.dtype(np.float32)} <= dts
 
 
 def _max_unpool_shape(node: Node, graph: Graph) -> dict:
@@ -328,6 +344,8 @@ def _infer_outputs(node: Node, g: Graph) -> bool:
             continue
         dtype, shape = inferred.get(o, (None, None))
         old = g.values.get(o) or Value(o)
+        if dtype in _HALF_OR_FLOAT and old.dtype in _HALF_OR_FLOAT:  # the storage passes/precision.py chose
+            dtype = old.dtype
         dtype = dtype if dtype is not None else old.dtype
         if shape is None or any(not isinstance(d, int) for d in shape) or dtype is None:
             complete = False
