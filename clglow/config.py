@@ -89,6 +89,16 @@ def winograd() -> bool:
     return _flag("CLGLOW_WINOGRAD", True)
 
 
+def precision() -> str | None:
+    """CLGLOW_PRECISION: `fp32`, `fp16` or `auto` storage of float tensors (passes/precision.py).
+    None (unset): fp32."""
+    value = (os.environ.get("CLGLOW_PRECISION") or "").strip().lower()
+    return value or None
+
+
+PRECISIONS = ("fp32", "fp16", "auto")
+
+
 def target_family() -> str | None:
     """CLGLOW_TARGET: force a target family (`cpu`, `gpu`) on any device, e.g. the GPU kernel
     families and policies on pocl (clglow.target.Target.with_family). None: the device's own."""
@@ -112,8 +122,12 @@ class PlanOptions:
     sub_batch_bytes: Optional[int] = None  # CLGLOW_SUB_BATCH_BYTES (None: from the target's cache)
     target: Optional[str] = None  # CLGLOW_TARGET (None: the device's own family)
     host_fallback: bool = True  # CLGLOW_HOST_FALLBACK
+    precision: str = "fp32"  # CLGLOW_PRECISION: as requested ("auto" resolves per device)
 
     def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {self.precision!r} (CLGLOW_PRECISION or SessionOptions.precision); "
+                             f"choose one of {', '.join(PRECISIONS)}")
         if self.target is not None and self.target not in FAMILIES:
             raise ValueError(f"unknown target family {self.target!r} (CLGLOW_TARGET or SessionOptions.target); "
                              f"choose one of {', '.join(FAMILIES)}")
@@ -122,6 +136,6 @@ class PlanOptions:
     def from_env(cls, **overrides) -> "PlanOptions":
         """The CLGLOW_* defaults, with `overrides` (None values ignored) on top."""
         base = dict(winograd=winograd(), zero_copy=zero_copy(), sub_batch_bytes=sub_batch_bytes(),
-                    target=target_family(), host_fallback=host_fallback())
+                    target=target_family(), host_fallback=host_fallback(), precision=precision() or "fp32")
         base.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**base)

@@ -22,7 +22,7 @@ import numpy as np
 import pyopencl as cl
 
 from . import config
-from .config import PlanOptions
+from .config import PRECISIONS, PlanOptions
 from .dtypes import onnx_type_string
 from .errors import InvalidArgument
 from .frontend import graph_cache
@@ -30,6 +30,7 @@ from .frontend.onnx_model import ModelLike, import_model, load_model
 from .ir import Graph
 from .partition import Placement, format_placement, place
 from .passes.pipeline import optimize
+from .passes.precision import apply_precision, resolve_precision
 from .runtime.binding import HostStep
 from .runtime.cache import disk_key
 from .lower.tunable import request_mark, requests_since
@@ -68,6 +69,10 @@ class SessionOptions:
     sub_batch_bytes: Optional[int] = None  # CLGLOW_SUB_BATCH_BYTES: bytes per sub-batch piece (0: off)
     tune: Optional[bool] = None  # CLGLOW_TUNE: measure the GEMM tiles on the device's first use
     max_tensor_bytes: Optional[int] = None  # CLGLOW_MAX_TENSOR_BYTES: cap on any declared tensor
+    # CLGLOW_PRECISION: storage of float tensors, "fp32" (default), "fp16" (half storage, fp32
+    # arithmetic; inputs and outputs keep their types) or "auto" (fp16 where the device's profile
+    # says it pays: passes/precision.py); InferenceSession.precision is the resolved value
+    precision: Optional[str] = None
 
     def plan_options(self) -> PlanOptions:
         """The plan switches: these options over the CLGLOW_* defaults."""
@@ -78,11 +83,15 @@ class SessionOptions:
         if self.sub_batch_bytes is not None and (not isinstance(self.sub_batch_bytes, int) or self.sub_batch_bytes < 0):
             raise InvalidArgument(f"SessionOptions.sub_batch_bytes must be an int >= 0 or None, "
                                   f"got {self.sub_batch_bytes!r}")
+        if self.precision is not None and self.precision not in PRECISIONS:
+            raise InvalidArgument(f"SessionOptions.precision must be one of {list(PRECISIONS)} or None, "
+                                  f"got {self.precision!r}")
         if self.target is not None and self.target not in FAMILIES:
             raise InvalidArgument(f"SessionOptions.target must be one of {list(FAMILIES)} or None, got {self.target!r}")
         try:
             return PlanOptions.from_env(winograd=self.winograd, zero_copy=self.zero_copy,
                                         sub_batch_bytes=self.sub_batch_bytes, target=self.target,
+                                        precision=self.precision,
                                         host_fallback=None if self.host_fallback is None else bool(self.host_fallback))
         except ValueError as e:  # a bad CLGLOW_TARGET
             raise InvalidArgument(str(e)) from None
@@ -162,7 +171,11 @@ class InferenceSession:
         self._base_dir, self._proto_meta, self._declared = loaded.base_dir, loaded.meta, loaded.declared
         self._input_args = [self._node_arg(n, loaded.declared) for n in loaded.inputs]
         self._output_args = [self._node_arg(n, loaded.declared, named=True) for n in loaded.outputs]
-        self.graph: Graph = loaded.graph
+        target = self.device.target(plan_options.target)
+        self.precision = resolve_precision(plan_options.precision, target)  # "fp32" | "fp16", as resolved
+        if plan_options.precision != "fp32":
+            log.info("precision %s resolved to %s on %s", plan_options.precision, self.precision, target.name)
+        self.graph: Graph = apply_precision(loaded.graph, self.precision, target)
         self.host_fallback = plan_options.host_fallback
         mark = request_mark()  # the tunable shapes lowering asks for from here on (lower/tunable.py)
         self._engine = Engine(self.graph, self.device, plan_options, self.options.enable_profiling)

@@ -6,6 +6,8 @@
  *   OP_<NAME>    which operation (exactly one)
  *   RANK         rank of the (collapsed) broadcast index space, for the *_bcast kernels
  *   IS_INT       inputs are integers (guards division by zero, no NaN handling)
+ *   H0, H1, H2, HO  1: that operand is stored as half (storage.h; its T is then float, the type
+ *                the values are computed in), 0 (default): stored as its T
  * Shapes and strides are run-time arguments: `meta` holds dims[RANK] then one
  * stride row per input (0 where the input is broadcast), all int32.
  * Plain a*b+c is used rather than fma()/mad(), and no vloadN/vstoreN, because
@@ -29,6 +31,33 @@
 #ifndef RANK
 #define RANK 1
 #endif
+#ifndef H0
+#define H0 0
+#endif
+#ifndef H1
+#define H1 0
+#endif
+#ifndef H2
+#define H2 0
+#endif
+#ifndef HO
+#define HO 0
+#endif
+
+#include "storage.h"
+/* Global element types: T<k> itself, or half storage of its float values. */
+#define S0T ST_CAT(S0T_, H0)
+#define S0T_0 T0
+#define S0T_1 half
+#define S1T ST_CAT(S1T_, H1)
+#define S1T_0 T1
+#define S1T_1 half
+#define S2T ST_CAT(S2T_, H2)
+#define S2T_0 T2
+#define S2T_1 half
+#define SOT ST_CAT(SOT_, HO)
+#define SOT_0 TO
+#define SOT_1 half
 
 #include "bcast_index.h"
 #include "erf.h"
@@ -226,61 +255,61 @@ inline T0 mod_op(T0 a, T1 b) {
 #define TER(a, b, c) (a)
 #endif
 
-__kernel void unary(__global const T0* x, __global TO* y, const int n,
+__kernel void unary(__global const S0T* x, __global SOT* y, const int n,
                     const float alpha, const float beta, const long ilo, const long ihi) {
     const int i = get_global_id(0);
     if (i < n) {
-        const T0 v = x[i];
-        y[i] = (TO)(UN(v));
+        const T0 v = ST_LD(H0, x, i);
+        ST_ST(HO, y, i, (TO)(UN(v)));
     }
 }
 
 /* Equal shapes: no index math, one element per work-item (pocl vectorises across work-items). */
-__kernel void binary_flat(__global const T0* a, __global const T1* b, __global TO* c, const int n) {
+__kernel void binary_flat(__global const S0T* a, __global const S1T* b, __global SOT* c, const int n) {
     const int i = get_global_id(0);
     if (i < n) {
-        const T0 va = a[i];
-        const T1 vb = b[i];
-        c[i] = (TO)(BIN(va, vb));
+        const T0 va = ST_LD(H0, a, i);
+        const T1 vb = ST_LD(H1, b, i);
+        ST_ST(HO, c, i, (TO)(BIN(va, vb)));
     }
 }
 
 /* Broadcast, one division per dim per element (bcast_index.h); meta = dims, strides of a, of b. */
-__kernel void binary_bcast(__global const T0* a, __global const T1* b, __global TO* c, const int n,
+__kernel void binary_bcast(__global const S0T* a, __global const S1T* b, __global SOT* c, const int n,
                            __global const int* restrict meta) {
     const int i = get_global_id(0);
     if (i >= n) return;
     int o[2];
     bcast_offsets(i, meta, RANK, 2, o);
-    const T0 va = a[o[0]];
-    const T1 vb = b[o[1]];
-    c[i] = (TO)(BIN(va, vb));
+    const T0 va = ST_LD(H0, a, o[0]);
+    const T1 vb = ST_LD(H1, b, o[1]);
+    ST_ST(HO, c, i, (TO)(BIN(va, vb)));
 }
 
 /* Broadcast by rows of the last dim (the row layout of bcast_index.h): no division per element,
  * ROW_VEC elements of one row per work-item. */
-__kernel void binary_bcast_rows(__global const T0* restrict a, __global const T1* restrict b,
-                                __global TO* restrict c, const int inner, const int rows,
+__kernel void binary_bcast_rows(__global const S0T* restrict a, __global const S1T* restrict b,
+                                __global SOT* restrict c, const int inner, const int rows,
                                 __global const int* restrict rowoff, __global const int* restrict last) {
     const int j0 = get_global_id(0) * ROW_VEC;
     const int row = get_global_id(1);
     if (j0 >= inner || row >= rows) return;
-    const __global T0* restrict pa = a + rowoff[2 * row];
-    const __global T1* restrict pb = b + rowoff[2 * row + 1];
-    __global TO* restrict pc = c + (long)row * inner;
-    ROW_LOOP(j0, inner, pc[j] = (TO)(BIN(pa[ROW_STEP(0, j)], pb[ROW_STEP(1, j)])));
+    const __global S0T* restrict pa = a + rowoff[2 * row];
+    const __global S1T* restrict pb = b + rowoff[2 * row + 1];
+    __global SOT* restrict pc = c + (long)row * inner;
+    ROW_LOOP(j0, inner, ST_ST(HO, pc, j, (TO)(BIN((T0)ST_LD(H0, pa, ROW_STEP(0, j)), (T1)ST_LD(H1, pb, ROW_STEP(1, j))))));
 }
 
-__kernel void ternary_bcast(__global const T0* a, __global const T1* b, __global const T2* c,
-                            __global TO* out, const int n, __global const int* restrict meta) {
+__kernel void ternary_bcast(__global const S0T* a, __global const S1T* b, __global const S2T* c,
+                            __global SOT* out, const int n, __global const int* restrict meta) {
     const int i = get_global_id(0);
     if (i >= n) return;
     int o[3];
     bcast_offsets(i, meta, RANK, 3, o);
-    const T0 va = a[o[0]];
-    const T1 vb = b[o[1]];
-    const T2 vc = c[o[2]];
-    out[i] = (TO)(TER(va, vb, vc));
+    const T0 va = ST_LD(H0, a, o[0]);
+    const T1 vb = ST_LD(H1, b, o[1]);
+    const T2 vc = ST_LD(H2, c, o[2]);
+    ST_ST(HO, out, i, (TO)(TER(va, vb, vc)));
 }
 
 /* Casts from/to float16 storage (half arithmetic is optional in OpenCL; these builtins are core). */

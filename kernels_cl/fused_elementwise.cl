@@ -4,6 +4,7 @@
  * Defines:
  *   EXPR   the expression, nested macro calls over X0..X{NIN-1}, e.g. MUL(X0,SIGMOID(X0))
  *   NIN    number of inputs (1..4); scalar constants are literals LIT(bits) of EXPR
+ *   H0..H3, HY  1: that input / the output is stored as half (storage.h), computed as float
  * fused_flat: every input has the output's shape or is a single value (Sk = 1: input k is
  *   read at 0, e.g. GELU's constants), so there is no index arithmetic.
  * fused_rows: the row layout of bcast_index.h (row offsets from the host, no division per element).
@@ -32,45 +33,65 @@
 #ifndef S3
 #define S3 0
 #endif
+#ifndef H0
+#define H0 0
+#endif
+#ifndef H1
+#define H1 0
+#endif
+#ifndef H2
+#define H2 0
+#endif
+#ifndef H3
+#define H3 0
+#endif
+#ifndef HY
+#define HY 0
+#endif
+#include "storage.h"
+#define X0T ST_T(H0)
+#define X1T ST_T(H1)
+#define X2T ST_T(H2)
+#define X3T ST_T(H3)
+#define YT ST_T(HY)
 
-
-typedef float16 fe_f16u __attribute__((aligned(4)));
 
 /* 16 elements per work-item as float16 vectors (a partial last run through private arrays).
  * Measured on pocl (AVX-512): x * Sigmoid(x) over 128x40x40 124 -> 43 us, an erf Gelu over
  * 256x3072 776 -> 157 us (one element per work-item before; onnxruntime 38 and 182 us). */
-__kernel void fused_flat(__global const float* restrict x0, __global const float* restrict x1,
-                         __global const float* restrict x2, __global const float* restrict x3,
-                         __global float* restrict y, const int n) {
+__kernel void fused_flat(__global const X0T* restrict x0, __global const X1T* restrict x1,
+                         __global const X2T* restrict x2, __global const X3T* restrict x3,
+                         __global YT* restrict y, const int n) {
     const int i0 = get_global_id(0) * 16;
     if (i0 >= n) return;
     if (i0 + 16 <= n) {
-        const float16 X0 = S0 ? (float16)x0[0] : *(const __global fe_f16u*)(x0 + i0);
+        const float16 X0 = S0 ? (float16)ST_LD(H0, x0, 0) : ST_LDV(H0, 16, x0 + i0);
 #if NIN > 1
-        const float16 X1 = S1 ? (float16)x1[0] : *(const __global fe_f16u*)(x1 + i0);
+        const float16 X1 = S1 ? (float16)ST_LD(H1, x1, 0) : ST_LDV(H1, 16, x1 + i0);
 #endif
 #if NIN > 2
-        const float16 X2 = S2 ? (float16)x2[0] : *(const __global fe_f16u*)(x2 + i0);
+        const float16 X2 = S2 ? (float16)ST_LD(H2, x2, 0) : ST_LDV(H2, 16, x2 + i0);
 #endif
 #if NIN > 3
-        const float16 X3 = S3 ? (float16)x3[0] : *(const __global fe_f16u*)(x3 + i0);
+        const float16 X3 = S3 ? (float16)ST_LD(H3, x3, 0) : ST_LDV(H3, 16, x3 + i0);
 #endif
-        *(__global fe_f16u*)(y + i0) = EXPR;
+        const float16 y_ = EXPR;
+        ST_STV(HY, 16, y + i0, y_);
         return;
     }
     const int nj = n - i0;
     float t[4][16] __attribute__((aligned(64)));
     for (int j = 0; j < 16; ++j) {
         const int i = j < nj ? i0 + j : i0;
-        t[0][j] = x0[S0 ? 0 : i];
+        t[0][j] = ST_LD(H0, x0, S0 ? 0 : i);
 #if NIN > 1
-        t[1][j] = x1[S1 ? 0 : i];
+        t[1][j] = ST_LD(H1, x1, S1 ? 0 : i);
 #endif
 #if NIN > 2
-        t[2][j] = x2[S2 ? 0 : i];
+        t[2][j] = ST_LD(H2, x2, S2 ? 0 : i);
 #endif
 #if NIN > 3
-        t[3][j] = x3[S3 ? 0 : i];
+        t[3][j] = ST_LD(H3, x3, S3 ? 0 : i);
 #endif
     }
     const float16 X0 = *(const float16*)t[0];
@@ -85,7 +106,7 @@ __kernel void fused_flat(__global const float* restrict x0, __global const float
 #endif
     *(float16*)t[0] = EXPR;
     for (int j = 0; j < nj; ++j)
-        y[i0 + j] = t[0][j];
+        ST_ST(HY, y, i0 + j, t[0][j]);
 }
 
 /* EXPR of one element (inlined; the inputs past NIN are unused). */
@@ -95,53 +116,53 @@ inline float fused_at(const float X0, const float X1, const float X2, const floa
 
 /* EXPR at element j of the rows (X<k> read through p<k>). */
 #if NIN == 1
-#define FUSED_ROW_EXPR(j) fused_at(p0[ROW_STEP(0, j)], 0.0f, 0.0f, 0.0f)
+#define FUSED_ROW_EXPR(j) fused_at(ST_LD(H0, p0, ROW_STEP(0, j)), 0.0f, 0.0f, 0.0f)
 #elif NIN == 2
-#define FUSED_ROW_EXPR(j) fused_at(p0[ROW_STEP(0, j)], p1[ROW_STEP(1, j)], 0.0f, 0.0f)
+#define FUSED_ROW_EXPR(j) fused_at(ST_LD(H0, p0, ROW_STEP(0, j)), ST_LD(H1, p1, ROW_STEP(1, j)), 0.0f, 0.0f)
 #elif NIN == 3
-#define FUSED_ROW_EXPR(j) fused_at(p0[ROW_STEP(0, j)], p1[ROW_STEP(1, j)], p2[ROW_STEP(2, j)], 0.0f)
+#define FUSED_ROW_EXPR(j) fused_at(ST_LD(H0, p0, ROW_STEP(0, j)), ST_LD(H1, p1, ROW_STEP(1, j)), ST_LD(H2, p2, ROW_STEP(2, j)), 0.0f)
 #else
-#define FUSED_ROW_EXPR(j) fused_at(p0[ROW_STEP(0, j)], p1[ROW_STEP(1, j)], p2[ROW_STEP(2, j)], p3[ROW_STEP(3, j)])
+#define FUSED_ROW_EXPR(j) fused_at(ST_LD(H0, p0, ROW_STEP(0, j)), ST_LD(H1, p1, ROW_STEP(1, j)), ST_LD(H2, p2, ROW_STEP(2, j)), ST_LD(H3, p3, ROW_STEP(3, j)))
 #endif
 
-__kernel void fused_rows(__global const float* restrict x0, __global const float* restrict x1,
-                         __global const float* restrict x2, __global const float* restrict x3,
-                         __global float* restrict y, const int inner, const int rows,
+__kernel void fused_rows(__global const X0T* restrict x0, __global const X1T* restrict x1,
+                         __global const X2T* restrict x2, __global const X3T* restrict x3,
+                         __global YT* restrict y, const int inner, const int rows,
                          __global const int* restrict rowoff, __global const int* restrict last) {
     const int j0 = get_global_id(0) * ROW_VEC;
     const int row = get_global_id(1);
     if (j0 >= inner || row >= rows) return;
     const __global int* ro = rowoff + row * NIN;
-    const __global float* restrict p0 = x0 + ro[0];
+    const __global X0T* restrict p0 = x0 + ro[0];
 #if NIN > 1
-    const __global float* restrict p1 = x1 + ro[1];
+    const __global X1T* restrict p1 = x1 + ro[1];
 #endif
 #if NIN > 2
-    const __global float* restrict p2 = x2 + ro[2];
+    const __global X2T* restrict p2 = x2 + ro[2];
 #endif
 #if NIN > 3
-    const __global float* restrict p3 = x3 + ro[3];
+    const __global X3T* restrict p3 = x3 + ro[3];
 #endif
-    __global float* restrict py = y + (long)row * inner;
-    ROW_LOOP(j0, inner, py[j] = FUSED_ROW_EXPR(j));
+    __global YT* restrict py = y + (long)row * inner;
+    ROW_LOOP(j0, inner, ST_ST(HY, py, j, FUSED_ROW_EXPR(j)));
 }
 
-__kernel void fused_bcast(__global const float* x0, __global const float* x1, __global const float* x2,
-                          __global const float* x3, __global float* y, const int n,
+__kernel void fused_bcast(__global const X0T* x0, __global const X1T* x1, __global const X2T* x2,
+                          __global const X3T* x3, __global YT* y, const int n,
                           __global const int* restrict meta) {
     const int i = get_global_id(0);
     if (i >= n) return;
     int o[NIN];
     bcast_offsets(i, meta, RANK, NIN, o);
-    const float X0 = x0[o[0]];
+    const float X0 = ST_LD(H0, x0, o[0]);
 #if NIN > 1
-    const float X1 = x1[o[1]];
+    const float X1 = ST_LD(H1, x1, o[1]);
 #endif
 #if NIN > 2
-    const float X2 = x2[o[2]];
+    const float X2 = ST_LD(H2, x2, o[2]);
 #endif
 #if NIN > 3
-    const float X3 = x3[o[3]];
+    const float X3 = ST_LD(H3, x3, o[3]);
 #endif
-    y[i] = EXPR;
+    ST_ST(HY, y, i, EXPR);
 }

@@ -5,7 +5,8 @@ anything else is broadcast through `*_bcast_rows` (host row offsets) or `*_bcast
 collapsing the index space (lower/index_space.py) so that common cases (bias per channel,
 scalar operand) need rank 1-3 index math. Shapes and strides travel in a small int32 ConstBuf,
 never in defines. The float32 unary ops and Pow by 2, 3, -1 run as fused_elementwise.cl vector
-expressions (lower/fused.py); narrow-type casts as tables (lower/castlut.py).
+expressions (lower/fused.py); narrow-type casts as tables (lower/castlut.py). A float16 operand of
+the float ops is half storage (SessionOptions.precision, kernels_cl/storage.h): computed in float.
 """
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ import numpy as np
 from ..dtypes import cl_type
 from ..ir import Graph, Node
 from ..target import Target
-from .base import Launch, LowerCtx, device_op, f32, i32, i64
+from .base import HalfIO, Launch, LowerCtx, device_op, f32, i32, i64
 from .castlut import is_narrow, lower_narrow_cast, supports_narrow_cast
-from .common import BOOL, INT32_MAX, INTS, SIGNED, check_dtypes, check_int32_sizes, dtype_of, floats, numeric, work_size
+from .common import (BOOL, F16, F32, INT32_MAX, INTS, SIGNED, check_dtypes, check_int32_sizes, dtype_of, floats,
+                     numeric, work_size)
 from .fused import flat_launch
 from .index_space import collapse, meta_table, row_layout
 
@@ -28,10 +30,20 @@ log = logging.getLogger(__name__)
 _BOOL = {BOOL}
 
 
+def _arith(dt: np.dtype) -> str:
+    """The C type an operand is computed in: float for half storage (storage.h), else its own."""
+    return "float" if np.dtype(dt) == F16 else cl_type(dt)
+
+
 def _defines(op: str, types: Sequence[np.dtype], out: np.dtype, **extra) -> dict:
-    d = {f"OP_{op}": None, "TO": cl_type(out)}
+    """T<k>/TO (computed types), H<k>/HO (half storage), OP_<op>, IS_INT, USE_FP64."""
+    d = {f"OP_{op}": None, "TO": _arith(out)}
+    if np.dtype(out) == F16:
+        d["HO"] = 1
     for k, t in enumerate(types):
-        d[f"T{k}"] = cl_type(t)
+        d[f"T{k}"] = _arith(t)
+        if np.dtype(t) == F16:
+            d[f"H{k}"] = 1
     if np.dtype(types[0]) in INTS or np.dtype(types[0]) in _BOOL:
         d["IS_INT"] = None
     if any(np.dtype(t) == np.float64 for t in list(types) + [out]):
@@ -92,14 +104,19 @@ _UNARY_PARAMS = {"LeakyRelu": (("alpha", 0.01), None), "Elu": (("alpha", 1.0), N
                  "Swish": (("alpha", 1.0), None)}
 
 
+def _stored(target: Target) -> set:
+    """The float dtypes the float ops take: those computed natively, and half storage."""
+    return floats(target) | {F16}
+
+
 def _supports_unary_float(node: Node, graph: Graph, target: Target) -> Optional[str]:
     if node.op_type == "Shrink":
-        return check_dtypes(node, graph, floats(target) | SIGNED)
-    return check_dtypes(node, graph, floats(target))
+        return check_dtypes(node, graph, _stored(target) | SIGNED)
+    return check_dtypes(node, graph, _stored(target))
 
 
 def _supports_unary_numeric(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return check_dtypes(node, graph, floats(target) | SIGNED)
+    return check_dtypes(node, graph, _stored(target) | SIGNED)
 
 
 # float32 unary ops that run as fused_elementwise.cl's vector expression (its macro per op)
@@ -107,8 +124,11 @@ _VECTOR_UNARY = {"Relu": "RELU", "Sigmoid": "SIGMOID", "Tanh": "TANH", "Exp": "E
                  "Abs": "ABS", "Neg": "NEG", "Sqrt": "SQRT", "Reciprocal": "RECIP", "Erf": "ERF"}
 
 
-@device_op(*_UNARY_FLOAT, supports=_supports_unary_float)
-@device_op(*_UNARY_NUMERIC, supports=_supports_unary_numeric)
+_HALF_UNARY = HalfIO((0,), (0,))
+
+
+@device_op(*_UNARY_FLOAT, supports=_supports_unary_float, half=_HALF_UNARY)
+@device_op(*_UNARY_NUMERIC, supports=_supports_unary_numeric, half=_HALF_UNARY)
 def lower_unary(ctx: LowerCtx) -> list:
     """Float math (and sign-like ops on signed ints), one element per work-item; the float32 ops of
     _VECTOR_UNARY 16 at a time as vectors through fused_elementwise.cl."""
@@ -124,12 +144,12 @@ def lower_unary(ctx: LowerCtx) -> list:
     for k, p in enumerate(_UNARY_PARAMS.get(op_type, (None, None))):
         if p is not None:
             params[k] = float(ctx.attr(p[0], p[1]))
-    dt = np.dtype(ctx.inputs[0].dtype)
-    if dt == np.float32 and op_type in _VECTOR_UNARY and out.size <= INT32_MAX:
+    dt, dt_out = np.dtype(ctx.inputs[0].dtype), np.dtype(out.dtype)
+    if {dt, dt_out} <= {F32, F16} and op_type in _VECTOR_UNARY and out.size <= INT32_MAX:
         # the fused kernel's 16-element vectors: one vector exp/tanh instead of 16 scalar calls
         # (pocl, AVX-512: Sigmoid over 128x40x40 184 -> 40 us; 256x1024 Tanh 330 -> 96, Exp 130 -> 41)
         return [flat_launch(ctx, [ctx.buf(0)] * 4, out.size, {"EXPR": f"{_VECTOR_UNARY[op_type]}(X0)", "NIN": 1})]
-    return [unary_launch(ctx, op, ctx.buf(0), ctx.out(0), out.size, dt, dt, params[0], params[1])]
+    return [unary_launch(ctx, op, ctx.buf(0), ctx.out(0), out.size, dt, dt_out, params[0], params[1])]
 
 
 def _supports_not(node: Node, graph: Graph, target: Target) -> Optional[str]:
@@ -211,18 +231,19 @@ def lower_cast(ctx: LowerCtx) -> list:
 
 # --- Clip ----------------------------------------------------------------------------------------
 def _supports_clip(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return check_dtypes(node, graph, numeric(target))
+    return check_dtypes(node, graph, numeric(target) | {F16}, [0]) or check_dtypes(node, graph, numeric(target), [1, 2])
 
 
-@device_op("Clip", supports=_supports_clip)
+@device_op("Clip", supports=_supports_clip, half=HalfIO((0,), (0,)))
 def lower_clip(ctx: LowerCtx) -> list:
     """Constant bounds become scalar arguments; run-time bounds use the ternary kernel."""
     out = ctx.outputs[0]
     if out.size == 0:
         return []
     check_int32_sizes(ctx)
-    dt = np.dtype(ctx.inputs[0].dtype)
+    dt, dt_out = np.dtype(ctx.inputs[0].dtype), np.dtype(out.dtype)
     is_float = dt.kind == "f"
+    bound_dt = F32 if dt == F16 else dt  # the bounds stay float32 (HalfIO: input 0 only)
     if is_float:
         lo_d, hi_d = -np.inf, np.inf
     else:
@@ -242,17 +263,19 @@ def lower_clip(ctx: LowerCtx) -> list:
     if consts[0] is not None and consts[1] is not None:
         lo, hi = consts
         if is_float:
-            return [unary_launch(ctx, "CLIP", ctx.buf(0), ctx.out(0), out.size, dt, dt, float(lo), float(hi))]
-        return [unary_launch(ctx, "CLIP", ctx.buf(0), ctx.out(0), out.size, dt, dt, ilo=int(lo), ihi=int(hi))]
-    args, shapes = [ctx.buf(0)], [ctx.inputs[0].shape]
+            return [unary_launch(ctx, "CLIP", ctx.buf(0), ctx.out(0), out.size, dt, dt_out, float(lo), float(hi))]
+        return [unary_launch(ctx, "CLIP", ctx.buf(0), ctx.out(0), out.size, dt, dt_out, ilo=int(lo), ihi=int(hi))]
+    args, shapes, dts = [ctx.buf(0)], [ctx.inputs[0].shape], [dt]
     for i, d in ((1, lo_d), (2, hi_d)):
         if ctx.has_input(i):
             args.append(ctx.buf(i))
             shapes.append(ctx.inputs[i].shape)
+            dts.append(np.dtype(ctx.inputs[i].dtype))
         else:
-            args.append(ctx.const_buffer(np.array([d], dtype=dt)))
+            args.append(ctx.const_buffer(np.array([d], dtype=bound_dt)))
             shapes.append(())
-    return [ternary_launch(ctx, "CLIP3", args, shapes, ctx.out(0), out.shape, [dt, dt, dt], dt)]
+            dts.append(bound_dt)
+    return [ternary_launch(ctx, "CLIP3", args, shapes, ctx.out(0), out.shape, dts, dt_out)]
 
 
 # --- binary & variadic ---------------------------------------------------------------------------
@@ -278,7 +301,7 @@ def _pow_expr(ctx: LowerCtx, ta, tb, out) -> Optional[str]:
 def _supports_binary(node: Node, graph: Graph, target: Target) -> Optional[str]:
     op = node.op_type
     if op == "Pow":
-        return check_dtypes(node, graph, numeric(target), [0]) or check_dtypes(node, graph, numeric(target), [1])
+        return check_dtypes(node, graph, numeric(target) | {F16}, [0]) or check_dtypes(node, graph, numeric(target), [1])
     if op in ("BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor"):
         return check_dtypes(node, graph, INTS)
     if op in ("And", "Or", "Xor"):
@@ -288,11 +311,20 @@ def _supports_binary(node: Node, graph: Graph, target: Target) -> Optional[str]:
     if op == "PRelu" and graph.opset(node.domain) < 7:
         return "PRelu before opset 7 broadcasts the slope per channel; it runs on the host"
     if op in ("PRelu", "Mean"):
-        return check_dtypes(node, graph, floats(target))
-    return check_dtypes(node, graph, numeric(target))
+        return check_dtypes(node, graph, _stored(target))
+    return check_dtypes(node, graph, numeric(target) | {F16})
 
 
-@device_op(*_BINARY, *_VARIADIC, supports=_supports_binary)
+# The float arithmetic (and comparisons, whose bool output is not float) on half storage: each
+# operand read as it is stored, any mix of float32 and half (Pow: the base only).
+_HALF_BINARY = ("Add", "Sub", "Mul", "Div", "PRelu", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual")
+_HALF_VARIADIC = HalfIO(tuple(range(64)), (0,))
+
+
+@device_op(*_HALF_BINARY, supports=_supports_binary, half=HalfIO((0, 1), (0,)))
+@device_op("Pow", supports=_supports_binary, half=HalfIO((0,), (0,)))
+@device_op(*_VARIADIC, supports=_supports_binary, half=_HALF_VARIADIC)
+@device_op(*_BINARY, supports=_supports_binary)
 def lower_binary(ctx: LowerCtx) -> list:
     """Binary ops directly; variadic ones as a chain accumulating into the output buffer."""
     out = ctx.outputs[0]
@@ -319,7 +351,7 @@ def lower_binary(ctx: LowerCtx) -> list:
     launches = []
     if len(ins) == 1:
         (a, ta), = ins
-        launches.append(unary_launch(ctx, "COPY", a, ctx.out(0), out.size, dt, dt))
+        launches.append(unary_launch(ctx, "COPY", a, ctx.out(0), out.size, ta.dtype, dt))
     else:
         # a chain of binary launches; with 3+ inputs the partial results alternate between a
         # scratch buffer and the output so that no launch reads the buffer it writes (the
@@ -329,11 +361,11 @@ def lower_binary(ctx: LowerCtx) -> list:
         bufs = [ctx.out(0), tmp]
         k = len(ins) - 2  # launches after the first
         dst = bufs[k % 2]
-        launches.append(binary_launch(ctx, op, a, b, dst, ta.shape, tb.shape, out.shape, dt, dt, dt))
+        launches.append(binary_launch(ctx, op, a, b, dst, ta.shape, tb.shape, out.shape, ta.dtype, tb.dtype, dt))
         for c, tc in ins[2:]:
             k -= 1
             nxt = bufs[k % 2]
-            launches.append(binary_launch(ctx, op, dst, c, nxt, out.shape, tc.shape, out.shape, dt, dt, dt))
+            launches.append(binary_launch(ctx, op, dst, c, nxt, out.shape, tc.shape, out.shape, dt, tc.dtype, dt))
             dst = nxt
     if op_type == "Mean" and len(ins) > 1:
         launches.append(unary_launch(ctx, "SCALE", ctx.out(0), ctx.out(0), out.size, dt, dt, 1.0 / len(ins)))
@@ -342,10 +374,10 @@ def lower_binary(ctx: LowerCtx) -> list:
 
 # --- Where ---------------------------------------------------------------------------------------
 def _supports_where(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return check_dtypes(node, graph, _BOOL, [0]) or check_dtypes(node, graph, numeric(target) | _BOOL, [1, 2])
+    return check_dtypes(node, graph, _BOOL, [0]) or check_dtypes(node, graph, numeric(target) | _BOOL | {F16}, [1, 2])
 
 
-@device_op("Where", supports=_supports_where)
+@device_op("Where", supports=_supports_where, half=HalfIO((1, 2), (0,)))
 def lower_where(ctx: LowerCtx) -> list:
     out = ctx.outputs[0]
     if out.size == 0:
@@ -354,4 +386,4 @@ def lower_where(ctx: LowerCtx) -> list:
     dt = np.dtype(out.dtype)
     return [ternary_launch(ctx, "WHERE", [ctx.buf(0), ctx.buf(1), ctx.buf(2)],
                            [t.shape for t in ctx.inputs[:3]], ctx.out(0), out.shape,
-                           [np.dtype(np.bool_), dt, dt], dt)]
+                           [np.dtype(np.bool_), ctx.inputs[1].dtype, ctx.inputs[2].dtype], dt)]

@@ -1,5 +1,7 @@
 """clglow.FusedElementwise (from passes/fuse_elementwise.py): one launch for a tree of float32
-elementwise ops, the expression passed to kernels_cl/fused_elementwise.cl as the EXPR define."""
+elementwise ops, the expression passed to kernels_cl/fused_elementwise.cl as the EXPR define.
+Inputs and output may be stored as half (SessionOptions.precision, H<k>/HY defines); the
+expression is computed in float32 either way."""
 from __future__ import annotations
 
 import re
@@ -10,8 +12,8 @@ import numpy as np
 from ..errors import InvalidModel
 from ..ir import Graph, Node
 from ..target import Target
-from .base import Launch, LowerCtx, device_op, i32
-from .common import INT32_MAX, float32_only, work_size
+from .base import HalfIO, Launch, LowerCtx, device_op, i32
+from .common import F16, F32, INT32_MAX, check_dtypes, work_size
 from .index_space import collapse, meta_table, row_layout
 
 _MACROS = {"RELU", "SIGMOID", "TANH", "EXP", "LOG", "ABS", "NEG", "SQRT", "RECIP", "ERF",
@@ -47,7 +49,7 @@ def check_expr(expr: object, n_inputs: int) -> Optional[str]:
 
 
 def supports_fused(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    why = float32_only(node, graph)
+    why = check_dtypes(node, graph, {F32, F16}, outputs=True)
     if why:
         return why
     if not 1 <= len(node.inputs) <= 4 or not all(node.inputs):
@@ -55,13 +57,23 @@ def supports_fused(node: Node, graph: Graph, target: Target) -> Optional[str]:
     return check_expr(node.attrs.get("expr"), len(node.inputs))
 
 
+def half_defines(ctx: LowerCtx, nin: int) -> dict:
+    """H<k> / HY for the node's first `nin` inputs and its output stored as half."""
+    d = {f"H{k}": 1 for k in range(nin) if ctx.inputs[k] is not None and ctx.inputs[k].dtype == F16}
+    if ctx.outputs[0].dtype == F16:
+        d["HY"] = 1
+    return d
+
+
 def flat_launch(ctx: LowerCtx, bufs: list, n: int, defines: dict) -> Launch:
-    """fused_flat over n elements, 16 per work-item (bufs: the four input slots)."""
+    """fused_flat over n elements, 16 per work-item (bufs: the four input slots, the first NIN
+    of them the node's first inputs)."""
     g, l = work_size(ctx, -(-n // 16), cap=32)
+    defines = {**defines, **half_defines(ctx, int(defines.get("NIN", 1)))}
     return Launch("fused_elementwise", "fused_flat", g, bufs + [ctx.out(0), i32(n)], l, defines, ctx.label())
 
 
-@device_op("FusedElementwise", domain="clglow", supports=supports_fused)
+@device_op("FusedElementwise", domain="clglow", supports=supports_fused, half=HalfIO((0, 1, 2, 3), (0,)))
 def lower_fused(ctx: LowerCtx) -> list:
     expr = ctx.attr("expr")
     why = check_expr(expr, len(ctx.inputs))
@@ -82,6 +94,7 @@ def lower_fused(ctx: LowerCtx) -> list:
             if s != tuple(out.shape):
                 defines[f"S{k}"] = 1
         return [flat_launch(ctx, bufs, n, defines)]
+    defines.update(half_defines(ctx, nin))
     dims, strides = collapse(out.shape, shapes)
     rl = row_layout(ctx.device, dims, strides)
     if rl is not None:

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..ir import Graph, Node
 from ..target import Target
-from .base import Launch, LowerCtx, device_op, i32, view_op
+from .base import HalfIO, Launch, LowerCtx, device_op, i32, view_op
 from .common import STORAGE_CL, attr_str, check_int32_sizes, dtype_of, fill_bits, grid, storage_type, work_size
 from .index_space import ROW_GROUP, ROW_VEC, collapse, collapse_copy, contiguous_strides, row_layout
 from .parts import parts_launch
@@ -50,6 +50,11 @@ def copy_launches(ctx: LowerCtx, src, dst, dtype: np.dtype, dims: Sequence[int],
                    {"T": storage_type(dtype), "RANK": len(d)}, ctx.label())]
 
 
+# Moves copy bits: each output is stored as the data input is, half or float (and Concat's
+# inputs all so: passes/precision.py casts the others).
+MOVES_HALF = HalfIO((0,), tuple(range(64)), follows=0)
+
+
 def supports_movable(node: Node, graph: Graph, target: Target) -> Optional[str]:
     """supports() of the ops that only move bits: input 0 and the outputs are bool, integer or
     float tensors of 1, 2, 4 or 8 bytes (the storage types)."""
@@ -61,7 +66,7 @@ def supports_movable(node: Node, graph: Graph, target: Target) -> Optional[str]:
 
 
 # --- Transpose -----------------------------------------------------------------------------------
-@device_op("Transpose", supports=supports_movable)
+@device_op("Transpose", supports=supports_movable, half=MOVES_HALF)
 def lower_transpose(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
@@ -75,7 +80,7 @@ def lower_transpose(ctx: LowerCtx) -> list:
 
 
 # --- Concat / Split ------------------------------------------------------------------------------
-@device_op("Concat", supports=supports_movable)
+@device_op("Concat", supports=supports_movable, half=HalfIO(tuple(range(1024)), (0,), follows=0))
 def lower_concat(ctx: LowerCtx) -> list:
     out = ctx.outputs[0]
     if out.size == 0:
@@ -105,7 +110,7 @@ def _supports_split(node: Node, graph: Graph, target: Target) -> Optional[str]:
     return supports_movable(node, graph, target)
 
 
-@device_op("Split", supports=_supports_split)
+@device_op("Split", supports=_supports_split, half=MOVES_HALF)
 def lower_split(ctx: LowerCtx) -> list:
     """Output sizes come from the concrete output shapes, so `split` needs no parsing."""
     x = ctx.inputs[0]
@@ -156,7 +161,7 @@ def _supports_slice(node: Node, graph: Graph, target: Target) -> Optional[str]:
     return supports_movable(node, graph, target)
 
 
-@device_op("Slice", supports=_supports_slice)
+@device_op("Slice", supports=_supports_slice, half=MOVES_HALF)
 def lower_slice(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
@@ -183,7 +188,7 @@ def lower_slice(ctx: LowerCtx) -> list:
 
 
 # --- Expand / Tile -------------------------------------------------------------------------------
-@device_op("Expand", supports=supports_movable)
+@device_op("Expand", supports=supports_movable, half=MOVES_HALF)
 def lower_expand(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
@@ -193,7 +198,7 @@ def lower_expand(ctx: LowerCtx) -> list:
     return copy_launches(ctx, ctx.buf(0), ctx.out(0), x.dtype, dims, st, contiguous_strides(dims))
 
 
-@device_op("Tile", supports=supports_movable)
+@device_op("Tile", supports=supports_movable, half=MOVES_HALF)
 def lower_tile(ctx: LowerCtx) -> list:
     """Tile as a broadcast over interleaved (repeat, dim) pairs; repeats come from the output shape."""
     x, out = ctx.inputs[0], ctx.outputs[0]
@@ -240,7 +245,7 @@ def _supports_pad(node: Node, graph: Graph, target: Target) -> Optional[str]:
     return supports_movable(node, graph, target)
 
 
-@device_op("Pad", supports=_supports_pad)
+@device_op("Pad", supports=_supports_pad, half=MOVES_HALF)
 def lower_pad(ctx: LowerCtx) -> list:
     """Fill the output with the pad value, then copy the (possibly cropped) input into it."""
     x, out = ctx.inputs[0], ctx.outputs[0]
@@ -295,7 +300,7 @@ def _supports_gather(node: Node, graph: Graph, target: Target) -> Optional[str]:
     return supports_movable(node, graph, target)
 
 
-@device_op("Gather", supports=_supports_gather)
+@device_op("Gather", supports=_supports_gather, half=MOVES_HALF)
 def lower_gather(ctx: LowerCtx) -> list:
     x, ind, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
     if out.size == 0:
