@@ -105,8 +105,13 @@ def lower_qbinary(ctx: LowerCtx) -> list:
     else:
         ra, rb = np.float32(a_s / c_s), np.float32(b_s / c_s)
     params = [ra, rb, _i(ctx, 2), _i(ctx, 5), _f(ctx, 7)]
-    if tuple(a.shape) == tuple(out.shape) and tuple(b.shape) == tuple(out.shape):
+    same_a, same_b = tuple(a.shape) == tuple(out.shape), tuple(b.shape) == tuple(out.shape)
+    if (same_a or a.size == 1) and (same_b or b.size == 1):  # elementwise, or against one element
         defines["FLAT"] = None
+        if not same_a:
+            defines["SCALAR_A"] = None
+        elif not same_b:
+            defines["SCALAR_B"] = None
         meta: Arg = ctx.const_buffer(np.zeros(1, np.int32), key="qbinary:nometa")
     else:
         dims, strides = collapse(out.shape, [a.shape, b.shape])

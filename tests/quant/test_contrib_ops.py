@@ -68,7 +68,7 @@ DTYPES = [np.uint8, np.int8]
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
 @pytest.mark.parametrize("shapes", [((2, 3, 4, 5), (2, 3, 4, 5)), ((2, 3, 4, 5), (1, 3, 1, 5)), ((3, 1, 7), (6, 1)),
-                                    ((4, 9), ()),  # per-element broadcast offsets (rows too short for groups)
+                                    ((4, 9), ()), ((1,), (3, 5, 64)), ((128, 64), (1, 1)),  # one element: FLAT + SCALAR_*
                                     ((1, 16, 4, 16), (1, 16, 1, 1)), ((16, 1), (2, 16, 48)),  # qbinary_rows
                                     ((2, 8, 32), (32,)), ((1, 8, 7, 7), (1, 8, 1, 1))])  # rows of 49: ROW_DIV
 def test_qlinear_binary(op, dtype, shapes):
