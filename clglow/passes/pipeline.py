@@ -10,6 +10,7 @@ from .dead_code import remove_dead_nodes
 from .fold_constants import fold_constants
 from .fuse_conv import fuse_conv
 from .fuse_attention import fuse_attention
+from .fuse_channel_shuffle import fuse_channel_shuffle
 from .fuse_elementwise import fuse_elementwise
 from .fuse_layernorm import fuse_layernorm
 from .fuse_matmul import fold_transposes, fuse_matmul
@@ -31,6 +32,7 @@ PIPELINE: list[Callable[[Graph], Graph]] = [
     remove_dead_nodes,
     fold_batchnorm,
     fuse_conv,
+    fuse_channel_shuffle,  # ShuffleNet's Concat -> Reshape -> Transpose -> Reshape (-> halves): one launch
     gemm_to_matmul,  # before fuse_matmul, which fuses the bias, residual and activation
     fuse_matmul,
     fold_transposes,
