@@ -91,9 +91,6 @@ def infer_node(node: Node, graph: Graph) -> dict:
     if (domain, op_type) == ("clglow", "ChannelShuffle"):  # its rule lives with the pass that makes it
         from .passes.fuse_channel_shuffle import output_shape as shuffle_shape
         return shuffle_shape(node, graph)
-    if (domain, op_type) == ("clglow", "ChannelShuffle"):  # its rule lives with the pass that makes it
-        from .passes.fuse_channel_shuffle import output_shape as shuffle_shape
-        return shuffle_shape(node, graph)
     if domain == contrib_ops.DOMAIN:  # onnx has no schemas for onnxruntime's contrib ops
         return contrib_ops.infer(node, graph)
     proto_node = node
