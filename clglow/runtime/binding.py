@@ -130,6 +130,11 @@ class WeightCache:
             self._keep.clear()
 
 
+# A run's device work starts once this many launches are enqueued (executor._Run.gate): a backlog
+# that keeps the device busy while the host enqueues the rest (~2-4 us a launch on pocl), so its
+# threads never idle and wake per launch; a model of fewer launches is enqueued whole first.
+GATE_LAUNCHES = 48
+
 # --- the bound plan --------------------------------------------------------------------------------
 @dataclass
 class KernelStep:
@@ -176,6 +181,7 @@ class Plan:
     host_binds: dict = field(default_factory=dict)
     bound_to_host: set = field(default_factory=set)  # inputs/outputs whose kernels now hold a host array
     bind_outputs_at: int = -1  # the first step touching a bound output's buffer (-1: none)
+    gate_opens_at: int = -1  # the step whose launch lets the device start (executor._Run.gate; -1: the end)
     target: Target = field(default_factory=Target)  # what it was lowered for (base_align: outputs in place)
     zero_copy: bool = False  # planned with zero copy on (the target's policy and the session's option)
     orphans: list = field(default_factory=list)  # (marker, host buffers) of failed runs still in flight
@@ -206,9 +212,11 @@ def bind(bp: BufferPlan, staged: Staged, stop: Optional[int], device, weights: W
         steps, kernels, index = _bind_steps(bp, device, weights, device_tensors, scratch)
         host_binds = {name: [(kernels[k], pos) for k, pos in uses] for name, uses in bp.zero_copy.items()}
         bind_at = index[bp.bind_outputs_at] if bp.bind_outputs_at >= 0 else -1
+        launches = [i for i, st in enumerate(steps) if isinstance(st, KernelStep)]
+        gate_at = launches[GATE_LAUNCHES - 1] if len(launches) > GATE_LAUNCHES else -1
         return Plan(bp.graph, staged.placement, steps, device_tensors, bp.host_inputs, bp.device_inputs,
                     list(bp.outputs), stop, bp.planned_bytes, bp.scratch_bytes, len(kernels), root=bp.root,
-                    host_binds=host_binds, bind_outputs_at=bind_at, target=target,
+                    host_binds=host_binds, bind_outputs_at=bind_at, gate_opens_at=gate_at, target=target,
                     zero_copy=bp.zero_copy_enabled, _buffers=buffers, _views=list(scratch.values()))
     except BaseException:
         for b in buffers:
