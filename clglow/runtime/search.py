@@ -144,7 +144,9 @@ BACKGROUND_BUDGET_S = 30.0
 # the model. The conv family's paths are measured as one-node models, and a path that wins alone
 # can lose inside the model (two convs sharing a padded layout): only `clglow tune MODEL`, which
 # checks the whole model afterwards, searches it.
-BACKGROUND_FAMILIES = ("gemm", "xgemm")
+# The GPU family's local-memory convolutions (xgemm_conv: implicit GEMM tiles, gpu_dwconv: depthwise
+# halo tiles) are single kernels too.
+BACKGROUND_FAMILIES = ("gemm", "xgemm", "xgemm_conv", "gpu_dwconv")
 
 
 _threads: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
