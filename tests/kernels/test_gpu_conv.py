@@ -248,3 +248,33 @@ def test_family_benchmarks_run(fam, geom):
     assert len(results) > 1
     for got in results[1:]:
         np.testing.assert_allclose(got, results[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_search_stores_both_families(tmp_path, monkeypatch):
+    """`clglow tune`'s search measures the two families on a device with dedicated local memory,
+    stores each shape's winner in the tuning database, and lowering then reads it from there."""
+    from clglow.lower import tunable
+    from clglow.runtime import search as search_mod
+    from clglow.runtime.device import Device, select_device
+
+    if SMALL:
+        pytest.skip("a simulator's timings say nothing about a device")
+    monkeypatch.setenv("CLGLOW_CACHE_DIR", str(tmp_path / "cache"))
+    base = select_device()
+    dev = Device(base.context, base.cl_device)
+    dev.cache = base.cache
+    dev.info = dataclasses.replace(dev.info, local_mem_type="local")
+    target = dev.target("gpu")
+    assert target.has_local_memory
+    dw = _geom((1, 16, 20, 20), (16, 1, 3, 3), pad=1, groups=16)
+    conv = _geom((1, 8, 20, 20), (16, 8, 3, 3), pad=1, stride=2)
+    keys = {("gpu_dwconv", dataclasses.astuple(dw)): 1, ("xgemm_conv", dataclasses.astuple(conv)): 1}
+    results = search_mod.search(dev, target, keys, budget_s=120, max_points=3)
+    assert sorted(r.family for r in results) == ["gpu_dwconv", "xgemm_conv"]
+    assert all(r.source == "measured" for r in results)
+    dev.reload_tuning("gpu")
+    tuned = dev.target("gpu")
+    for r in results:
+        params, source = tunable.choose(tuned, r.family, r.key)
+        assert (params, source) == (r.params, "db")
