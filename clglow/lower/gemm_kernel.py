@@ -115,7 +115,7 @@ def gemm_config(target: Target) -> GemmConfig:
 # --- host-side packing (plan time, for constant operands) -----------------------------------------
 def pack_a(a: np.ndarray, mr: int) -> np.ndarray:
     """[..., M, K] -> [..., ceil(M/mr), K, mr] (rows zero padded): the A panels of gemm.cl."""
-    a = np.asarray(a, dtype=np.float32)
+    a = np.asarray(a, dtype=_packed_dtype(a))
     *lead, m, k = a.shape
     mp = max(round_up(m, mr), mr)
     if mp != m:
@@ -127,12 +127,17 @@ def pack_a(a: np.ndarray, mr: int) -> np.ndarray:
 def pack_b(b: np.ndarray, nr: int) -> np.ndarray:
     """[..., K, N] -> [..., ceil(N/nr), K, nr] (columns zero padded): the B panels of gemm.cl.
     `b` may be a transposed view (weights W^T): still one copy."""
-    b = np.asarray(b, dtype=np.float32)
+    b = np.asarray(b, dtype=_packed_dtype(b))
     *lead, k, n = b.shape
     np_ = max(round_up(n, nr), nr)
     if np_ != n:
         b = np.pad(b, [(0, 0)] * len(lead) + [(0, 0), (0, np_ - n)])
     return _nonempty(b.reshape(*lead, k, np_ // nr, nr).swapaxes(-2, -3))
+
+
+def _packed_dtype(a: np.ndarray) -> np.dtype:
+    """Panels keep half storage (gemm.cl A_HALF / B_HALF), anything else packs as float32."""
+    return np.dtype(np.float16) if np.asarray(a).dtype == np.float16 else np.dtype(np.float32)
 
 
 def _nonempty(a: np.ndarray) -> np.ndarray:
@@ -148,7 +153,8 @@ class Operand:
 
     `s1`/`s2` are the element strides for the two batch levels (z1 = z // d2, z2 = z % d2).
     For a packed operand the strides count packed elements. `ld`/`ld2` describe an unpacked
-    operand: A uses (row stride, k stride); B and C/Z use `ld` as the row stride.
+    operand: A uses (row stride, k stride); B and C/Z use `ld` as the row stride. `half`: stored
+    as half (gemm.cl's A_HALF, B_HALF, C_HALF; a residual is stored as C is).
     """
 
     arg: Arg
@@ -158,6 +164,7 @@ class Operand:
     s2: int = 0
     ld: int = 0
     ld2: int = 1
+    half: bool = False
 
 
 @dataclass
@@ -171,6 +178,7 @@ class Bias:
     off: int = 0
     s1: int = 0
     s2: int = 0
+    half: bool = False  # stored as half (gemm.cl BIAS_HALF)
 
 
 @dataclass
@@ -224,6 +232,12 @@ def gemm_launch(cfg: GemmConfig, *, m: int, n: int, k: int, batch: int, d2: int,
     # a transposed implicit GEMM is a flag of the packed-A program (no program of its own)
     defines = gemm_defines(cfg, a_packed=a.packed or (implicit is not None and c_trans), b_packed=b.packed,
                            act_code=act_code, c_trans=c_trans)
+    if res is not None and res.half != c.half:
+        raise ValueError("gemm.cl reads the residual stored as C is (C_HALF)")
+    for name, half in (("A_HALF", a.half), ("B_HALF", b.half), ("C_HALF", c.half),
+                       ("BIAS_HALF", bias is not None and bias.half)):
+        if half:
+            defines[name] = 1
     # operands read in place (not panels) go through scalar or floatv_u loads: any alignment
     args: list = [a.arg if a.packed else unaligned(a.arg), i32(a.off), i32(a.s1), i32(a.s2), i32(a.ld), i32(a.ld2),
                   b.arg if b.packed else unaligned(b.arg), i32(b.off), i32(b.s1), i32(b.s2), i32(b.ld),

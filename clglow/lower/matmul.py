@@ -4,7 +4,9 @@ Leading dims broadcast and are walked as the kernel's two batch levels (adjacent
 where every operand is contiguous over them, outer ones looped with offsets); a broadcast B
 folds A's batch into M. FusedMatMul (passes/fuse_matmul.py) adds the epilogue (alpha, a
 per-column bias, a residual, an activation) and transposed operand/result views. The operands
-take the paths of gemm.py's table (a_path / b_path).
+take the paths of gemm.py's table (a_path / b_path). Half storage (SessionOptions.precision):
+gemm.cl reads and writes it on the paths without run-time packing; the others (GEMV, xgemm,
+live operands packed, transposed views) run on float32 copies (lower/half.py).
 """
 from __future__ import annotations
 
@@ -15,20 +17,37 @@ import numpy as np
 from ..errors import InvalidModel
 from ..ir import Graph, Node
 from ..target import Target
-from .base import Arg, LowerCtx, device_op, round_up
-from .common import attr_str, float32_only, shape_of
+from .base import Arg, HalfIO, LowerCtx, device_op, round_up
+from .common import F16, F32, attr_str, check_dtypes, shape_of
 from .gemm import a_path, b_path, conflicting_pitch, pack_live_a
 from .gemm_kernel import (ACTIVATIONS, Bias, GemmConfig, Operand, fit_rows, gemm_config, gemm_key, gemm_launch, pack_a, pack_b,
                           pack_b_launch, packed_b_bytes, tuned_tiles)
 from .fused import check_expr
 from .gemv import gemv_applicable, gemv_launch
 from .gpu_gemm import xgemm_applicable, xgemm_config, xgemm_launch
+from .half import has_half, lower_as_float
 from .tunable import forget
+
+
+class _NeedsFloat(Exception):
+    """The chosen path reads or writes float32 only: lower on float32 copies (lower/half.py)."""
+
+
+def _half_or_float(ctx: LowerCtx, lower) -> list:
+    """`lower(ctx)` on the tensors as stored, or on float32 copies where its path needs them."""
+    try:
+        return lower(ctx)
+    except _NeedsFloat:
+        return lower_as_float(ctx, lower)
+
+
+def _is_half(ctx: LowerCtx, i: int) -> bool:
+    return ctx.has_input(i) and bool(ctx.node.input(i)) and ctx.inputs[i].dtype == F16
 
 
 # --- supports -----------------------------------------------------------------------------------------
 def supports_matmul(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    why = float32_only(node, graph)
+    why = check_dtypes(node, graph, {F32, F16}, outputs=True)
     if why:
         return why
     for i in (0, 1):
@@ -71,7 +90,7 @@ def _collapse(dims: list, strides: Sequence[list]) -> tuple:
 def supports_fused_matmul(node: Node, graph: Graph, target: Target) -> Optional[str]:
     """clglow.FusedMatMul (passes/fuse_matmul.py): float32, both operands at least 2-D, an
     activation the epilogue has."""
-    why = supports_matmul(node, graph, target) or float32_only(node, graph)
+    why = supports_matmul(node, graph, target) or check_dtypes(node, graph, {F32}, [4, 5])
     if why:
         return why
     for i in (0, 1):
@@ -89,14 +108,19 @@ def supports_fused_matmul(node: Node, graph: Graph, target: Target) -> Optional[
     return None
 
 
-@device_op("MatMul", supports=supports_matmul)
+@device_op("MatMul", supports=supports_matmul, half=HalfIO((0, 1), (0,)))
 def lower_matmul(ctx: LowerCtx) -> list:
     """numpy matmul: 1-D operands promoted then squeezed, leading dims broadcast."""
-    return _lower_matmul(ctx)
+    return _half_or_float(ctx, _lower_matmul)
 
 
-@device_op("FusedMatMul", domain="clglow", supports=supports_fused_matmul)
+@device_op("FusedMatMul", domain="clglow", supports=supports_fused_matmul, half=HalfIO((0, 1, 2, 3), (0,)))
 def lower_fused_matmul(ctx: LowerCtx) -> list:
+    """See _lower_fused_matmul; half storage as _half_or_float says."""
+    return _half_or_float(ctx, _lower_fused_matmul)
+
+
+def _lower_fused_matmul(ctx: LowerCtx) -> list:
     """Y = act(alpha * A @ B + bias + residual): inputs A, B, bias (per column: [N] or
     [1, .., 1, N], may be absent) and residual (Y's shape, may be absent), all in the epilogue;
     with attribute ln_epsilon A is first layer-normalised (inputs 4 and 5: scale and bias)."""
@@ -108,7 +132,7 @@ def lower_fused_matmul(ctx: LowerCtx) -> list:
         if bs and (bs[-1] not in (n, 1) or any(d != 1 for d in bs[:-1])):
             raise InvalidModel(f"FusedMatMul bias of shape {bs} is not a per-column vector of {n}",
                                node=ctx.label())
-        bias = Bias(ctx.buf(2), sm=0, sn=1 if bs and bs[-1] == n and n != 1 else 0)
+        bias = Bias(ctx.buf(2), sm=0, sn=1 if bs and bs[-1] == n and n != 1 else 0, half=_is_half(ctx, 2))
     res = None
     if ctx.has_input(3) and ctx.node.input(3):
         if tuple(ctx.inputs[3].shape) != out_shape:
@@ -119,6 +143,8 @@ def lower_fused_matmul(ctx: LowerCtx) -> list:
     act = attr_str(act, "")
     act_t = (act, float(ctx.attr("act_alpha", 0.0)), float(ctx.attr("act_beta", 0.0)))
     perms = [ctx.attr(k) for k in ("perm_a", "perm_b", "perm_c")]
+    if has_half(ctx) and (any(perms) or any(k in ctx.node.attrs for k in GEMV_ONLY)):
+        raise _NeedsFloat
     if any(k in ctx.node.attrs for k in GEMV_ONLY):
         return [_gemv_only(ctx, bias, res, float(ctx.attr("alpha", 1.0)), act_t)]
     if any(perms):
@@ -315,8 +341,11 @@ def _lower_matmul(ctx: LowerCtx, bias: Optional[Bias] = None, res: Optional[Arg]
     if int(np.prod(bb, dtype=np.int64)) == 1 and ctx.const(0) is None:
         m, out_batch, nbatch, ba = m * nbatch, (), 1, ()
     xcfg = xgemm_config(ctx.device) if xgemm_applicable(ctx.device) is None else None
-    if xcfg is None and nbatch == 1 and gemv_applicable(ctx.device, m=m, nbatch_b=int(np.prod(bb, dtype=np.int64)),
-                                                        b_const=ctx.const(1) is not None):
+    gemv = xcfg is None and nbatch == 1 and gemv_applicable(ctx.device, m=m, nbatch_b=int(np.prod(bb, dtype=np.int64)),
+                                                            b_const=ctx.const(1) is not None)
+    if has_half(ctx) and (gemv or xcfg is not None):
+        raise _NeedsFloat
+    if gemv:
         return [gemv_launch(ctx, k=k, n=n, bias=bias, res=res, alpha=alpha, act=act)]
     if xcfg is None and nbatch == 1:
         cfg = _tuned(ctx, cfg, m, n, k)
@@ -324,28 +353,32 @@ def _lower_matmul(ctx: LowerCtx, bias: Optional[Bias] = None, res: Optional[Arg]
     a_kind = "strided" if xcfg is not None else a_path(ctx.device, cfg, const=ctx.const(0) is not None, m=m, k=k,
                                                         row_pitch=k)
     b_kind = "in place" if xcfg is not None else b_path(cfg, const=ctx.const(1) is not None, n=n)
+    ha, hb, hc = _is_half(ctx, 0), _is_half(ctx, 1), ctx.outputs[0].dtype == F16
+    hz = res is not None and _is_half(ctx, 3)
+    if (ha and a_kind == "packed") or (hb and b_kind == "packed") or (res is not None and hz != hc):
+        raise _NeedsFloat  # the run-time pack kernels read float32; gemm.cl stores Z as C
 
     # A
     if a_kind == "constant":
         mp = max(round_up(m, cfg.mr), cfg.mr)
         a = Operand(ctx.derived(0, f"packA{cfg.mr}mm",
-                                lambda w: pack_a(np.asarray(w).reshape(*ba, m, k), cfg.mr)), packed=True)
+                                lambda w: pack_a(np.asarray(w).reshape(*ba, m, k), cfg.mr)), packed=True, half=ha)
         a_mat = mp * k
     elif a_kind == "packed":
         na = int(np.prod(ba, dtype=np.int64))
         a = pack_live_a(ctx, cfg, 0, m, k, False, na, launches)
         a_mat = max(round_up(m, cfg.mr), cfg.mr) * k
     else:
-        a = Operand(ctx.buf(0), ld=k, ld2=1)
+        a = Operand(ctx.buf(0), ld=k, ld2=1, half=ha)
         a_mat = m * k
     # B
     np_ = max(round_up(n, cfg.nr), cfg.nr)
     if b_kind == "constant":
         b = Operand(ctx.derived(1, f"packB{cfg.nr}mm",
-                                lambda w: pack_b(np.asarray(w).reshape(*bb, k, n), cfg.nr)), packed=True)
+                                lambda w: pack_b(np.asarray(w).reshape(*bb, k, n), cfg.nr)), packed=True, half=hb)
         b_mat = np_ * k
     elif b_kind == "in place":
-        b = Operand(ctx.buf(1), ld=n)
+        b = Operand(ctx.buf(1), ld=n, half=hb)
         b_mat = k * n
     else:
         nb = int(np.prod(bb, dtype=np.int64))
@@ -354,7 +387,7 @@ def _lower_matmul(ctx: LowerCtx, bias: Optional[Bias] = None, res: Optional[Arg]
                                       n=n, batch=nb, d2=nb, dst=dst, label=label))
         b = Operand(dst, packed=True)
         b_mat = np_ * k
-    c = Operand(ctx.out(0), ld=n)
+    c = Operand(ctx.out(0), ld=n, half=hc)
 
     strides = [_batch_strides(ba, out_batch, a_mat), _batch_strides(bb, out_batch, b_mat),
                _batch_strides(out_batch, out_batch, m * n)]
@@ -371,10 +404,10 @@ def _lower_matmul(ctx: LowerCtx, bias: Optional[Bias] = None, res: Optional[Arg]
     batch, d2 = inner[0] * inner[1], inner[1]
     for idx in np.ndindex(*outer) if outer else [()]:
         offs = [int(sum(i * s for i, s in zip(idx, o))) for o in outs]
-        aa = Operand(a.arg, a.packed, offs[0], ins[0][0], ins[0][1], a.ld, a.ld2)
-        bo = Operand(b.arg, b.packed, offs[1], ins[1][0], ins[1][1], b.ld)
-        co = Operand(c.arg, False, offs[2], ins[2][0], ins[2][1], c.ld)
-        zo = None if res is None else Operand(res, False, offs[2], ins[2][0], ins[2][1], c.ld)
+        aa = Operand(a.arg, a.packed, offs[0], ins[0][0], ins[0][1], a.ld, a.ld2, half=a.half)
+        bo = Operand(b.arg, b.packed, offs[1], ins[1][0], ins[1][1], b.ld, half=b.half)
+        co = Operand(c.arg, False, offs[2], ins[2][0], ins[2][1], c.ld, half=c.half)
+        zo = None if res is None else Operand(res, False, offs[2], ins[2][0], ins[2][1], c.ld, half=hz)
         launch, tiles = (xgemm_launch, xcfg) if xcfg is not None else (gemm_launch, cfg)
         launches.append(launch(tiles, m=m, n=n, k=k, batch=batch, d2=d2, a=aa, b=bo, c=co, bias=bias, res=zo,
                                alpha=alpha, act=act[0], act_alpha=act[1], act_beta=act[2], label=label))
