@@ -70,10 +70,12 @@ def _top5(y: np.ndarray) -> Optional[str]:
     return None
 
 
-def _make_session(model, device: Optional[str], profiling: bool = False, target: Optional[str] = None):
+def _make_session(model, device: Optional[str], profiling: bool = False, target: Optional[str] = None,
+                  precision: Optional[str] = None):
     from . import InferenceSession, SessionOptions
 
-    return InferenceSession(model, SessionOptions(enable_profiling=profiling, target=target), device=device)
+    return InferenceSession(model, SessionOptions(enable_profiling=profiling, target=target, precision=precision),
+                            device=device)
 
 
 def _parse_dims(specs: Sequence[str]) -> dict:
@@ -86,9 +88,10 @@ def _parse_dims(specs: Sequence[str]) -> dict:
 
 def _run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
-    sess = _make_session(args.model, args.device, target=args.target)
+    sess = _make_session(args.model, args.device, target=args.target, precision=args.precision)
     t_load = time.perf_counter() - t0
     print(f"device: {sess.device.describe()}")
+    print(f"precision: {sess.precision}")
     feeds = _load_inputs(sess, args.input, args.seed, _parse_dims(args.dim))
     times = []
     outs = None
@@ -122,7 +125,7 @@ def _demo(args: argparse.Namespace) -> int:
     print("building ResNet-50 (opset 13) with seeded weights ...", flush=True)
     model = resnet50(opset=13, batch=1, seed=0)
     t0 = time.perf_counter()
-    sess = _make_session(model, args.device, target=args.target)
+    sess = _make_session(model, args.device, target=args.target, precision=args.precision)
     t_load = time.perf_counter() - t0
     print(f"device: {sess.device.describe()}")
     print(f"loaded in {t_load:.2f} s: {sess.explain().splitlines()[0]}")
@@ -155,12 +158,19 @@ def _check(args: argparse.Namespace) -> int:
     from .frontend.onnx_model import import_model, load_model
     from .partition import format_placement, place
     from .passes.pipeline import optimize
+    from .passes.precision import apply_precision, resolve_precision
 
     from .runtime.device import select_device
 
     proto, _ = load_model(args.model)
     g = optimize(import_model(proto))
     target = select_device(args.device).info.with_family(args.target or config.target_family())
+    precision = resolve_precision(args.precision or config.precision(), target)
+    stored = apply_precision(g, precision, target)
+    print(f"precision: {precision}" + (f" ({sum(v.dtype == np.float16 for v in stored.values.values())} tensors in "
+                                       f"half, {len(stored.nodes) - len(g.nodes)} Casts inserted)"
+                                       if precision == "fp16" else ""))
+    g = stored
     print(format_placement(place(g, target, host_fallback=True)))
     return 0
 
@@ -168,7 +178,8 @@ def _check(args: argparse.Namespace) -> int:
 def _profile(args: argparse.Namespace) -> int:
     from .runtime.profiler import summary_by_op, write_chrome_trace
 
-    sess = _make_session(args.model, args.device, profiling=True, target=args.target)
+    sess = _make_session(args.model, args.device, profiling=True, target=args.target, precision=args.precision)
+    print(f"precision: {sess.precision}")
     feeds = _load_inputs(sess, args.input, args.seed, _parse_dims(args.dim))
     sess.run(None, feeds)  # warm-up (not recorded)
     sess._engine.records.clear()
@@ -410,10 +421,15 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--target", choices=["cpu", "gpu"], help="force a target family's kernels "
                         "(as CLGLOW_TARGET; default: the device's own)")
 
+    def precision_arg(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--precision", choices=["fp32", "fp16", "auto"], help="storage of float tensors "
+                        "(as CLGLOW_PRECISION; default fp32; auto: fp16 where the device's profile says it pays)")
+
     def model_args(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("model", help="path to an .onnx file")
         sp.add_argument("--device", help="device selector (as CLGLOW_DEVICE)")
         target_arg(sp)
+        precision_arg(sp)
         sp.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="input data (default random)")
         sp.add_argument("--dim", action="append", metavar="SYMBOL=N", help="value of a symbolic dimension")
         sp.add_argument("--seed", type=int, default=0)
@@ -428,6 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("demo", help="ResNet-50 (built locally) checked against onnx's reference")
     sp.add_argument("--device")
     target_arg(sp)
+    precision_arg(sp)
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--repeat", type=int, default=5)
     sp.set_defaults(fn=_demo)
@@ -436,6 +453,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("model")
     sp.add_argument("--device", help="device selector (as CLGLOW_DEVICE)")
     target_arg(sp)
+    precision_arg(sp)
     sp.set_defaults(fn=_check)
 
     sp = sub.add_parser("profile", help="per-kernel times as a Chrome trace plus a per-op summary")
