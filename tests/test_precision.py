@@ -1,0 +1,229 @@
+"""SessionOptions(precision=...): half storage of float tensors (passes/precision.py,
+kernels_cl/storage.h), the kernels' half paths against numpy, and the accuracy of whole models
+in fp16 against their fp32 runs (bounds measured on pocl 3.1, stated with each test)."""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "kernels"))
+
+import clglow  # noqa: E402
+from clglow.errors import InvalidArgument  # noqa: E402
+from clglow.passes.precision import apply_precision, half_pays, resolve_precision  # noqa: E402
+from clglow.target import Target  # noqa: E402
+from harness import run  # noqa: E402
+from models import causal_decoder, sample_inputs, transformer_encoder  # noqa: E402
+
+F16, F32 = np.float16, np.float32
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a.astype(np.float64) - b) / np.linalg.norm(b.astype(np.float64)))
+
+
+def _half(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return rng.standard_normal(shape).astype(F16)
+
+
+def _check_half(node, feeds: dict, consts: dict, expected: np.ndarray, rtol: float = 1e-3) -> None:
+    """The node's launches on half storage vs `expected` (float32 math on the half values, rounded
+    to half as the kernel's store does: 1 ulp of half is 2^-11 relative)."""
+    (got,), _ = run(node, feeds, consts, expected=[expected.astype(F16)])
+    assert got.dtype == F16
+    np.testing.assert_allclose(got.astype(F32), expected.astype(F16).astype(F32), rtol=rtol,
+                               atol=rtol * float(np.abs(expected).max()))
+
+
+# --- kernels on half storage vs numpy -----------------------------------------------------------------
+@pytest.mark.parametrize("m,k,n,b_const", [(64, 96, 80, True), (37, 50, 128, False), (37, 50, 129, False),
+                                           (5, 33, 64, True)])
+def test_matmul_half_storage(m, k, n, b_const):
+    """gemm.cl with A, B and C in half (B packed constant panels or read in place; a live B it packs
+    first, 129 columns, goes through float32 copies)."""
+    rng = np.random.default_rng(m)
+    a, b = _half(rng, m, k), _half(rng, k, n)
+    node = helper.make_node("MatMul", ["a", "b"], ["y"])
+    feeds, consts = ({"a": a}, {"b": b}) if b_const else ({"a": a, "b": b}, {})
+    _check_half(node, feeds, consts, a.astype(F32) @ b.astype(F32), rtol=2e-3)
+
+
+def test_matmul_half_on_float_paths():
+    """A one-row product (the GEMV path, float32 only) on half storage: converted around it."""
+    rng = np.random.default_rng(1)
+    a, b = _half(rng, 1, 64), _half(rng, 64, 48)
+    node = helper.make_node("MatMul", ["a", "b"], ["y"])
+    _check_half(node, {"a": a}, {"b": b}, a.astype(F32) @ b.astype(F32), rtol=2e-3)
+
+
+@pytest.mark.parametrize("sa,sb", [((4, 33), (4, 33)), ((6, 40), (40,)), ((3, 1, 5), (1, 4, 5))])
+def test_binary_half_storage(sa, sb):
+    """Add with both operands half (flat, rows and general broadcast kernels), and Mul mixing a
+    half and a float32 operand."""
+    rng = np.random.default_rng(2)
+    a, b = _half(rng, *sa), _half(rng, *sb)
+    _check_half(helper.make_node("Add", ["a", "b"], ["y"]), {"a": a, "b": b}, {}, a.astype(F32) + b.astype(F32))
+    bf = b.astype(F32) * 1.5
+    _check_half(helper.make_node("Mul", ["a", "b"], ["y"]), {"a": a, "b": bf}, {}, a.astype(F32) * bf)
+
+
+@pytest.mark.parametrize("op,fn", [("Sigmoid", lambda x: 1 / (1 + np.exp(-x))), ("Tanh", np.tanh),
+                                   ("Softsign", lambda x: x / (1 + np.abs(x)))])
+def test_unary_half_storage(op, fn):
+    """Vector (fused_elementwise.cl, ragged tail) and scalar (elementwise.cl) unary kernels."""
+    x = _half(np.random.default_rng(3), 5, 37)
+    _check_half(helper.make_node(op, ["x"], ["y"]), {"x": x}, {}, fn(x.astype(F32)))
+
+
+def test_moves_and_select_half_storage():
+    """Transpose, Concat, Gather move half bits; Where and Clip compute on them."""
+    rng = np.random.default_rng(4)
+    x, z = _half(rng, 3, 20, 7), _half(rng, 3, 20, 7)
+    _check_half(helper.make_node("Transpose", ["x"], ["y"], perm=[2, 0, 1]), {"x": x}, {}, x.transpose(2, 0, 1))
+    _check_half(helper.make_node("Concat", ["x", "z"], ["y"], axis=1), {"x": x, "z": z}, {},
+                np.concatenate([x, z], axis=1))
+    idx = np.array([2, 0, 2], np.int64)
+    _check_half(helper.make_node("Gather", ["x", "i"], ["y"], axis=0), {"x": x}, {"i": idx}, x[idx])
+    c = rng.random((3, 20, 7)) > 0.5
+    _check_half(helper.make_node("Where", ["c", "x", "z"], ["y"]), {"c": c, "x": x, "z": z}, {}, np.where(c, x, z))
+    lo, hi = np.array(-0.5, F32), np.array(0.75, F32)
+    _check_half(helper.make_node("Clip", ["x", "lo", "hi"], ["y"]), {"x": x}, {"lo": lo, "hi": hi},
+                np.clip(x.astype(F32), -0.5, 0.75))
+
+
+# --- resolution, options, the pass ------------------------------------------------------------------
+def test_auto_resolves_by_profile():
+    """auto: fp16 only where the device reports cl_khr_fp16 and the profile says it pays."""
+    assert resolve_precision("auto", Target(type="gpu", has_fp16=False)) == "fp32"
+    assert resolve_precision("auto", Target(type="gpu", has_fp16=True)) == "fp16"
+    assert resolve_precision("auto", Target(type="cpu", has_fp16=True)) == "fp32"  # converts every load
+    assert resolve_precision(None, Target()) == "fp32"
+    assert resolve_precision("fp16", Target(has_fp16=False)) == "fp16"  # storage needs no cl_khr_fp16
+    with pytest.raises(ValueError, match="fp32, fp16, auto"):
+        resolve_precision("bf16", Target())
+
+
+def _small_model():
+    """x -> MatMul(W) -> Add(b) -> Sigmoid -> TopK(values, indices) and a Softmax output."""
+    rng = np.random.default_rng(5)
+    w, b = rng.standard_normal((32, 24)).astype(F32), rng.standard_normal(24).astype(F32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["a"]),
+             helper.make_node("Sigmoid", ["a"], ["s"]), helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+             helper.make_node("TopK", ["s", "k"], ["v", "i"], axis=-1)]
+    g = helper.make_graph(nodes, "small", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 32])],
+                          [helper.make_tensor_value_info("p", TensorProto.FLOAT, [4, 24]),
+                           helper.make_tensor_value_info("v", TensorProto.FLOAT, [4, 3]),
+                           helper.make_tensor_value_info("i", TensorProto.INT64, [4, 3])],
+                          [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b"),
+                           numpy_helper.from_array(np.array([3], np.int64), "k")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_fp16_keeps_model_types_and_is_close():
+    """Inputs and outputs keep the model's types; the half activations are inside; the results
+    are within half's rounding of fp32's (measured max relative 2e-4 on p)."""
+    model = _small_model().SerializeToString()
+    x = np.random.default_rng(6).standard_normal((4, 32)).astype(F32)
+    ref = clglow.InferenceSession(model).run(None, {"x": x})
+    sess = clglow.InferenceSession(model, clglow.SessionOptions(precision="fp16"))
+    assert sess.precision == "fp16"
+    assert [a.type for a in sess.get_inputs()] == ["tensor(float)"]
+    assert [a.type for a in sess.get_outputs()] == ["tensor(float)", "tensor(float)", "tensor(int64)"]
+    got = sess.run(None, {"x": x})
+    assert [g.dtype for g in got] == [np.float32, np.float32, np.int64]
+    assert any(v.dtype == F16 for v in sess.graph.values.values())
+    np.testing.assert_allclose(got[0], ref[0], rtol=2e-3, atol=1e-4)
+    np.testing.assert_allclose(got[1], ref[1], rtol=2e-3)
+
+
+def test_auto_on_this_device_and_invalid_value():
+    """auto resolves as the profile says on the test device (pocl: fp32, no half arithmetic on a
+    CPU); a bad value is refused naming the option."""
+    sess = clglow.InferenceSession(_small_model().SerializeToString(), clglow.SessionOptions(precision="auto"))
+    assert sess.precision == ("fp16" if half_pays(sess._engine.target) else "fp32")
+    if not sess._engine.target.has_fp16:
+        assert sess.precision == "fp32"
+    with pytest.raises(InvalidArgument, match="precision"):
+        clglow.InferenceSession(_small_model().SerializeToString(), clglow.SessionOptions(precision="half"))
+
+
+def test_pass_casts_where_storage_disagrees(caplog):
+    """A half tensor read by a float32-only kernel gets one Cast; a graph output stored as half
+    (a view of one) gets one at the edge; constants beyond the half range are clipped and counted;
+    small constants (epsilons) stay float32."""
+    from clglow.frontend.onnx_model import import_model
+
+    big = np.full((4, 32), 1e6, F32)
+    nodes = [helper.make_node("Add", ["x", "big"], ["a"]), helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("Softmax", ["r"], ["p"]), helper.make_node("Add", ["r", "eps"], ["e"]),
+             helper.make_node("Reshape", ["e", "shape"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 32])],
+                          [helper.make_tensor_value_info("p", TensorProto.FLOAT, [4, 32]),
+                           helper.make_tensor_value_info("y", TensorProto.FLOAT, [128])],
+                          [numpy_helper.from_array(big, "big"), numpy_helper.from_array(np.array(1e-12, F32), "eps"),
+                           numpy_helper.from_array(np.array([128], np.int64), "shape")])
+    graph = import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    with caplog.at_level(logging.WARNING, logger="clglow.passes.precision"):
+        out = apply_precision(graph, "fp16", Target())
+    assert "128 values of constant 'big'" in caplog.text
+    assert out.values["big"].dtype == F16 and float(np.abs(out.values["big"].const).max()) == 65504.0
+    assert out.values["eps"].dtype == F32
+    assert out.values["a"].dtype == F16 and out.values["r"].dtype == F16
+    casts = [n for n in out.nodes if n.op_type == "Cast"]
+    assert len(casts) == 2  # before Softmax (float32 only here), and y's at the edge
+    softmax = next(n for n in out.nodes if n.op_type == "Softmax")
+    assert out.values[softmax.inputs[0]].dtype == F32
+    assert out.values["y"].dtype == F32 and out.values["p"].dtype == F32
+    assert apply_precision(graph, "fp32", Target()) is graph
+
+
+# --- whole models in fp16 vs fp32 ---------------------------------------------------------------------
+def _fp16_vs_fp32(model, feeds: dict) -> tuple:
+    data = model.SerializeToString()
+    ref = clglow.InferenceSession(data).run(None, feeds)[0]
+    sess = clglow.InferenceSession(data, clglow.SessionOptions(precision="fp16"))
+    got = sess.run(None, feeds)[0]
+    assert got.dtype == ref.dtype
+    return got, ref, sess
+
+
+def test_encoder_fp16_accuracy():
+    """BERT-style encoder (2 layers, d 64, seq 16): relative error (L2) of the hidden states,
+    measured 4.5e-4 on pocl; bound 3e-3."""
+    model = transformer_encoder(seq=16)
+    got, ref, sess = _fp16_vs_fp32(model, sample_inputs(model, seed=1, dims={"seq_len": 16}))
+    assert sum(v.dtype == F16 for v in sess.graph.values.values()) > 20
+    assert _rel(got, ref) < 3e-3
+
+
+def test_decoder_fp16_accuracy():
+    """GPT-2-style decoder (2 layers, d 64, vocab 512, 12 tokens): relative error of the logits,
+    measured 8.8e-4 on pocl, bound 5e-3; the next token agrees at every position."""
+    model = causal_decoder()
+    got, ref, _ = _fp16_vs_fp32(model, sample_inputs(model, seed=1, dims={"seq": 12}))
+    assert _rel(got, ref) < 5e-3
+    assert (got[0].argmax(-1) == ref[0].argmax(-1)).all()
+
+
+@pytest.mark.slow
+def test_resnet50_fp16_top1():
+    """ResNet-50 (clglow.models, seeded weights): top-1 of fp16 equals fp32's on 3 seeded images;
+    relative error of the logits measured below 1e-3 on pocl (the convolutions are float32-only
+    kernels: half storage covers the classifier and the elementwise work), bound 1e-2."""
+    from clglow.models import resnet50
+
+    data = resnet50(seed=0).SerializeToString()
+    s32 = clglow.InferenceSession(data)
+    s16 = clglow.InferenceSession(data, clglow.SessionOptions(precision="fp16"))
+    for seed in range(3):
+        x = np.random.default_rng(seed).random((1, 3, 224, 224), dtype=np.float64).astype(F32)
+        ref, got = s32.run(None, {"data": x})[0], s16.run(None, {"data": x})[0]
+        assert got.dtype == np.float32
+        assert int(got.argmax()) == int(ref.argmax())
+        assert _rel(got, ref) < 1e-2
