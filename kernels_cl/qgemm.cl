@@ -73,6 +73,16 @@
 #ifndef QPM
 #define QPM 0
 #endif
+#ifndef A16
+#define A16 0
+#endif
+/* A as stored: the 8-bit values, or (A16, KC=2: constant conv weights widened at plan time) the
+ * same values as shorts, so that a row's k pair is one 32-bit broadcast load. */
+#if A16
+typedef short ta_mem;
+#else
+typedef TA ta_mem;
+#endif
 /* The widest vector the tile uses, in bits, as clang's min_vector_width: without it LLVM's x86
  * backend, which prefers 256-bit vectors on AVX-512 targets, splits 512-bit int vectors in two. */
 #if defined(__clang__) && defined(__has_attribute)
@@ -248,14 +258,23 @@ typedef CAT(TA, 2) ta2;
 typedef ta2 ta2_u __attribute__((aligned(1)));
 #define TO_S2V(x) __builtin_convertvector((x), s2v)
 #define TO_INTV(x) __builtin_convertvector((x), intv)
+#if A16
+typedef int qa_pair_u __attribute__((aligned(2)));
+#define A_PAIR(p) (*(const __global qa_pair_u*)(p))
+#else
 #define A_PAIR(p) __builtin_astype(__builtin_convertvector(*(const __global ta2_u*)(p), short2), int)
+#endif
 #define AS_S2V(x) __builtin_astype((x), s2v)
 #elif VW == 8
 typedef CAT(TB, 16) tb2v_u;
 typedef short16 s2v;
 #define TO_S2V(x) convert_short16(x)
 #define TO_INTV(x) convert_int8(x)
+#if A16
+#define A_PAIR(p) as_int(vload2(0, (p)))
+#else
 #define A_PAIR(p) as_int(convert_short2(vload2(0, (p))))
+#endif
 #define AS_S2V(x) as_short16(x)
 #else
 #error "KC=2 needs VW=8, or clang's extended vector types"
@@ -301,7 +320,7 @@ inline int qb_off(int k, int n, int K)
 }
 
 /* gsize (ceil(M/MR), ceil(N/NR), batch); batch z = z1 * D2 + z2. */
-__kernel QGEMM_ATTR void qgemm(__global const TA* restrict A, int offA, int sA1, int sA2, int lda,
+__kernel QGEMM_ATTR void qgemm(__global const ta_mem* restrict A, int offA, int sA1, int sA2, int lda,
                     __global const TB* restrict B, int offB, int sB1, int sB2,
                     __global TC* C, int offC, int sC1, int sC2, int ldc,
                     int M, int N, int K, int D2, int rs1, int rs2, int cs1, int cs2, EPI_PARAMS)
@@ -310,7 +329,7 @@ __kernel QGEMM_ATTR void qgemm(__global const TA* restrict A, int offA, int sA1,
     const int m0 = tm * MR, n0 = tn * NR;
     if (m0 >= M || n0 >= N) return;
     const int z1 = z / D2, z2 = z - z1 * D2;
-    const __global TA* a_rows[MR];
+    const __global ta_mem* a_rows[MR];
     _Pragma("unroll")
     for (int r = 0; r < MR; ++r) a_rows[r] = A + offA + z1 * sA1 + z2 * sA2 + min(m0 + r, M - 1) * lda;
 #if KC == 4
@@ -500,15 +519,13 @@ __kernel void qpack_b(__global const TB* restrict src, int off, int s1, int s2, 
 #define QIM_PAIRS 1
 typedef CAT(TB, 16) qim_tb16;
 
-/* 16 columns n..n+15 of im2col row k (zeros past K or N, the zero point `pad` in the padding):
- * one 16-byte move where they are 16 pixels of one output row inside the image, else gathered. */
-inline qim_tb16 qim_row16(const __global TB* xi, int k, int K, int n, int N, int H, int W, int KH, int KW,
+/* 16 columns n..n+15 of one im2col row (its tap: channel plane xc, ky, kx; the first column at
+ * output pixel (oy, ox)): one 16-byte move where they are 16 pixels of one output row inside the
+ * image, else gathered (zeros past N, the zero point `pad` in the padding). No division: the
+ * tap and the first pixel are decoded once per work-item (divisions dominated otherwise). */
+inline qim_tb16 qim_row16(const __global TB* xc, int ky, int kx, int oy, int ox, int n, int N, int H, int W,
                           int SH, int SW, int PH, int PW, int DH, int DW, int OW, TB pad)
 {
-    if (k >= K) return (qim_tb16)0;
-    const int kx = k % KW, t = k / KW, ky = t % KH, ch = t / KH;
-    const __global TB* xc = xi + ch * H * W;
-    int oy = n / OW, ox = n - oy * OW;
     const int iy0 = oy * SH - PH + ky * DH, ix0 = ox * SW - PW + kx * DW;
     if (SW == 1 && ox + 16 <= OW && n + 16 <= N && iy0 >= 0 && iy0 < H && ix0 >= 0 && ix0 + 16 <= W)
         return *(const __global tb16_u*)(xc + iy0 * W + ix0);
@@ -532,10 +549,18 @@ __kernel void qim2col(__global const TB* restrict X, int offX, int sX1, int G, i
     const int img = z / G, g = z - img * G;
     const __global TB* xi = X + offX + img * sX1 + g * cin_g * H * W;
     __global TB* out = dst + z * panels + qb_off(2 * kq, p * NR, K);
-    for (int c0 = 0; c0 < NR; c0 += 16) {
-        const int n = p * NR + c0;
-        const qim_tb16 r0 = qim_row16(xi, 2 * kq, K, n, N, H, W, KH, KW, SH, SW, PH, PW, DH, DW, OW, pad);
-        const qim_tb16 r1 = qim_row16(xi, 2 * kq + 1, K, n, N, H, W, KH, KW, SH, SW, PH, PW, DH, DW, OW, pad);
+    const int k0 = 2 * kq, k1 = min(k0 + 1, K - 1);  /* without a second row (odd K): zeros */
+    const bool has1 = k0 + 1 < K;
+    const int kx0 = k0 % KW, t0 = k0 / KW, ky0 = t0 % KH, kx1 = k1 % KW, t1 = k1 / KW, ky1 = t1 % KH;
+    const __global TB* xc0 = xi + (t0 / KH) * H * W;
+    const __global TB* xc1 = xi + (t1 / KH) * H * W;
+    int n = p * NR, oy = n / OW, ox = n - oy * OW;
+    for (int c0 = 0; c0 < NR; c0 += 16, n += 16) {
+        const qim_tb16 r0 = qim_row16(xc0, ky0, kx0, oy, ox, n, N, H, W, SH, SW, PH, PW, DH, DW, OW, pad);
+        const qim_tb16 r1 = has1 ? qim_row16(xc1, ky1, kx1, oy, ox, n, N, H, W, SH, SW, PH, PW, DH, DW, OW, pad)
+                                 : (qim_tb16)0;
+        ox += 16;
+        while (ox >= OW) { ox -= OW; ++oy; }
 #if defined(__clang__)
         typedef TB qim_tb32 __attribute__((ext_vector_type(32)));
         typedef qim_tb32 qim_tb32_u __attribute__((aligned(1)));

@@ -27,7 +27,8 @@ from .common import F32, check_dtypes, grid, resolve_conv, shape_of
 from .qgemm import requant_epilogue
 from .gemm_kernel import Operand
 from .qgemm_kernel import (EPI_INT, QTYPES, QEpilogue, int_bytes, panel_elems, qcolsum_launch,
-                           qdefines, qgemm_config, qgemm_launch, im2col_rows, side_defines, tuned_qgemm)
+                           qdefines, qgemm_config, qgemm_launch, im2col_rows, side_defines, tuned_qgemm,
+                           widen_a)
 
 INT32 = np.dtype(np.int32)
 
@@ -140,11 +141,13 @@ def _im2col_gemm(ctx: LowerCtx, geo: _Geo, iw: int, epi: QEpilogue) -> list:
             raise InvalidModel("a live weight with an input zero point is not supported on OpenCL", node=ctx.label())
         epi.rowsum = ctx.const_buffer(np.asarray(w).reshape(geo.cout, -1).astype(np.int64).sum(1).astype(np.int32))
     epi.rs, epi.cs = (0, geo.m), (geo.g * geo.npix, geo.npix)
-    a = Operand(ctx.buf(iw), s1=0, s2=geo.m * geo.kk, ld=geo.kk)
+    w = ctx.const(iw)
+    w16 = widen_a(cfg, np.asarray(w).reshape(-1)) if w is not None else None
+    a = Operand(ctx.buf(iw) if w16 is None else ctx.const_buffer(w16), s1=0, s2=geo.m * geo.kk, ld=geo.kk)
     b = Operand(cols, s1=geo.g * panels, s2=panels)
     c = Operand(ctx.out(0), s1=geo.cout * geo.npix, s2=geo.m * geo.npix, ld=geo.npix)
     launches.append(qgemm_launch(cfg, (wdt, xdt, odt), m=geo.m, n=geo.npix, k=geo.kk, batch=nb, d2=geo.g,
-                                 a=a, b=b, c=c, epi=epi, label=ctx.label()))
+                                 a=a, b=b, c=c, epi=epi, label=ctx.label(), a16=w16 is not None))
     return launches
 
 

@@ -282,15 +282,27 @@ def qdefines(cfg: QGemmConfig, ta: np.dtype, tb: np.dtype, tc: np.dtype, epi: QE
 
 
 def qgemm_launch(cfg: QGemmConfig, types: tuple, *, m: int, n: int, k: int, batch: int, d2: int,
-                 a: Operand, b: Operand, c: Operand, epi: QEpilogue, label: str = "") -> Launch:
-    """C[z] = epilogue(A[z] @ B[z]) over `batch` z's; `types` = (A, B, C) numpy dtypes."""
+                 a: Operand, b: Operand, c: Operand, epi: QEpilogue, label: str = "", a16: bool = False) -> Launch:
+    """C[z] = epilogue(A[z] @ B[z]) over `batch` z's; `types` = (A, B, C) numpy dtypes; `a16`: A holds
+    the 8-bit values widened to int16 (widen_a; KC=2 only)."""
+    if a16 and cfg.kc != 2:
+        raise ValueError("int16 A (A16) is a KC=2 layout")
     head = [unaligned(a.arg), i32(a.off), i32(a.s1), i32(a.s2), i32(a.ld), b.arg, i32(b.off), i32(b.s1), i32(b.s2),
             c.arg, i32(c.off), i32(c.s1), i32(c.s2), i32(c.ld)]
     tail = [i32(max(d2, 1)), i32(epi.rs[0]), i32(epi.rs[1]), i32(epi.cs[0]), i32(epi.cs[1])] + epi.args(c.arg)
     ls = cfg.lsize
     gsize = (round_up(-(-m // cfg.mr), ls[0]), round_up(-(-n // cfg.nr), ls[1]), round_up(max(batch, 1), ls[2]))
+    defines = qdefines(cfg, *types, epi)
+    if a16:
+        defines["A16"] = 1
     return Launch("qgemm", "qgemm", gsize, head + [i32(m), i32(n), i32(k)] + tail, ls,
-                  qdefines(cfg, *types, epi), label, noop_args=head + [i32(0), i32(0), i32(0)] + tail)
+                  defines, label, noop_args=head + [i32(0), i32(0), i32(0)] + tail)
+
+
+def widen_a(cfg: QGemmConfig, a: np.ndarray) -> Optional[np.ndarray]:
+    """Constant 8-bit A as int16 for KC=2 tiles (each row's k pair then one 32-bit broadcast load:
+    4 instructions fewer per row and pair on x86), None for other tiles."""
+    return np.ascontiguousarray(a, np.int16) if cfg.kc == 2 else None
 
 
 def side_defines(cfg: QGemmConfig, ta: np.dtype, tb: np.dtype) -> dict:
@@ -331,4 +343,4 @@ def int_bytes(n: int) -> int:
 
 __all__ = ["INT8", "UINT8", "QTYPES", "EPI_INT", "EPI_QUANT", "EPI_FLOAT", "QGemmConfig", "default_qgemm_config",
            "qgemm_space", "qgemm_config", "fit_columns", "qgemm_bench", "QGEMM_FAMILY", "tuned_qgemm", "kpad", "im2col_rows", "panel_elems", "pack_b_host", "QEpilogue", "qdefines",
-           "qgemm_launch", "side_defines", "qpack_launch", "qcolsum_launch", "qrowsum_launch", "int_bytes"]
+           "qgemm_launch", "widen_a", "side_defines", "qpack_launch", "qcolsum_launch", "qrowsum_launch", "int_bytes"]

@@ -116,3 +116,21 @@ def test_qlinear_matmul_per_column_vector_epilogue_exact(cfg, monkeypatch):
     got, _ = run_node(node, {"a": a}, {"as": as_, "az": az, "b": b, "bs": bs, "bz": bz, "ys": ys, "yz": yz},
                       opset=10, expected=[e])
     np.testing.assert_array_equal(got[0], e)
+
+
+def test_conv_weights_widened_for_pair_tiles(monkeypatch):
+    """A constant convolution weight reaches KC=2 tiles as int16 (A16: one 32-bit broadcast per
+    row and k pair); other tiles keep the 8-bit weights."""
+    try:
+        from .run_launches import lower_ctx
+    except ImportError:
+        from run_launches import lower_ctx  # type: ignore
+    from clglow.lower import qgemm_kernel
+    x, w = rand((1, 8, 6, 6), np.uint8), rand((16, 8, 3, 3), np.int8)
+    node = helper.make_node("ConvInteger", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
+    space = qgemm_kernel.qgemm_space(device_info().with_family("cpu"))
+    for cfg, widened in ((next(c for c in space if c.kc == 2), True), (next(c for c in space if c.kc == 1), False)):
+        _use(monkeypatch, cfg)
+        op, ctx = lower_ctx(node, {"x": x}, {"w": w}, {"y": ((1, 16, 6, 6), np.int32)}, opset=10)
+        gemm = [lc for lc in op.lower(ctx) if lc.kernel == "qgemm"]
+        assert len(gemm) == 1 and ("A16" in gemm[0].defines) == widened
