@@ -3,26 +3,38 @@
  * Three passes over the row (max, sum of exp, write) keep it numerically safe; one
  * work-item per row is the fast layout on CPU devices and correct on any device.
  *   LOG_SOFTMAX   write x - max - log(sum) instead of exp(x - max) / sum
+ *   XH, YH        1: x / y stored as half (storage.h); max, sum and exp are float either way,
+ *                 and a half y is written once from recomputed exponentials (no rounding of
+ *                 the unscaled ones)
  */
 #include "vmath.h"
+#ifndef XH
+#define XH 0
+#endif
+#ifndef YH
+#define YH 0
+#endif
+#include "storage.h"
+#define XT ST_T(XH)
+#define YT ST_T(YH)
 
 /* One row of `len` elements `inner` apart, element by element (also the partial last run of
  * softmax_cols). */
-inline void softmax_row(__global const float* xr, __global float* yr, const int len, const long inner) {
+inline void softmax_row(__global const XT* xr, __global YT* yr, const int len, const long inner) {
     float m = -INFINITY;
-    for (int k = 0; k < len; ++k) m = fmax(m, xr[k * inner]);
+    for (int k = 0; k < len; ++k) m = fmax(m, ST_LD(XH, xr, k * inner));
     float s = 0.0f;
-    for (int k = 0; k < len; ++k) s += clg_exp(xr[k * inner] - m);
+    for (int k = 0; k < len; ++k) s += clg_exp(ST_LD(XH, xr, k * inner) - m);
 #ifdef LOG_SOFTMAX
     const float ls = m + clg_log(s);
-    for (int k = 0; k < len; ++k) yr[k * inner] = xr[k * inner] - ls;
+    for (int k = 0; k < len; ++k) ST_ST(YH, yr, k * inner, ST_LD(XH, xr, k * inner) - ls);
 #else
     const float inv = 1.0f / s;
-    for (int k = 0; k < len; ++k) yr[k * inner] = clg_exp(xr[k * inner] - m) * inv;
+    for (int k = 0; k < len; ++k) ST_ST(YH, yr, k * inner, clg_exp(ST_LD(XH, xr, k * inner) - m) * inv);
 #endif
 }
 
-__kernel void softmax(__global const float* x, __global float* y, const int rows, const int len,
+__kernel void softmax(__global const XT* x, __global YT* y, const int rows, const int len,
                       const int inner) {
     const int i = get_global_id(0);
     if (i >= rows) return;
@@ -38,37 +50,38 @@ __kernel void softmax(__global const float* x, __global float* y, const int rows
  * end; the tail of a row beyond a multiple of 16 is scalar. */
 typedef float16 float16_u __attribute__((aligned(4)));
 
-__kernel void softmax_last(__global const float* x, __global float* y, const int rows, const int len) {
+#define XV(p) ST_LDV(XH, 16, p)
+__kernel void softmax_last(__global const XT* x, __global YT* y, const int rows, const int len) {
     const int i = get_global_id(0);
     if (i >= rows) return;
-    __global const float* xr = x + (long)i * len;
-    __global float* yr = y + (long)i * len;
+    __global const XT* xr = x + (long)i * len;
+    __global YT* yr = y + (long)i * len;
     const int nv = len / 16;
     float16 mv = (float16)(-INFINITY);
     for (int k = 0; k < nv; ++k) {
-        const float16 v = *(const __global float16_u*)(xr + 16 * k);
+        const float16 v = XV(xr + 16 * k);
         mv = v > mv ? v : mv;  /* like fmax: a NaN element is skipped */
     }
     float m = -INFINITY;
     const float* ml = (const float*)&mv;
     for (int c = 0; c < 16; ++c) m = ml[c] > m ? ml[c] : m;
-    for (int k = 16 * nv; k < len; ++k) m = xr[k] > m ? xr[k] : m;
+    for (int k = 16 * nv; k < len; ++k) m = fmax(m, ST_LD(XH, xr, k));
     float16 sv = (float16)0.0f;
     float s = 0.0f;
-#ifdef LOG_SOFTMAX
+#if defined(LOG_SOFTMAX) || YH
     for (int k = 0; k < nv; ++k)
-        sv += clg_exp(*(const __global float16_u*)(xr + 16 * k) - m);
-    for (int k = 16 * nv; k < len; ++k) s += clg_exp(xr[k] - m);
+        sv += clg_exp(XV(xr + 16 * k) - m);
+    for (int k = 16 * nv; k < len; ++k) s += clg_exp(ST_LD(XH, xr, k) - m);
 #else
     /* the exponentials go to y on the way (one exp per element; the row is still in L1 for
      * the scaling pass: [12, 128, 128] 0.096 -> 0.065 ms on pocl) */
     for (int k = 0; k < nv; ++k) {
-        const float16 e = clg_exp(*(const __global float16_u*)(xr + 16 * k) - m);
+        const float16 e = clg_exp(XV(xr + 16 * k) - m);
         *(__global float16_u*)(yr + 16 * k) = e;
         sv += e;
     }
     for (int k = 16 * nv; k < len; ++k) {
-        const float e = clg_exp(xr[k] - m);
+        const float e = clg_exp(ST_LD(XH, xr, k) - m);
         yr[k] = e;
         s += e;
     }
@@ -78,8 +91,13 @@ __kernel void softmax_last(__global const float* x, __global float* y, const int
 #ifdef LOG_SOFTMAX
     const float ls = m + clg_log(s);
     for (int k = 0; k < nv; ++k)
-        *(__global float16_u*)(yr + 16 * k) = *(const __global float16_u*)(xr + 16 * k) - ls;
-    for (int k = 16 * nv; k < len; ++k) yr[k] = xr[k] - ls;
+        ST_STV(YH, 16, yr + 16 * k, XV(xr + 16 * k) - ls);
+    for (int k = 16 * nv; k < len; ++k) ST_ST(YH, yr, k, ST_LD(XH, xr, k) - ls);
+#elif YH
+    const float inv = 1.0f / s;
+    for (int k = 0; k < nv; ++k)
+        ST_STV(YH, 16, yr + 16 * k, clg_exp(XV(xr + 16 * k) - m) * inv);
+    for (int k = 16 * nv; k < len; ++k) ST_ST(YH, yr, k, clg_exp(ST_LD(XH, xr, k) - m) * inv);
 #else
     const float inv = 1.0f / s;
     for (int k = 0; k < nv; ++k)
@@ -93,30 +111,36 @@ __kernel void softmax_last(__global const float* x, __global float* y, const int
  * so exp runs on vectors (pocl, AVX-512, [1, 1000, 49] over axis 1: 0.49 ms with the scalar
  * kernel above, 0.03 ms this way). A partial last run of rows goes element by element.
  * gsize = (ceil(inner / 16), outer). */
-__kernel void softmax_cols(__global const float* restrict x, __global float* restrict y, const int len,
+__kernel void softmax_cols(__global const XT* restrict x, __global YT* restrict y, const int len,
                            const int inner) {
     const int r0 = get_global_id(0) * 16;
     const int o = get_global_id(1);
     if (r0 >= inner) return;
     const long base = (long)o * len * inner + r0;
-    __global const float* xr = x + base;
-    __global float* yr = y + base;
+    __global const XT* xr = x + base;
+    __global YT* yr = y + base;
     if (r0 + 16 <= inner) {
         float16 m = (float16)(-INFINITY);
         for (int k = 0; k < len; ++k) {
-            const float16 v = *(const __global float16_u*)(xr + (long)k * inner);
+            const float16 v = XV(xr + (long)k * inner);
             m = v > m ? v : m;  /* like fmax: a NaN element is skipped */
         }
         float16 s = (float16)0.0f;
 #ifdef LOG_SOFTMAX
         for (int k = 0; k < len; ++k)
-            s += clg_exp(*(const __global float16_u*)(xr + (long)k * inner) - m);
+            s += clg_exp(XV(xr + (long)k * inner) - m);
         const float16 ls = m + clg_log(s);
         for (int k = 0; k < len; ++k)
-            *(__global float16_u*)(yr + (long)k * inner) = *(const __global float16_u*)(xr + (long)k * inner) - ls;
+            ST_STV(YH, 16, yr + (long)k * inner, XV(xr + (long)k * inner) - ls);
+#elif YH
+        for (int k = 0; k < len; ++k)
+            s += clg_exp(XV(xr + (long)k * inner) - m);
+        const float16 inv = 1.0f / s;
+        for (int k = 0; k < len; ++k)
+            ST_STV(YH, 16, yr + (long)k * inner, clg_exp(XV(xr + (long)k * inner) - m) * inv);
 #else
         for (int k = 0; k < len; ++k) {  /* the exponentials stored on the way, as softmax_last */
-            const float16 e = clg_exp(*(const __global float16_u*)(xr + (long)k * inner) - m);
+            const float16 e = clg_exp(XV(xr + (long)k * inner) - m);
             *(__global float16_u*)(yr + (long)k * inner) = e;
             s += e;
         }

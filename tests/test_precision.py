@@ -97,6 +97,19 @@ def test_moves_and_select_half_storage():
                 np.clip(x.astype(F32), -0.5, 0.75))
 
 
+@pytest.mark.parametrize("shape,axis", [((6, 37), -1), ((2, 5, 40), 1), ((3, 7, 5), 1), ((4, 9), -1)])
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax_half_storage(shape, axis, op):
+    """softmax.cl's row kernels (last axis with a ragged tail, inner axis by 16 columns and the
+    partial run, scalar rows) on half x and y: max, sum and exp in float32."""
+    x = (3 * _half(np.random.default_rng(7), *shape)).astype(F16)
+    xf = x.astype(F32)
+    e = np.exp(xf - xf.max(axis=axis, keepdims=True))
+    ref = e / e.sum(axis=axis, keepdims=True)
+    ref = np.log(ref) if op == "LogSoftmax" else ref
+    _check_half(helper.make_node(op, ["x"], ["y"], axis=axis), {"x": x}, {}, ref)
+
+
 # --- resolution, options, the pass ------------------------------------------------------------------
 def test_auto_resolves_by_profile():
     """auto: fp16 only where the device reports cl_khr_fp16 and the profile says it pays."""
@@ -161,10 +174,10 @@ def test_pass_casts_where_storage_disagrees(caplog):
 
     big = np.full((4, 32), 1e6, F32)
     nodes = [helper.make_node("Add", ["x", "big"], ["a"]), helper.make_node("Relu", ["a"], ["r"]),
-             helper.make_node("Softmax", ["r"], ["p"]), helper.make_node("Add", ["r", "eps"], ["e"]),
+             helper.make_node("ReduceMax", ["r"], ["p"], axes=[1]), helper.make_node("Add", ["r", "eps"], ["e"]),
              helper.make_node("Reshape", ["e", "shape"], ["y"])]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 32])],
-                          [helper.make_tensor_value_info("p", TensorProto.FLOAT, [4, 32]),
+                          [helper.make_tensor_value_info("p", TensorProto.FLOAT, [4, 1]),
                            helper.make_tensor_value_info("y", TensorProto.FLOAT, [128])],
                           [numpy_helper.from_array(big, "big"), numpy_helper.from_array(np.array(1e-12, F32), "eps"),
                            numpy_helper.from_array(np.array([128], np.int64), "shape")])
@@ -176,9 +189,9 @@ def test_pass_casts_where_storage_disagrees(caplog):
     assert out.values["eps"].dtype == F32
     assert out.values["a"].dtype == F16 and out.values["r"].dtype == F16
     casts = [n for n in out.nodes if n.op_type == "Cast"]
-    assert len(casts) == 2  # before Softmax (float32 only here), and y's at the edge
-    softmax = next(n for n in out.nodes if n.op_type == "Softmax")
-    assert out.values[softmax.inputs[0]].dtype == F32
+    assert len(casts) == 2  # before ReduceMax (float32 only), and y's at the edge
+    reduce = next(n for n in out.nodes if n.op_type == "ReduceMax")
+    assert out.values[reduce.inputs[0]].dtype == F32
     assert out.values["y"].dtype == F32 and out.values["p"].dtype == F32
     assert apply_precision(graph, "fp32", Target()) is graph
 
@@ -195,7 +208,7 @@ def _fp16_vs_fp32(model, feeds: dict) -> tuple:
 
 def test_encoder_fp16_accuracy():
     """BERT-style encoder (2 layers, d 64, seq 16): relative error (L2) of the hidden states,
-    measured 4.5e-4 on pocl; bound 3e-3."""
+    measured 4.8e-4 on pocl; bound 3e-3."""
     model = transformer_encoder(seq=16)
     got, ref, sess = _fp16_vs_fp32(model, sample_inputs(model, seed=1, dims={"seq_len": 16}))
     assert sum(v.dtype == F16 for v in sess.graph.values.values()) > 20
@@ -204,7 +217,7 @@ def test_encoder_fp16_accuracy():
 
 def test_decoder_fp16_accuracy():
     """GPT-2-style decoder (2 layers, d 64, vocab 512, 12 tokens): relative error of the logits,
-    measured 8.8e-4 on pocl, bound 5e-3; the next token agrees at every position."""
+    measured 9.3e-4 on pocl, bound 5e-3; the next token agrees at every position."""
     model = causal_decoder()
     got, ref, _ = _fp16_vs_fp32(model, sample_inputs(model, seed=1, dims={"seq": 12}))
     assert _rel(got, ref) < 5e-3
@@ -214,8 +227,8 @@ def test_decoder_fp16_accuracy():
 @pytest.mark.slow
 def test_resnet50_fp16_top1():
     """ResNet-50 (clglow.models, seeded weights): top-1 of fp16 equals fp32's on 3 seeded images;
-    relative error of the logits measured below 1e-3 on pocl (the convolutions are float32-only
-    kernels: half storage covers the classifier and the elementwise work), bound 1e-2."""
+    relative error of the logits measured 2.0e-4 on pocl, bound 1e-2. The convolutions and pools
+    are float32-only kernels so far: in half are the classifier's weights and bias only."""
     from clglow.models import resnet50
 
     data = resnet50(seed=0).SerializeToString()
@@ -227,3 +240,19 @@ def test_resnet50_fp16_top1():
         assert got.dtype == np.float32
         assert int(got.argmax()) == int(ref.argmax())
         assert _rel(got, ref) < 1e-2
+
+
+def test_fused_matmul_gemv_with_half_bias():
+    """A one-row FusedMatMul (the float32-only GEMV) with half weights and a half bias constant:
+    the bias, read in place, goes up as a float32 copy (it was read as float from half bits)."""
+    rng = np.random.default_rng(8)
+    w, b = rng.standard_normal((64, 40)).astype(F32), rng.standard_normal(40).astype(F32)
+    g = helper.make_graph([helper.make_node("Gemm", ["x", "w", "b"], ["y"])], "fc",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 40])],
+                          [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    data = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    sess = clglow.InferenceSession(data, clglow.SessionOptions(precision="fp16"))
+    x = rng.standard_normal((1, 64)).astype(F32)
+    ref = x @ w.astype(F16).astype(F32) + b.astype(F16).astype(F32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref, rtol=1e-4, atol=1e-4)

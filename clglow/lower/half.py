@@ -2,10 +2,11 @@
 
 A lowering declares half storage (base.HalfIO) for an op as a whole, but its paths differ: a
 GEMM reads half natively in gemm.cl yet packs live operands through float kernels. Such a path
-lowers on float32 copies instead: each half input (activations only: half constants are
-widened once at plan time) is converted into a scratch buffer first and each half output is
-written to one and converted after (elementwise.cl cast_from_half / cast_to_half). Correct
-everywhere; as slow as the Casts the precision pass would otherwise have inserted.
+lowers on float32 copies instead: each half activation is converted into a scratch buffer
+first and each half output is written to one and converted after (elementwise.cl
+cast_from_half / cast_to_half); half constants are widened once at plan time (packed from a
+float32 copy, or uploaded as one). Correct everywhere; as slow as the Casts the precision pass
+would otherwise have inserted.
 """
 from __future__ import annotations
 
@@ -42,7 +43,10 @@ def lower_as_float(ctx: LowerCtx, lower: Callable[[LowerCtx], list]) -> list:
         if t is None or np.dtype(t.dtype) != F16:
             continue
         fctx.inputs[i] = TensorInfo(t.name, F32, t.shape)
-        if ctx.const(i) is None and t.size:
+        c = ctx.const(i)
+        if c is not None:  # read in place (a bias): a float32 copy uploaded with the plan
+            ins[i] = ctx.const_buffer(c.astype(np.float32), key=f"{ctx.node.inputs[i]}@{id(c):x}#f32")
+        elif t.size:
             ins[i] = ctx.scratch(4 * t.size)
             before.append(half_cast_launch(ctx, ctx.buf(i), ins[i], t.size, to_half=False))
     outs: dict = {}

@@ -4,7 +4,8 @@ Opset < 13 flattens the input to 2-D at `axis` (default 1) and normalises each r
 flattened tail; opset 13+ normalises along `axis` alone (default -1). Both become rows of
 `len` elements `inner` apart for one kernel. The GPU family's row (a work-group per row,
 lower/gpu_softmax.py) comes first where it applies; softmax.cl's one work-item per row is the
-CPU family's.
+CPU family's. Half storage of x and y (SessionOptions.precision): softmax.cl's XH / YH, max,
+sum and exp in float32; the GPU family's row reads float32 copies (lower/half.py).
 """
 from __future__ import annotations
 
@@ -16,18 +17,19 @@ import numpy as np
 from ..ir import Graph, Node
 from ..target import Target
 from . import gpu_reduce
-from .base import Launch, LowerCtx, device_op, i32
-from .common import check_dtypes, check_int32_sizes, work_size
+from .base import HalfIO, Launch, LowerCtx, device_op, i32
+from .common import F16, F32, check_dtypes, check_int32_sizes, work_size
 from .gpu_softmax import lower_softmax_wg
+from .half import has_half, lower_as_float
 
 log = logging.getLogger(__name__)
 
 
 def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return check_dtypes(node, graph, {np.dtype(np.float32)})
+    return check_dtypes(node, graph, {F32, F16}, outputs=True)
 
 
-@device_op("Softmax", "LogSoftmax", supports=_supports)
+@device_op("Softmax", "LogSoftmax", supports=_supports, half=HalfIO((0,), (0,)))
 def lower_softmax(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
@@ -46,9 +48,16 @@ def lower_softmax(ctx: LowerCtx) -> list:
         length, inner = shape[axis], int(np.prod(shape[axis + 1:], dtype=np.int64))
     rows = x.size // length
     if gpu_reduce.applicable(ctx.device) is None:
+        if has_half(ctx):
+            return lower_as_float(ctx, lambda c: lower_softmax_wg(c.device, c.buf(0), c.out(0), rows, length, inner,
+                                                                  c.node.op_type == "LogSoftmax", c.label()))
         return lower_softmax_wg(ctx.device, ctx.buf(0), ctx.out(0), rows, length, inner,
                                 ctx.node.op_type == "LogSoftmax", ctx.label())
     defines = {"LOG_SOFTMAX": None} if ctx.node.op_type == "LogSoftmax" else {}
+    if x.dtype == F16:
+        defines["XH"] = 1
+    if out.dtype == F16:
+        defines["YH"] = 1
     if inner == 1 and length >= 16:  # the last axis: vector rows (see softmax_last)
         g, l = work_size(ctx, rows, cap=16)
         return [Launch("softmax", "softmax_last", g, [ctx.buf(0), ctx.out(0), i32(rows), i32(length)], l,
