@@ -116,6 +116,27 @@ def test_device_prepares_through_helper_then_warm_start_skips_it(fresh):
     assert again.preparation.workers is None and not again.preparation.remote  # warm: built here, no helper started
 
 
+def test_cold_start_warms_the_compiler_once_and_a_warm_start_not(fresh, monkeypatch):
+    """A device that never prepared a program here warms its process's compiler once on the
+    background pool (later sessions of the process do not); once a preparation is done, a new
+    process (Device) does not. The warm-up kernel itself builds and runs."""
+    from clglow.runtime import preparation
+
+    calls: list = []
+    monkeypatch.setattr(preparation, "warm_compiler", lambda *a: (calls.append(a), cw.warm_compiler(*a)))
+    monkeypatch.setenv("CLGLOW_COMPILE_WORKERS", "0")
+    dev = Device(cl.Context([fresh.cl_device]), fresh.cl_device)
+    dev.start_compile_helpers_if_cold()
+    dev.start_compile_helpers_if_cold()  # a second session of the process
+    dev.prepare("pool", ["-DT=float", "-DPOOL_AVG"], "global_pool", (64,), [None, None, np.int32(0), np.int32(9)])
+    dev.wait_prepared(timeout=120)
+    assert len(calls) == 1
+    again = Device(cl.Context([fresh.cl_device]), fresh.cl_device)
+    again.start_compile_helpers_if_cold()
+    again.wait_prepared(timeout=120)
+    assert len(calls) == 1
+
+
 def test_helpers_off(fresh, monkeypatch):
     monkeypatch.setenv("CLGLOW_COMPILE_WORKERS", "0")
     dev = Device(cl.Context([fresh.cl_device]), fresh.cl_device)

@@ -50,6 +50,7 @@ import pyopencl as cl
 
 from .. import config
 from . import driver_cache
+from .build_output import quiet_build
 from .cache import ProgramCache
 from .selection import open_index
 from .sources import kernel_source
@@ -295,14 +296,34 @@ def enqueue_noop(queue: cl.CommandQueue, dummy: cl.Buffer, prg: cl.Program, kern
     return ev
 
 
+# A kernel whose build and one launch make the driver initialise its compiler (pocl: LLVM's
+# front end and code generator, about 0.5 s of CPU on a process's first build, measured on a
+# 2-vCPU Zen 5), so that the first real build does not pay for it.
+_WARM_SOURCE = "__kernel void clglow_warm(__global int* a, int n) { if ((int)get_global_id(0) < n) a[0] = n; }"
+
+
+def warm_compiler(ctx: cl.Context, queue: cl.CommandQueue, dummy: cl.Buffer) -> None:
+    """Build and launch a trivial kernel once (see _WARM_SOURCE): a cold start does it while it
+    would otherwise wait (a helper before its first job, a session while Python loads the
+    model). Best effort: a failure is logged and left to the real builds."""
+    try:
+        with quiet_build():
+            prg = cl.Program(ctx, _WARM_SOURCE).build(cache_dir=False)
+        enqueue_noop(queue, dummy, prg, "clglow_warm", (1,), [None, np.int32(0)]).wait()
+    except cl.Error as e:
+        log.debug("compiler warm-up failed: %s", e)
+
+
 def _serve(device_index: str, lines, out) -> None:
     """Answer jobs until stdin closes: build each program as a session does (the same source and
-    options, through a ProgramCache), launch its kernel once, report."""
+    options, through a ProgramCache), launch its kernel once, report. The compiler is warmed
+    up first (the parent sends the first job only once it has lowered a node)."""
     cl_dev = open_index(device_index)
     ctx = cl.Context([cl_dev])
     queue = cl.CommandQueue(ctx, cl_dev)
     dummy = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 64)
     programs = ProgramCache(ctx, cl_dev)
+    warm_compiler(ctx, queue, dummy)
     for line in lines:
         try:
             job = json.loads(line)

@@ -36,7 +36,7 @@ import pyopencl as cl
 from .. import config
 from ..errors import InvalidArgument
 from .cache import atomic_write, disk_key, driver_caches_programs, prepared_dir
-from .compile_worker import CompileWorkers, default_count, encode_noop, enqueue_noop
+from .compile_worker import CompileWorkers, default_count, encode_noop, enqueue_noop, warm_compiler
 from .selection import device_index
 from .sources import kernel_source
 
@@ -69,6 +69,7 @@ class Preparer:
         self.remote: Dict[ProgramKey, concurrent.futures.Future] = {}  # programs a helper builds
         self._local_programs: Set[ProgramKey] = set()
         self._local_load = LOCAL_HANDICAP  # estimated cost of the preparations given to this process
+        self._compiler_warmed = False  # start_compile_helpers_if_cold warmed this process's compiler
 
     def wait_remote(self, name: str, options: Tuple[str, ...]) -> None:
         """If a helper is building this program into pocl's cache, wait for it (then the build
@@ -181,12 +182,27 @@ class Preparer:
     def start_compile_helpers_if_cold(self) -> None:
         """Start the compile helpers now if this device has never prepared a program here (first
         use on this machine, or a new driver or clglow): they then get ready while the model
-        loads rather than when its first program is asked for."""
+        loads rather than when its first program is asked for; and warm this process's
+        compiler up on the background pool (compile_worker.warm_compiler), for the same reason."""
         marker = self.marker("", (), "", None)
         if marker is not None and not marker.exists():
             workers = self.compile_workers()
             if workers is not None:
                 workers.start()
+            with self._lock:
+                warm, self._compiler_warmed = not self._compiler_warmed, True
+            if warm and self.device.info.concurrent_builds:  # else builds go one at a time (Device.program)
+                fut = self._get_pool().submit(warm_compiler, self.device.context, *self._warm_launch_queue())
+                with self._lock:
+                    self._futures.append(fut)
+
+    def _warm_launch_queue(self) -> Tuple[cl.CommandQueue, cl.Buffer]:
+        """The queue of warm-up launches (one of its own) and the dummy buffer they pass."""
+        with self._lock:
+            if self._warm_queue is None:
+                self._warm_queue = self.device.make_queue()
+                self._dummy = cl.Buffer(self.device.context, cl.mem_flags.READ_WRITE, 64)
+            return self._warm_queue, self._dummy
 
     def marker(self, program: str, options: tuple, kernel: str, lsize: Optional[tuple]) -> Optional[Path]:
         """The file saying this preparation was done on this device before (its program and code
@@ -214,11 +230,7 @@ class Preparer:
         """Enqueue `kernel` once as a single work-group of `lsize` with arguments that make it
         return at once, on a queue of its own, and flush: the driver generates its machine code
         for `lsize` without a model's run waiting for it."""
-        with self._lock:
-            if self._warm_queue is None:
-                self._warm_queue = self.device.make_queue()
-                self._dummy = cl.Buffer(self.device.context, cl.mem_flags.READ_WRITE, 64)
-            queue, dummy = self._warm_queue, self._dummy
+        queue, dummy = self._warm_launch_queue()
         return enqueue_noop(queue, dummy, prg, kernel, lsize, noop_args)
 
     def _prepare_one(self, program: str, options: tuple, kernel: str, lsize: Optional[tuple],
