@@ -192,6 +192,89 @@ def test_depthwise_fused_residual_no_bias():
     check(node, {"x": x, "z": z}, {"w": w}, expected=[want], device=gpu_local())
 
 
+# --- Winograd F(2x2, 3x3) on xgemm.cl -----------------------------------------------------------------------------
+WINO = [  # (X, Cout, pads): odd output sizes (a half-empty last tile row/column), batches, asymmetric pads
+    ((1, 16, 6, 6), 16, [1, 1, 1, 1]),
+    ((2, 17, 7, 9), 19, [1, 0, 2, 1]),
+    ((1, 16, 5, 4), 24, [0, 0, 0, 0]),
+]
+if not SMALL:
+    WINO += [((2, 64, 28, 28), 64, [1, 1, 1, 1]), ((1, 32, 15, 17), 48, [1, 1, 1, 1])]
+
+
+def _winograd_launches(node, feeds: dict, consts: dict, shape: tuple) -> list:
+    """The node's launches on the "gpu winograd" row (after the implicit GEMM in the ranked table:
+    a tuning entry's choice), lowered through the row itself."""
+    from clglow.lower.conv import _PATHS, conv_case
+    from clglow.lower.gpu_winograd import lower_gpu_winograd, winograd_applicable
+
+    try:
+        from .run_launches import lower_ctx
+    except ImportError:
+        from run_launches import lower_ctx  # type: ignore
+    _op, ctx = lower_ctx(node, feeds, consts, {"y": (shape, np.float32)}, device=gpu_local())
+    case = conv_case(ctx)
+    assert winograd_applicable(case) is None and _PATHS["gpu winograd"].lower is lower_gpu_winograd
+    return lower_gpu_winograd(ctx, case)
+
+
+@pytest.mark.parametrize("xs,cout,pads", WINO, ids=str)
+@pytest.mark.parametrize("fused", [False, True])
+def test_gpu_winograd(xs, cout, pads, fused):
+    """Input transform, 16 batched xgemm GEMMs, output transform (with bias, residual and Relu when
+    fused), vs onnx.reference."""
+    x, w, b = rand(*xs), rand(cout, xs[1], 3, 3), rand(cout)
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=pads)
+    want = reference(conv, {"x": x}, {"w": w, "b": b}, 17)[0]
+    feeds, node = {"x": x}, conv
+    if fused:
+        z = rand(*want.shape)
+        node = helper.make_node("FusedConv", ["x", "w", "b", "z"], ["y"], domain="clglow", pads=pads,
+                                activation="Relu")
+        feeds, want = {"x": x, "z": z}, np.maximum(want + z, 0)
+    launches = _winograd_launches(node, feeds, {"w": w, "b": b}, want.shape)
+    assert [ln.kernel for ln in launches] == ["wino2_in", "xgemm", "wino2_out"]
+    got = execute(launches, {**feeds, "w": w, "b": b}, {"y": np.empty(want.shape, np.float32)})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
+
+
+def test_gpu_winograd_from_the_conv_familys_tuning_entry():
+    """The conv family's space offers "gpu winograd" for such a conv, and a database entry choosing
+    it (what `clglow tune MODEL` stores where it measured faster) makes the node lower through it."""
+    from clglow.lower import tunable
+    from clglow.lower.conv import conv_space
+
+    x, w, b = rand(1, 16, 9, 9), rand(16, 16, 3, 3), rand(16)
+    g = _geom((1, 16, 9, 9), (16, 16, 3, 3), pad=1)
+    key = dataclasses.astuple(g) + ("", True, False)
+    point = {"path": "gpu winograd", "variant": ""}
+    assert point in conv_space(gpu_local(), key) and conv_space(gpu_local(), key)[0]["path"] == "xgemm implicit"
+    tuned = dataclasses.replace(gpu_local(), tuned=(("conv", tunable.key_str(key), tunable.params_items(point)),))
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])
+    assert [k for _p, k in kernels_of(node, {"x": x}, {"w": w, "b": b}, (1, 16, 9, 9), tuned)] == \
+        ["wino2_in", "xgemm", "wino2_out"]
+    check(node, {"x": x}, {"w": w, "b": b}, device=tuned)
+
+
+def test_gpu_winograd_applies_where_stated():
+    """Only undilated 3x3 stride-1 single-group convs with constant weights and >= 16 channels,
+    under the GPU family with dedicated local memory and Winograd on."""
+    from clglow.config import PlanOptions
+    from clglow.lower.conv import ConvCase
+    from clglow.lower.common import Epilogue
+    from clglow.lower.gpu_winograd import winograd_applicable
+
+    def why(target=None, const=True, winograd=True, **kw) -> object:
+        g = _geom((1, kw.pop("cin", 16), 8, 8), (kw.pop("cout", 16), 16, 3, 3), pad=1, **kw)
+        return winograd_applicable(ConvCase(target or gpu_local(), PlanOptions(winograd=winograd), g, Epilogue(""),
+                                            const))
+
+    assert why() is None
+    assert why(stride=2) and why(dil=2) and why(cin=8) and why(cout=8) and why(const=False) and why(winograd=False)
+    assert why(target=dataclasses.replace(gpu_local(), local_mem_type="global"))
+    assert why(target=dataclasses.replace(gpu_local(), family="cpu"))
+
+
 # --- selection and the tuner's spaces ------------------------------------------------------------------------------
 @pytest.mark.parametrize("family,local", [("gpu", "local"), ("gpu", "global"), ("cpu", "global"), ("cpu", "local")])
 def test_paths_only_with_local_memory(family, local):

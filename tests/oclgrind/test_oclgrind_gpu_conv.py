@@ -1,13 +1,17 @@
 """The GPU family's local-memory convolutions on Oclgrind (tests/kernels/test_gpu_conv.py at small
-shapes): gpu_dwconv.cl's halo tiles and xgemm.cl's implicit GEMM (B gathered from X per tile),
-every point of both search spaces, bounds and data races checked, zero reports.
+shapes): gpu_dwconv.cl's halo tiles, xgemm.cl's implicit GEMM (B gathered from X per tile) at
+every point of both search spaces, and Winograd F(2x2, 3x3) (gpu_winograd.cl's transforms around
+a batched xgemm); bounds and data races checked, zero reports.
 
 The depthwise tiles run with the uninitialised-value checker on. The implicit GEMM runs with it
 off: Oclgrind 21.10's checker stops fatally on LLVM's `freeze` instruction, which the compiler
 emits for xgemm's tap decomposition (k / (KH*KW) and its remainder; the same stop as in the
-spectral and attention kernels), and the kernel's results are then wrong. The selection test
+spectral and attention kernels), and the kernel's results are then wrong. Winograd runs in that
+process too: with the checker on, each of its cases is clean alone, while after a smaller case
+xgemm's reads of the transformed input V (a grown scratch buffer) are reported uninitialised
+(the grown-buffer false positive of test_oclgrind.py's docstring). The selection test
 (the CPU family's paths on the same device) is left out: it is a lowering choice, tested on pocl.
-About 90 s on a loaded machine with a cold program cache.
+About 2.5 minutes on a loaded machine with a cold program cache.
 """
 from __future__ import annotations
 

@@ -1,0 +1,100 @@
+/* Winograd F(2x2, 3x3) transforms for the GPU family (lower/gpu_winograd.py): the batched
+ * element-wise products between them run as xgemm.cl's local-memory GEMM.
+ *
+ *   wino2_in    one work-item per (tile t, channel c, image z): the 4x4 input patch of output
+ *               block t (rows 2*ty - PH .., columns 2*tx - PW ..; the padding as zeros by bounds)
+ *               into d, V[z][xi][c][t] = (B^T d B)[xi] for the 16 xi (row-major in the 4x4);
+ *               consecutive work-items write consecutive tiles (coalesced; xgemm reads V[z][xi]
+ *               as a C x NT row-major B).
+ *   wino2_out   one work-item per (tile t, output channel o, image z): the 16 products
+ *               Mp[z][xi][o][t] folded back into the 2x2 block, Y = A^T Mp A, with the conv's
+ *               epilogue ACT(y + bias[o] + Z) for the pixels inside OH x OW.
+ * B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], A^T = [1 1 1 0; 0 1 -1 -1] (Lavin & Gray's
+ * F(2x2, 3x3); the filter's G g G^T is computed once at plan time). Shapes are run-time
+ * arguments; flags: 1 = bias, 2 = residual Z. OpenCL 1.2, no extension.
+ */
+#pragma OPENCL FP_CONTRACT ON
+
+#define FLAG_BIAS 1
+#define FLAG_RES 2
+
+#include "activation.h"
+DEFINE_ACT(act_s, float)
+
+__kernel void wino2_in(__global const float* restrict X, int offX, int sX, __global float* restrict V, int sV,
+                       int C, int H, int W, int PH, int PW, int TW, int NT)
+{
+    const int t = get_global_id(0), c = get_global_id(1), z = get_global_id(2);
+    if (t >= NT || c >= C)
+        return;
+    const int ty = t / TW, tx = t - ty * TW;
+    const int y0 = 2 * ty - PH, x0 = 2 * tx - PW;
+    const __global float* xp = X + offX + z * sX + c * H * W;
+    float d[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int y = y0 + i, x = x0 + j;
+            d[i][j] = y >= 0 && y < H && x >= 0 && x < W ? xp[y * W + x] : 0.0f;
+        }
+    float e[4][4]; /* B^T d: along the rows */
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        e[0][j] = d[0][j] - d[2][j];
+        e[1][j] = d[1][j] + d[2][j];
+        e[2][j] = d[2][j] - d[1][j];
+        e[3][j] = d[1][j] - d[3][j];
+    }
+    __global float* vp = V + z * sV + c * NT + t;
+    const int sxi = C * NT; /* V[z][xi] is C x NT */
+#pragma unroll
+    for (int i = 0; i < 4; ++i) { /* (B^T d) B: along the columns */
+        vp[(4 * i + 0) * sxi] = e[i][0] - e[i][2];
+        vp[(4 * i + 1) * sxi] = e[i][1] + e[i][2];
+        vp[(4 * i + 2) * sxi] = e[i][2] - e[i][1];
+        vp[(4 * i + 3) * sxi] = e[i][1] - e[i][3];
+    }
+}
+
+__kernel void wino2_out(__global const float* restrict Mp, int sM, __global float* Y, int offY, int sY,
+                        __global const float* restrict bias, __global const float* Z, int Cout, int OH, int OW,
+                        int TW, int NT, int flags, float act_a, float act_b, float act_c)
+{
+    const int t = get_global_id(0), o = get_global_id(1), z = get_global_id(2);
+    if (t >= NT || o >= Cout)
+        return;
+    const __global float* mp = Mp + z * sM + o * NT + t;
+    const int sxi = Cout * NT; /* Mp[z][xi] is Cout x NT */
+    float m[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            m[i][j] = mp[(4 * i + j) * sxi];
+    float r[2][4]; /* A^T m */
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        r[0][j] = m[0][j] + m[1][j] + m[2][j];
+        r[1][j] = m[1][j] - m[2][j] - m[3][j];
+    }
+    const int ty = t / TW, tx = t - ty * TW;
+    const float b = (flags & FLAG_BIAS) ? bias[o] : 0.0f;
+    const int plane = offY + z * sY + o * OH * OW;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int y = 2 * ty + i;
+        const float v2[2] = {r[i][0] + r[i][1] + r[i][2], r[i][1] - r[i][2] - r[i][3]}; /* (A^T m) A */
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            const int x = 2 * tx + j;
+            if (y < OH && x < OW) {
+                const int p = plane + y * OW + x;
+                float v = v2[j] + b;
+                if (flags & FLAG_RES)
+                    v += Z[p];
+                Y[p] = act_s(v, act_a, act_b, act_c);
+            }
+        }
+    }
+}
