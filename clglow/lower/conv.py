@@ -31,8 +31,9 @@ shape tests are in lower/conv_gemm.py and lower/winograd.py, the tiles come from
               its pixels and taps + its GEMM, then a scatter into Y (lower/conv_regions.py).
               CPU family, constant weights, one group, no residual.
   transposed  few output pixels (N <= 8 column tiles, gemm_kernel.transposed_config): Y^T = cols^T
-              W^T with the pixels as the MR tile rows, read in place (X for a 1x1, phase images
-              otherwise; gemm.cl flag 8) when the output has at most 8 column tiles
+              W^T with the pixels as the MR tile rows, read in place (X for a 1x1, a strided
+              conv's padded image read with its strides, phase images otherwise; gemm.cl flag
+              8, lower/conv_gemm.py pixel_row_pieces) when the output has at most 8 column tiles
               (implicit_rows_ok), else from im2col / pack panels, the tile stored transposed
               (gemm.cl C_TRANS). CPU family, constant weights; not for a 1x1 that reads X in
               place as B while its transposed form would pack X.
@@ -42,8 +43,15 @@ shape tests are in lower/conv_gemm.py and lower/winograd.py, the tiles come from
   xgemm implicit  the same tiles with B gathered from X into local memory per tile (implicit GEMM,
               no im2col buffer, padding by bounds): any other 2-D conv, one launch
               (lower/gpu_conv.py); "xgemm im2col" stays in the tuner's space of paths.
+  gpu winograd  F(2x2, 3x3) on xgemm.cl (lower/gpu_winograd.py): after the implicit GEMM, so taken
+              where the conv family's tuning entry (measured on the device) chooses it.
   pointwise   1x1, stride 1, no padding: the GEMM reads X in place as B (when N is whole
               column tiles or at least 4 of them). Any family.
+  transposed rows  strided convs (not 1x1 stride 1) with at most 8 column tiles of output channels,
+              any N: the transposed GEMM over the pixel rows read in place, X itself for a
+              strided 1x1, else a stride-1 zero-padded image that a producing 1x1 conv writes
+              directly (no copy) or conv_phases makes (lower/conv_gemm.py transposed_rows_config,
+              pixel_row_pieces). CPU family, constant weights.
   implicit    other convs whose taps read phases 0..n-1: conv_phases (im2col.cl) copies X once
               into zero-padded phase images; the GEMM reads row k of B at a per-k offset in them
               and stores only the real pixels (gemm.cl implicit flag 4). CPU family.
@@ -75,7 +83,7 @@ from .base import Launch, LowerCtx, device_op, f32, i32, round_up
 from .common import AUTO_PADS, ConvGeometry, Epilogue, attr_str, float32_only, grid, resolve_conv
 from .conv_depthwise import depthwise_applicable, lower_depthwise
 from .conv_gemm import (fit_tiles, implicit_ok, implicit_rows_ok, padded_output, phase_geometry, phase_pieces,
-                        pixel_panels, pixel_row_pieces)
+                        pixel_panels, pixel_row_pieces, transposed_rows_config)
 from .conv_nd import (ND_RANKS, NdGeometry, lower_conv_nd, lower_conv_nd_implicit, nd_applicable, nd_geometry,
                       nd_implicit_applicable)
 from .conv_gemv import gemv_applicable, lower_gemv
@@ -86,6 +94,7 @@ from .gemm_kernel import (ACTIVATIONS, Bias, GemmConfig, Implicit, Operand, act_
 from .gpu_gemm import tuned_xgemm, xgemm_applicable, xgemm_launch
 from .gpu_conv import implicit_applicable as xgemm_implicit_applicable, lower_implicit as lower_xgemm_implicit
 from .gpu_dwconv import depthwise_applicable as gpu_depthwise_applicable, lower_depthwise as lower_gpu_depthwise
+from .gpu_winograd import lower_gpu_winograd, winograd_applicable as gpu_winograd_applicable
 from .tunable import Family, forget, note_request, record_decision, register, stored
 from .winograd import lower_winograd, variant_name, winograd_variant
 
@@ -194,6 +203,12 @@ class ConvCase:
         return tcfg
 
     @cached_property
+    def transposed_rows(self) -> Optional[GemmConfig]:
+        """The tiles of a strided conv's transposed GEMM over its pixel rows read in place (any N;
+        lower/conv_gemm.py transposed_rows_config), else None."""
+        return transposed_rows_config(self.target, self.cfg, self.geom) if self.const_weights else None
+
+    @cached_property
     def tiles(self) -> GemmConfig:
         """The tiles of the non-transposed GEMM paths: the tuning database's for this conv's GEMM
         (gemm family, lower/tunable.py) when it keeps the path, else fitted to the columns they
@@ -244,12 +259,20 @@ def _transposed_applicable(c: ConvCase) -> Optional[str]:
     return None if c.transposed is not None else "N not small, weights not constant, or not the CPU family"
 
 
-def _lower_transposed(ctx: LowerCtx, c: ConvCase) -> list:
+def _transposed_rows_applicable(c: ConvCase) -> Optional[str]:
+    return None if c.transposed_rows is not None else "not strided, too many channels, or not the CPU family"
+
+
+def _lower_transposed_rows(ctx: LowerCtx, c: ConvCase) -> list:
+    return _lower_transposed(ctx, c, c.transposed_rows)
+
+
+def _lower_transposed(ctx: LowerCtx, c: ConvCase, cfg: Optional[GemmConfig] = None) -> list:
     """Small-N convs (few output pixels) as Y^T = cols^T @ W^T: the pixels are the GEMM's MR rows,
-    read in place (X for a 1x1, else phase images; gemm.cl flag 8) or from im2col panels of MR
-    pixels, the weights packed once into NR output-channel panels, and the tile stored
-    transposed (gemm.cl C_TRANS)."""
-    cfg, g, e, label = c.transposed, c.geom, c.epi, ctx.label()
+    read in place (X for a 1x1, else a padded image or phase images; gemm.cl flag 8) or from
+    im2col panels of MR pixels, the weights packed once into NR output-channel panels, and the
+    tile stored transposed (gemm.cl C_TRANS). `cfg`: the tiles (default c.transposed)."""
+    cfg, g, e, label = cfg or c.transposed, c.geom, c.epi, ctx.label()
     m, kk, npix, groups = g.m, g.kk, g.npix, g.groups
     mp = max(round_up(m, cfg.nr), cfg.nr)
     b = Operand(ctx.derived(1, f"convBT{cfg.nr}g{groups}",
@@ -433,8 +456,10 @@ CONV_PATHS = (
     ConvPath("transposed", _transposed_applicable, _lower_transposed),
     ConvPath("xgemm pointwise", _xgemm_pointwise_applicable, _lower_xgemm_pointwise),
     ConvPath("xgemm implicit", xgemm_implicit_applicable, lower_xgemm_implicit),  # lower/gpu_conv.py
+    ConvPath("gpu winograd", gpu_winograd_applicable, lower_gpu_winograd),  # tuner's choice: lower/gpu_winograd.py
     ConvPath("xgemm im2col", lambda c: xgemm_applicable(c.target), _lower_xgemm_im2col),
     ConvPath("pointwise", _pointwise_applicable, _lower_pointwise),
+    ConvPath("transposed rows", _transposed_rows_applicable, _lower_transposed_rows),  # strided, any N
     ConvPath("implicit", _implicit_applicable, _lower_implicit),
     ConvPath("im2col", lambda c: None, _lower_im2col),
 )
