@@ -110,6 +110,21 @@ def _compact(idx: np.ndarray, w: np.ndarray) -> tuple:
     return ci, cw
 
 
+def _tile_bases(ix: np.ndarray, in_w: int) -> np.ndarray:
+    """Per 16-output tile of a row (resize_2d), the first of 16 input columns holding all of its
+    column taps ix [OW, KX], within the row; -1 where they span more (downscaling, a tile at
+    the row's end of a row narrower than 16)."""
+    ow = ix.shape[0]
+    tiles = -(-ow // 16)
+    out = np.full(tiles, -1, np.int32)
+    for t in range(tiles):
+        taps = ix[16 * t:16 * t + 16]
+        lo = min(int(taps.min()), in_w - 16)
+        if lo >= 0 and int(taps.max()) < lo + 16:
+            out[t] = lo
+    return out
+
+
 @device_op("Resize", supports=_supports)
 def lower_resize(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
@@ -187,7 +202,11 @@ def lower_resize(ctx: LowerCtx) -> list:
         args += [ctx.const_buffer(iy.astype(np.int32)), ctx.const_buffer(wy.astype(np.float32)),
                  ctx.const_buffer(ey.astype(np.uint8)), ctx.const_buffer(cols(ix, np.int32)),
                  ctx.const_buffer(cols(wx, np.float32)), ctx.const_buffer(ext_pad), np.float32(ev)]
+        bases = _tile_bases(ix, in_shape[-1])
+        args.append(ctx.const_buffer(bases))
         defines = {"RS_KX": int(ix.shape[1])}
+        if (bases >= 0).mean() >= 0.5:
+            defines["RS_WIN"] = None  # most tiles' taps within 16 columns: a load and shuffles per row
         if (ix.shape[1] == 1 and np.array_equal(ix[:, 0], np.arange(ow) // 2) and np.all(wx == 1.0)
                 and not ex.any()):
             defines["RS_DUP2"] = None  # YOLO's nearest 2x upsampling: a shuffle per 16 outputs
