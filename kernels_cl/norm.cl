@@ -52,35 +52,64 @@ __kernel void lrn(__global const float* x, __global float* y, const int n, const
 }
 
 /* LayerNormalization: rows of `len` contiguous elements; scale/bias have `len` elements.
- * RMS: RMSNormalization (no mean subtracted).  HAS_STATS: also write the row's mean and 1/stddev. */
-__kernel void layernorm(__global const float* restrict x, __global const float* restrict scale,
+ * RMS: RMSNormalization (no mean subtracted).  HAS_STATS: also write the row's mean and 1/stddev.
+ * XH / YH: x / y stored as half (storage.h); the statistics are float32 either way. */
+#ifndef XH
+#define XH 0
+#endif
+#ifndef YH
+#define YH 0
+#endif
+#include "storage.h"
+
+/* The mean (0 with RMS) and 1/stddev of a half row, accumulated in float32. */
+inline float2 half_row_stats(__global const half* xr, const int len, const float eps) {
+    float m = 0.0f;
+#ifndef RMS
+    for (int k = 0; k < len; ++k) m += vload_half(k, xr);
+    m /= (float)len;
+#endif
+    float q = 0.0f;
+    for (int k = 0; k < len; ++k) {
+        const float d = vload_half(k, xr) - m;
+        q += d * d;
+    }
+    return (float2)(m, 1.0f / sqrt(q / (float)len + eps));
+}
+
+__kernel void layernorm(__global const ST_T(XH)* restrict x, __global const float* restrict scale,
 #ifdef HAS_BIAS
                         __global const float* restrict bias,
 #endif
-                        __global float* restrict y,
+                        __global ST_T(YH)* restrict y,
 #ifdef HAS_STATS
                         __global float* restrict mean_out, __global float* restrict inv_out,
 #endif
                         const int rows, const int len, const float eps) {
     const int r = get_global_id(0);
     if (r >= rows) return;
-    __global const float* restrict xr = x + (long)r * len;
-    __global float* restrict yr = y + (long)r * len;
+    __global const ST_T(XH)* restrict xr = x + (long)r * len;
+    __global ST_T(YH)* restrict yr = y + (long)r * len;
+#if XH
+    const float2 st = half_row_stats(xr, len, eps);
+    const float m = st.x, inv = st.y;
+#else
 #ifdef RMS
     const float m = 0.0f;
 #else
     const float m = lanes_sum(xr, len) / (float)len;
 #endif
     const float inv = 1.0f / sqrt(lanes_sqdev(xr, len, m) / (float)len + eps);
+#endif
 #ifdef HAS_STATS
     mean_out[r] = m;
     inv_out[r] = inv;
 #endif
     for (int k = 0; k < len; ++k) {
 #ifdef HAS_BIAS
-        yr[k] = (xr[k] - m) * inv * scale[k] + bias[k];
+        ST_ST(YH, yr, k, (ST_LD(XH, xr, k) - m) * inv * scale[k] + bias[k]);
 #else
-        yr[k] = (xr[k] - m) * inv * scale[k];
+        ST_ST(YH, yr, k, (ST_LD(XH, xr, k) - m) * inv * scale[k]);
 #endif
     }
 }

@@ -13,8 +13,8 @@ import numpy as np
 
 from ..ir import Graph, Node
 from ..target import Target
-from .base import Launch, LowerCtx, device_op, f32, i32
-from .common import F32, check_dtypes, check_int32_sizes, grid, work_size
+from .base import HalfIO, Launch, LowerCtx, device_op, f32, i32
+from .common import F16, F32, check_dtypes, check_int32_sizes, grid, work_size
 
 log = logging.getLogger(__name__)
 
@@ -97,11 +97,15 @@ def _supports_ln(node: Node, graph: Graph, target: Target) -> Optional[str]:
             v = graph.values.get(o) if o else None
             if v is not None and v.dtype is not None and np.dtype(v.dtype) != np.float32:
                 return f"LayerNormalization output {o!r} of dtype {np.dtype(v.dtype).name}"
-    return check_dtypes(node, graph, _F32)
+    # X and Y may be half storage (SessionOptions.precision); scale, bias and statistics float32
+    return check_dtypes(node, graph, _F32 | {F16}, [0]) or check_dtypes(node, graph, _F32, [1, 2])
 
 
-@device_op("LayerNormalization", "RMSNormalization", supports=_supports_ln)
-@device_op("LayerNormalization", supports=_supports_ln, domain="clglow")  # passes/fuse_layernorm.py
+_LN_HALF = HalfIO((0,), (0,))
+
+
+@device_op("LayerNormalization", "RMSNormalization", supports=_supports_ln, half=_LN_HALF)
+@device_op("LayerNormalization", supports=_supports_ln, domain="clglow", half=_LN_HALF)  # passes/fuse_layernorm.py
 def lower_layernorm(ctx: LowerCtx) -> list:
     """Scale/bias broadcastable to the normalised shape are expanded here when constant."""
     x, out = ctx.inputs[0], ctx.outputs[0]
@@ -126,7 +130,9 @@ def lower_layernorm(ctx: LowerCtx) -> list:
         return ctx.const_buffer(np.broadcast_to(np.asarray(c, np.float32), norm_shape).copy())
 
     args = [ctx.buf(0), param(1)]
-    defines: dict = {}
+    defines: dict = {"XH": 1} if x.dtype == F16 else {}
+    if out.dtype == F16:
+        defines["YH"] = 1
     if ctx.node.op_type == "RMSNormalization":
         defines["RMS"] = None
     elif ctx.has_input(2):
