@@ -208,7 +208,7 @@ def _fp16_vs_fp32(model, feeds: dict) -> tuple:
 
 def test_encoder_fp16_accuracy():
     """BERT-style encoder (2 layers, d 64, seq 16): relative error (L2) of the hidden states,
-    measured 4.8e-4 on pocl; bound 3e-3."""
+    measured 7.5e-4 on pocl; bound 3e-3."""
     model = transformer_encoder(seq=16)
     got, ref, sess = _fp16_vs_fp32(model, sample_inputs(model, seed=1, dims={"seq_len": 16}))
     assert sum(v.dtype == F16 for v in sess.graph.values.values()) > 20
@@ -217,7 +217,7 @@ def test_encoder_fp16_accuracy():
 
 def test_decoder_fp16_accuracy():
     """GPT-2-style decoder (2 layers, d 64, vocab 512, 12 tokens): relative error of the logits,
-    measured 9.3e-4 on pocl, bound 5e-3; the next token agrees at every position."""
+    measured 1.1e-3 on pocl, bound 5e-3; the next token agrees at every position."""
     model = causal_decoder()
     got, ref, _ = _fp16_vs_fp32(model, sample_inputs(model, seed=1, dims={"seq": 12}))
     assert _rel(got, ref) < 5e-3
@@ -256,3 +256,22 @@ def test_fused_matmul_gemv_with_half_bias():
     x = rng.standard_normal((1, 64)).astype(F32)
     ref = x @ w.astype(F16).astype(F32) + b.astype(F16).astype(F32)
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("op", ["LayerNormalization", "RMSNormalization"])
+def test_layernorm_half_storage(op):
+    """norm.cl's layernorm on half x and y: mean and variance accumulated in float32, scale and
+    bias float32."""
+    rng = np.random.default_rng(9)
+    x = (2 + _half(rng, 6, 48)).astype(F16)
+    scale, bias = rng.standard_normal(48).astype(F32), rng.standard_normal(48).astype(F32)
+    xf = x.astype(F32)
+    if op == "LayerNormalization":
+        node = helper.make_node(op, ["x", "s", "b"], ["y"], axis=-1, epsilon=1e-5)
+        ref = (xf - xf.mean(-1, keepdims=True)) / np.sqrt(xf.var(-1, keepdims=True) + 1e-5) * scale + bias
+        consts = {"s": scale, "b": bias}
+    else:
+        node = helper.make_node(op, ["x", "s"], ["y"], axis=-1, epsilon=1e-5)
+        ref = xf / np.sqrt((xf * xf).mean(-1, keepdims=True) + 1e-5) * scale
+        consts = {"s": scale}
+    _check_half(node, {"x": x}, consts, ref, rtol=2e-3)
