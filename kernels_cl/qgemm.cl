@@ -76,6 +76,9 @@
 #ifndef A16
 #define A16 0
 #endif
+#ifndef B_DIRECT
+#define B_DIRECT 0
+#endif
 /* A as stored: the 8-bit values, or (A16, KC=2: constant conv weights widened at plan time) the
  * same values as shorts, so that a row's k pair is one 32-bit broadcast load. */
 #if A16
@@ -293,6 +296,43 @@ typedef short s2v_g __attribute__((__vector_size__(4 * VW)));
 #else
 #define PMADD(a, b) (TO_INTV((a).even) * TO_INTV((b).even) + TO_INTV((a).odd) * TO_INTV((b).odd))
 #endif
+#if B_DIRECT
+/* B read in place, row-major [K, N] rows ldb apart (a 1x1 stride-1 convolution's input: no
+ * im2col pass): two rows' VW columns interleaved into the pairs' lane order. */
+typedef CAT(TB, VW) qb_row;
+typedef qb_row qb_row_u __attribute__((aligned(1)));
+#if defined(__clang__) && VW == 16
+#define PAIR_LANES(lo, hi) __builtin_shufflevector((lo), (hi), 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, \
+    23, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31)
+#elif defined(__clang__) && VW == 8
+#define PAIR_LANES(lo, hi) __builtin_shufflevector((lo), (hi), 0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15)
+#elif VW == 8
+#define PAIR_LANES(lo, hi) ((CAT(TB, 16))((lo).s0, (hi).s0, (lo).s1, (hi).s1, (lo).s2, (hi).s2, (lo).s3, (hi).s3, \
+    (lo).s4, (hi).s4, (lo).s5, (hi).s5, (lo).s6, (hi).s6, (lo).s7, (hi).s7))
+#else
+#error "B_DIRECT needs VW 8 or 16"
+#endif
+/* Pair kq of columns c..c+VW-1 (row 2kq+1 zero where `one_row`); `full`: all VW columns < N,
+ * else the missing ones are read as zeros. */
+inline s2v b_direct_pair(const __global TB* b, int ldb, int kq, int c, int N, bool one_row, bool full)
+{
+    const __global TB* r0 = b + (2 * kq) * ldb + c;
+    qb_row lo, hi = (qb_row)0;
+    if (full) {
+        lo = *(const __global qb_row_u*)r0;
+        if (!one_row) hi = *(const __global qb_row_u*)(r0 + ldb);
+    } else {
+        TB t0[VW], t1[VW];
+        for (int j = 0; j < VW; ++j) {
+            t0[j] = c + j < N ? r0[j] : (TB)0;
+            t1[j] = c + j < N && !one_row ? r0[ldb + j] : (TB)0;
+        }
+        lo = *(qb_row*)t0;
+        hi = *(qb_row*)t1;
+    }
+    return TO_S2V(PAIR_LANES(lo, hi));
+}
+#endif
 #else
 typedef CAT(TB, VW) tbv;
 typedef CAT(int, VW) intv;
@@ -321,7 +361,7 @@ inline int qb_off(int k, int n, int K)
 
 /* gsize (ceil(M/MR), ceil(N/NR), batch); batch z = z1 * D2 + z2. */
 __kernel QGEMM_ATTR void qgemm(__global const ta_mem* restrict A, int offA, int sA1, int sA2, int lda,
-                    __global const TB* restrict B, int offB, int sB1, int sB2,
+                    __global const TB* restrict B, int offB, int sB1, int sB2, int ldb,
                     __global TC* C, int offC, int sC1, int sC2, int ldc,
                     int M, int N, int K, int D2, int rs1, int rs2, int cs1, int cs2, EPI_PARAMS)
 {
@@ -415,7 +455,14 @@ __kernel QGEMM_ATTR void qgemm(__global const ta_mem* restrict A, int offA, int 
         }
 #elif KC == 2
     const int KQ = (K + 1) >> 1, kfull = K >> 1;
+#if B_DIRECT
+    const __global TB* bd = B + offB + z1 * sB1 + z2 * sB2;
+    const bool bfull = n0 + NR <= N;
+#define B_PAIR(kq, v, one) b_direct_pair(bd, ldb, (kq), n0 + (v) * VW, N, (one), bfull)
+#else
     const __global TB* bp = B + offB + z1 * sB1 + z2 * sB2 + tn * KQ * NR * 2;
+#define B_PAIR(kq, v, one) TO_S2V(*(const __global tb2v_u*)(bp + ((kq) * NR + (v) * VW) * 2))
+#endif
     intv accv[MR][NV];
     _Pragma("unroll")
     for (int r = 0; r < MR; ++r)
@@ -425,7 +472,7 @@ __kernel QGEMM_ATTR void qgemm(__global const ta_mem* restrict A, int offA, int 
     for (int kq = 0; kq < kfull; ++kq) {
         s2v b[NV];
         _Pragma("unroll")
-        for (int v = 0; v < NV; ++v) b[v] = TO_S2V(*(const __global tb2v_u*)(bp + (kq * NR + v * VW) * 2));
+        for (int v = 0; v < NV; ++v) b[v] = B_PAIR(kq, v, false);
         _Pragma("unroll")
         for (int r = 0; r < MR; ++r) {
             const s2v a = AS_S2V((intv)A_PAIR(a_rows[r] + 2 * kq));
@@ -436,7 +483,7 @@ __kernel QGEMM_ATTR void qgemm(__global const ta_mem* restrict A, int offA, int 
     if (kfull < KQ) {  /* odd K: the last k paired with a zero (B is zero padded too) */
         s2v b[NV];
         _Pragma("unroll")
-        for (int v = 0; v < NV; ++v) b[v] = TO_S2V(*(const __global tb2v_u*)(bp + (kfull * NR + v * VW) * 2));
+        for (int v = 0; v < NV; ++v) b[v] = B_PAIR(kfull, v, true);
         _Pragma("unroll")
         for (int r = 0; r < MR; ++r) {
             const int a = (int)(ushort)(short)a_rows[r][2 * kfull];

@@ -117,10 +117,14 @@ def _depthwise(ctx: LowerCtx, geo: _Geo, iw: int, epi: QEpilogue) -> list:
 
 
 def _im2col_gemm(ctx: LowerCtx, geo: _Geo, iw: int, epi: QEpilogue) -> list:
-    """qim2col into B panels per (image, group), then one qgemm over them."""
-    xdt, wdt, odt = (np.dtype(ctx.inputs[0].dtype), np.dtype(ctx.inputs[iw].dtype), np.dtype(ctx.outputs[0].dtype))
+    """qim2col into B panels per (image, group), then one qgemm over them; a 1x1 stride-1
+    unpadded convolution under KC=2 tiles reads its input in place instead (no im2col pass)."""
+    xdt, wdt = np.dtype(ctx.inputs[0].dtype), np.dtype(ctx.inputs[iw].dtype)
     cfg = tuned_qgemm(ctx.device, geo.m, geo.npix, geo.kk, ctx.label())
     nb = geo.n_img * geo.g
+    if _in_place(geo, cfg, epi):
+        b = Operand(ctx.buf(0), s1=geo.cin * geo.npix, s2=geo.kk * geo.npix, ld=geo.npix)
+        return _qgemm(ctx, geo, iw, epi, cfg, b, [], b_direct=True)
     panels = panel_elems(cfg, geo.kk, geo.npix)
     cols = ctx.scratch(panels * nb)
     xz = epi.zpb
@@ -135,6 +139,23 @@ def _im2col_gemm(ctx: LowerCtx, geo: _Geo, iw: int, epi: QEpilogue) -> list:
         epi.colsum = ctx.scratch(int_bytes(geo.npix * nb))
         launches.append(qcolsum_launch(ctx.device, cfg, xdt, panels_arg=cols, k=geo.kk, n=geo.npix, batch=nb,
                                        dst=epi.colsum, label=ctx.label()))
+    return _qgemm(ctx, geo, iw, epi, cfg, Operand(cols, s1=geo.g * panels, s2=panels), launches)
+
+
+def _in_place(geo: _Geo, cfg, epi: QEpilogue) -> bool:
+    """Whether the GEMM can read the input itself as B [cin/g, H*W] (qgemm.cl's B_DIRECT): a 1x1,
+    stride-1, unpadded convolution, KC=2 tiles of 8 or 16 columns, and no weight zero point (whose
+    column sums would need the panels)."""
+    pointwise = ((geo.kh, geo.kw, geo.sh, geo.sw, geo.ph, geo.pw) == (1, 1, 1, 1, 0, 0)
+                 and (geo.oh, geo.ow) == (geo.h, geo.w))
+    return pointwise and cfg.kc == 2 and cfg.vw in (8, 16) and epi.zpa is None
+
+
+def _qgemm(ctx: LowerCtx, geo: _Geo, iw: int, epi: QEpilogue, cfg, b: Operand, launches: list,
+           b_direct: bool = False) -> list:
+    """The qgemm launch over B (panels, or the input in place), appended to `launches`."""
+    xdt, wdt, odt = (np.dtype(ctx.inputs[0].dtype), np.dtype(ctx.inputs[iw].dtype), np.dtype(ctx.outputs[0].dtype))
+    nb = geo.n_img * geo.g
     if epi.zpb is not None:  # the input's zero point times the weights' row sums
         w = ctx.const(iw)
         if w is None:
@@ -144,10 +165,9 @@ def _im2col_gemm(ctx: LowerCtx, geo: _Geo, iw: int, epi: QEpilogue) -> list:
     w = ctx.const(iw)
     w16 = widen_a(cfg, np.asarray(w).reshape(-1)) if w is not None else None
     a = Operand(ctx.buf(iw) if w16 is None else ctx.const_buffer(w16), s1=0, s2=geo.m * geo.kk, ld=geo.kk)
-    b = Operand(cols, s1=geo.g * panels, s2=panels)
     c = Operand(ctx.out(0), s1=geo.cout * geo.npix, s2=geo.m * geo.npix, ld=geo.npix)
     launches.append(qgemm_launch(cfg, (wdt, xdt, odt), m=geo.m, n=geo.npix, k=geo.kk, batch=nb, d2=geo.g,
-                                 a=a, b=b, c=c, epi=epi, label=ctx.label(), a16=w16 is not None))
+                                 a=a, b=b, c=c, epi=epi, label=ctx.label(), a16=w16 is not None, b_direct=b_direct))
     return launches
 
 

@@ -282,19 +282,26 @@ def qdefines(cfg: QGemmConfig, ta: np.dtype, tb: np.dtype, tc: np.dtype, epi: QE
 
 
 def qgemm_launch(cfg: QGemmConfig, types: tuple, *, m: int, n: int, k: int, batch: int, d2: int,
-                 a: Operand, b: Operand, c: Operand, epi: QEpilogue, label: str = "", a16: bool = False) -> Launch:
+                 a: Operand, b: Operand, c: Operand, epi: QEpilogue, label: str = "", a16: bool = False,
+                 b_direct: bool = False) -> Launch:
     """C[z] = epilogue(A[z] @ B[z]) over `batch` z's; `types` = (A, B, C) numpy dtypes; `a16`: A holds
-    the 8-bit values widened to int16 (widen_a; KC=2 only)."""
+    the 8-bit values widened to int16 (widen_a; KC=2 only). B is in panels, or (`b_direct`, KC=2
+    tiles) row-major [K, N] rows `b.ld` apart, read in place (B_DIRECT)."""
     if a16 and cfg.kc != 2:
         raise ValueError("int16 A (A16) is a KC=2 layout")
-    head = [unaligned(a.arg), i32(a.off), i32(a.s1), i32(a.s2), i32(a.ld), b.arg, i32(b.off), i32(b.s1), i32(b.s2),
-            c.arg, i32(c.off), i32(c.s1), i32(c.s2), i32(c.ld)]
+    if b_direct and cfg.kc != 2:
+        raise ValueError("B read in place (B_DIRECT) is a KC=2 layout")
+    barg = unaligned(b.arg) if b_direct else b.arg
+    head = [unaligned(a.arg), i32(a.off), i32(a.s1), i32(a.s2), i32(a.ld), barg, i32(b.off), i32(b.s1), i32(b.s2),
+            i32(b.ld), c.arg, i32(c.off), i32(c.s1), i32(c.s2), i32(c.ld)]
     tail = [i32(max(d2, 1)), i32(epi.rs[0]), i32(epi.rs[1]), i32(epi.cs[0]), i32(epi.cs[1])] + epi.args(c.arg)
     ls = cfg.lsize
     gsize = (round_up(-(-m // cfg.mr), ls[0]), round_up(-(-n // cfg.nr), ls[1]), round_up(max(batch, 1), ls[2]))
     defines = qdefines(cfg, *types, epi)
     if a16:
         defines["A16"] = 1
+    if b_direct:
+        defines["B_DIRECT"] = 1
     return Launch("qgemm", "qgemm", gsize, head + [i32(m), i32(n), i32(k)] + tail, ls,
                   defines, label, noop_args=head + [i32(0), i32(0), i32(0)] + tail)
 

@@ -134,3 +134,27 @@ def test_conv_weights_widened_for_pair_tiles(monkeypatch):
         op, ctx = lower_ctx(node, {"x": x}, {"w": w}, {"y": ((1, 16, 6, 6), np.int32)}, opset=10)
         gemm = [lc for lc in op.lower(ctx) if lc.kernel == "qgemm"]
         assert len(gemm) == 1 and ("A16" in gemm[0].defines) == widened
+
+
+@pytest.mark.parametrize("cfg", POINTS[:3], ids=str)
+@pytest.mark.parametrize("case", [((2, 24, 9, 9), 40, 1, "channel"),    # 81 pixels: a ragged column tile
+                                  ((1, 33, 8, 16), 16, 1, "tensor"),    # odd K, 128 pixels: whole tiles
+                                  ((1, 16, 5, 7), 12, 2, "none")])       # groups
+def test_pointwise_conv_reads_input_in_place_exact(cfg, case, monkeypatch):
+    """1x1 stride-1 convolutions under KC=2 tiles: no im2col launch (B_DIRECT), exact results."""
+    try:
+        from .run_launches import lower_ctx
+    except ImportError:
+        from run_launches import lower_ctx  # type: ignore
+    _use(monkeypatch, cfg)
+    xs, cout, g, zps = case
+    x, w = rand(xs, np.uint8), rand((cout, xs[1] // g, 1, 1), np.int8)
+    xz = np.array(0 if zps == "none" else 143, np.uint8)
+    wz = rand((cout,), np.int8) if zps == "channel" else np.zeros((), np.int8)
+    e = conv_exact(x, w, xz, wz, g, (1, 1), (0, 0, 0, 0), (1, 1)).astype(np.int32)
+    node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], group=g)
+    op, ctx = lower_ctx(node, {"x": x}, {"w": w, "xz": xz, "wz": wz}, {"y": (e.shape, np.int32)}, opset=10)
+    kernels = [lc.kernel for lc in op.lower(ctx)]
+    assert ("qim2col" not in kernels) == (zps != "channel"), kernels  # a weight zero point needs the panels
+    got, _ = run_node(node, {"x": x}, {"w": w, "xz": xz, "wz": wz}, opset=10, expected=[e])
+    np.testing.assert_array_equal(got[0], e)
