@@ -236,6 +236,15 @@ def _has_subgraph(n: onnx.NodeProto) -> bool:
     return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute)
 
 
+def inlinable_if(node: Node) -> bool:
+    """An If whose branches have no subgraphs of their own: inlined once its condition is
+    known (inline_if), so it never needs onnx.reference."""
+    if node.op_type != "If" or node.domain not in ("", "ai.onnx"):
+        return False
+    branches = [node.attrs.get("then_branch"), node.attrs.get("else_branch")]
+    return all(isinstance(b, onnx.GraphProto) and not any(_has_subgraph(n) for n in b.node) for b in branches)
+
+
 def inline_if(node: Node, g: Graph) -> Optional[list]:
     """The nodes of the branch an If with a constant condition takes, renamed into the outer
     graph (`g` gets the branch's constants), ending in Identity nodes that write the If's
@@ -308,6 +317,10 @@ def specialize(graph: Graph, input_types: Mapping[str, tuple]) -> tuple[Graph, O
         inlined = inline_if(node, g)
         if inlined is not None:  # the branch taken, in place of the If: planned like any nodes
             pending[idx:idx] = inlined
+            continue
+        if inlinable_if(node):  # its condition comes from this stage: inlined in the next, where it is a constant
+            deferred.append(node)
+            unknown.update(o for o in node.outputs if o)
             continue
         folded = fold_shape_op(node, g)
         outs = [folded] if folded is not None else fold_node(node, g)

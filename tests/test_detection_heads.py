@@ -31,3 +31,46 @@ def test_folded_constant_output_under_zero_copy():
         y, c = sess.run(None, {"x": x})
         np.testing.assert_array_equal(c, np.full(64, 5, np.float32))
         np.testing.assert_array_equal(y, x * 5)
+
+
+def _ort(model, feeds: dict) -> list:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _topk_of_count_model(n: int, cap: int) -> object:
+    """TopK of the scores above 0.5 along the row, k = min(cap, how many there are): a k only the
+    device knows (computed from the data in the same stage), so TopK's outputs are sized at run
+    time; Gather of the indices' rows of a second tensor after it."""
+    T = TensorProto
+    nodes = [helper.make_node("Greater", ["scores", "half"], ["above"]),
+             helper.make_node("Cast", ["above"], ["above_i"], to=T.INT64),
+             helper.make_node("ReduceSum", ["above_i"], ["count"], keepdims=1),  # [1]
+             helper.make_node("Min", ["count", "cap"], ["k"]),
+             helper.make_node("TopK", ["scores", "k"], ["top", "idx"], axis=0),
+             helper.make_node("Gather", ["boxes", "idx"], ["picked"], axis=0)]
+    g = helper.make_graph(nodes, "topk_count", [helper.make_tensor_value_info("scores", T.FLOAT, [n]),
+                                                 helper.make_tensor_value_info("boxes", T.FLOAT, [n, 4])],
+                          [helper.make_tensor_value_info("top", T.FLOAT, ["k"]),
+                           helper.make_tensor_value_info("idx", T.INT64, ["k"]),
+                           helper.make_tensor_value_info("picked", T.FLOAT, ["k", 4])],
+                          [helper.make_tensor("half", T.FLOAT, [], [0.5]), helper.make_tensor("cap", T.INT64, [1], [cap])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("n,cap", [(50, 10), (3234, 300), (700, 700)])
+def test_topk_with_a_k_from_data_runs_on_the_device(n, cap):
+    """TopK whose k is computed from the data: sized at run time on OpenCL (host fallback off),
+    equal to onnxruntime, ties (scores rounded to a few values) in index order."""
+    model = _topk_of_count_model(n, cap)
+    rng = np.random.default_rng(n)
+    feeds = {"scores": np.round(rng.random(n, dtype=np.float32) * 8) / 8,
+             "boxes": rng.random((n, 4), dtype=np.float32)}
+    sess = clglow.InferenceSession(model.SerializeToString(), clglow.SessionOptions(host_fallback=False))
+    got = sess.run(None, feeds)
+    for g_, want in zip(got, _ort(model, feeds)):
+        np.testing.assert_array_equal(g_, want)
+    assert all(p.where == "opencl" for p in sess.placement)

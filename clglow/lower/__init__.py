@@ -19,7 +19,7 @@ The seams (lower/base.py has the contract):
 """
 from . import base  # noqa: F401
 from . import conv, elementwise, gemm, matmul, movement, norm, pool, softmax  # noqa: F401  (registration)
-from . import generate, reduce  # noqa: F401  (registration)
+from . import control, generate, reduce, topk  # noqa: F401  (registration)
 from . import attention, castlut, conv_transpose, einsum, gridsample  # noqa: F401  (registration)
 from . import indexing, loss, lppool, quant  # noqa: F401  (registration)
 from . import fused, resize  # noqa: F401  (registration)

@@ -14,12 +14,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..dtypes import cl_type
 from ..ir import Graph, Node
 from ..target import Target
 from . import gpu_reduce
 from .base import Launch, LowerCtx, device_op, i32
-from .common import F64, acc_type, check_dtypes, check_int32_sizes, floats, norm_axis, numeric, type_defines, work_size
+from .common import acc_type, check_dtypes, floats, norm_axis, numeric, type_defines, work_size
 
 log = logging.getLogger(__name__)
 
@@ -263,41 +262,3 @@ def lower_scan(ctx: LowerCtx) -> list:
     return [Launch("reduce", "scan", g, [ctx.buf(0), ctx.out(0), i32(n_out), i32(x.shape[axis]),
                                          ctx.const_buffer(meta), i32(int(ctx.attr("exclusive", 0))),
                                          i32(int(ctx.attr("reverse", 0)))], l, defines, ctx.label())]
-
-
-# --- TopK ----------------------------------------------------------------------------------------
-def _topk_k(node: Node, graph: Graph) -> Optional[int]:
-    if graph.opset(node.domain) < 10:
-        return int(node.attr("k"))
-    k = graph.const(node.input(1))
-    return None if k is None else int(np.asarray(k).reshape(-1)[0])
-
-
-def _supports_topk(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    if _topk_k(node, graph) is None:
-        return "TopK with a run-time k runs on the host"
-    return check_dtypes(node, graph, numeric(target), inputs=[0])
-
-
-@device_op("TopK", supports=_supports_topk)
-def lower_topk(ctx: LowerCtx) -> list:
-    x, vals = ctx.inputs[0], ctx.outputs[0]
-    k = _topk_k(ctx.node, ctx.graph)
-    if vals.size == 0 or k == 0:
-        return []
-    check_int32_sizes(ctx)
-    r = len(x.shape)
-    axis = norm_axis(ctx.attr("axis", -1), r)
-    length = int(x.shape[axis])
-    inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
-    rows = x.size // length
-    defines = {"TOPK_T": cl_type(x.dtype)}
-    if np.dtype(x.dtype) == F64:
-        defines["USE_FP64"] = None
-    if int(ctx.attr("largest", 1)):
-        defines["LARGEST"] = None
-    outs = ctx.node.outputs
-    idx = ctx.out(1) if len(outs) > 1 and outs[1] else ctx.scratch(8 * vals.size)
-    g, l = work_size(ctx, rows, cap=64)
-    return [Launch("reduce", "topk", g, [ctx.buf(0), ctx.out(0), idx, i32(rows), i32(length), i32(inner), i32(k)],
-                   l, defines, ctx.label())]

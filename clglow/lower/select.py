@@ -1,4 +1,5 @@
-"""Device ops whose outputs are sized at run time: NonZero, Compress, NonMaxSuppression.
+"""Device ops whose outputs are sized at run time: NonZero, Compress, NonMaxSuppression, Unique (and
+TopK with a run-time k: lower/topk.py registers its bound here).
 
 Why a mechanism and not special cases: such an op can only be planned with an upper bound of
 its outputs. It declares, per output, that bound and the axis whose real length is a count the
@@ -79,7 +80,13 @@ def sized_op(*op_types: str, bound: BoundFn, supports, prefer_host: Optional[Hos
     return deco
 
 
-def _shape(graph: Graph, name: str, node: Node) -> tuple:
+def register_sized(op_type: str, bound: BoundFn) -> None:
+    """Declare that a device op registered elsewhere has outputs sized at run time wherever the
+    planner cannot size them (TopK with a k only the device knows): `bound` as for sized_op."""
+    SIZED_AT_RUN_TIME[("", op_type)] = bound
+
+
+def shape_known(graph: Graph, name: str, node: Node) -> tuple:
     shape = shape_of(graph, name)
     if shape is None or not all(isinstance(d, int) for d in shape):
         raise InvalidModel(f"the shape of {name!r} is not known when planning", node=node.name, tensor=name)
@@ -127,7 +134,7 @@ def _nonzero_supports(node: Node, graph: Graph, target: Target) -> Optional[str]
 
 
 def _nonzero_bound(node: Node, graph: Graph) -> list:
-    shape = _shape(graph, node.input(0), node)
+    shape = shape_known(graph, node.input(0), node)
     return [SizedOutput((len(shape), int(np.prod(shape, dtype=np.int64))), 1)]
 
 
@@ -158,8 +165,8 @@ def _compress_supports(node: Node, graph: Graph, target: Target) -> Optional[str
 
 def _compress_geometry(node: Node, graph: Graph) -> tuple:
     """(outer, dim, inner, selectable length, axis or None) of x viewed as [outer, dim, inner]."""
-    shape = _shape(graph, node.input(0), node)
-    cond = _shape(graph, node.input(1), node)
+    shape = shape_known(graph, node.input(0), node)
+    cond = shape_known(graph, node.input(1), node)
     if len(cond) != 1:
         raise InvalidModel(f"Compress condition {node.input(1)!r} has rank {len(cond)}, not 1", node=node.name,
                            tensor=node.input(1))
@@ -186,7 +193,7 @@ def _check_condition_length(node: Node, length: int, dim: int) -> None:
 
 
 def _compress_bound(node: Node, graph: Graph) -> list:
-    shape = _shape(graph, node.input(0), node)
+    shape = shape_known(graph, node.input(0), node)
     _, _, _, sel, axis = _compress_geometry(node, graph)
     if axis is None:
         return [SizedOutput((sel,), 0)]
@@ -222,7 +229,7 @@ def _nms_supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
 
 def _nms_geometry(node: Node, graph: Graph) -> tuple:
     """(batches, classes, boxes, the most kept per class)."""
-    bshape, sshape = _shape(graph, node.input(0), node), _shape(graph, node.input(1), node)
+    bshape, sshape = shape_known(graph, node.input(0), node), shape_known(graph, node.input(1), node)
     if len(bshape) != 3 or bshape[2] != 4 or len(sshape) != 3 or sshape[0] != bshape[0] or sshape[2] != bshape[1]:
         raise InvalidModel(f"NonMaxSuppression boxes {list(bshape)} and scores {list(sshape)} are not "
                            f"[batch, boxes, 4] and [batch, classes, boxes]", node=node.name)
@@ -302,7 +309,7 @@ UNIQUE_MAX_ENTRIES = 1 << 15
 
 def _unique_geometry(node: Node, graph: Graph) -> tuple:
     """(outer, dim, inner, axis or None): x viewed as [outer, dim, inner], entries along dim."""
-    shape = _shape(graph, node.input(0), node)
+    shape = shape_known(graph, node.input(0), node)
     axis = node.attrs.get("axis")
     if axis is None:
         return 1, int(np.prod(shape, dtype=np.int64)), 1, None
@@ -326,7 +333,7 @@ def _unique_supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
 
 
 def _unique_bound(node: Node, graph: Graph) -> list:
-    shape = _shape(graph, node.input(0), node)
+    shape = shape_known(graph, node.input(0), node)
     _, dim, _, axis = _unique_geometry(node, graph)
     y = SizedOutput((dim,), 0) if axis is None else SizedOutput(tuple(shape), axis)
     rules = [y, SizedOutput((dim,), 0), SizedOutput((dim,), None), SizedOutput((dim,), 0)]

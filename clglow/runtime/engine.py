@@ -38,7 +38,7 @@ def _signature(types: dict) -> tuple:
 SHAPE_INPUTS: dict = {
     "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 2, 3),
     "Squeeze": (1,), "Unsqueeze": (1,), "Split": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
-    "OneHot": (1, 2), "TopK": (1,), "Resize": (1, 2, 3), "Upsample": (1,), "CenterCropPad": (1, 2),
+    "OneHot": (1, 2), "TopK": (1,), "If": (0,), "Resize": (1, 2, 3), "Upsample": (1,), "CenterCropPad": (1, 2),
     "Trilu": (1,), "CumSum": (1,), "CumProd": (1,), "Dropout": (1, 2), "Col2Im": (1, 2, 3),
     "AffineGrid": (1,), "MaxUnpool": (2,), "BlackmanWindow": (0,), "HammingWindow": (0,), "HannWindow": (0,),
     "DFT": (1, 2), "STFT": (1, 3), "MelWeightMatrix": (0, 1, 2, 3, 4),
@@ -122,7 +122,7 @@ class Engine:
             if x is None or isinstance(x, cl.MemoryObjectHolder):
                 continue
             arr = np.asarray(x)
-            if arr.size <= SHAPE_INPUT_MAX_ELEMENTS and arr.dtype.kind in "iuf":
+            if arr.size <= SHAPE_INPUT_MAX_ELEMENTS and arr.dtype.kind in "biuf":
                 out[name] = arr
         return out
 
@@ -215,7 +215,7 @@ class Engine:
         consts = {}
         for k in shape_names:
             v = np.asarray(values[k])
-            if v.size <= SHAPE_INPUT_MAX_ELEMENTS and v.dtype.kind in "iuf":
+            if v.size <= SHAPE_INPUT_MAX_ELEMENTS and v.dtype.kind in "biuf":
                 consts[k] = v
         key = tuple((k, v.dtype.str, v.shape) for k, v in values.items()) + \
             tuple((k, v.dtype.str, v.shape, v.tobytes()) for k, v in consts.items())

@@ -30,3 +30,22 @@ def test_topk_k_around_the_one_pass_limit(k):
     x = RNG.integers(-9, 9, (3, 40)).astype(np.float32)
     check(helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1), {"x": x}, {"k": np.array([k], np.int64)},
           opset=11)
+
+
+@pytest.mark.parametrize("shape,axis,k", [((2, 3234), 1, 300), ((700, 3), 0, 120), ((5, 64, 7), 1, 64)])
+@pytest.mark.parametrize("largest", [0, 1])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.int32])
+def test_topk_radix_select(shape, axis, k, largest, dtype):
+    """k > 16: radix select per row (kernels_cl/topk.cl topk_radix), with heavy ties (the order
+    among them: lower index first), rows strided over an inner axis, k = the whole axis."""
+    x = RNG.integers(-20, 20, shape).astype(dtype)
+    check(helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=axis, largest=largest), {"x": x},
+          {"k": np.array([k], np.int64)}, opset=11)
+
+
+def test_topk_radix_float_edges():
+    """Signed zeros tie (equal values), negative and positive values, infinities."""
+    x = np.array([[0.0, -0.0, 1.5, -1.5, np.inf, -np.inf, 0.0, -0.0, 3.0, -3.0] * 4], np.float32)
+    for largest in (0, 1):
+        check(helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1, largest=largest), {"x": x},
+              {"k": np.array([25], np.int64)}, opset=11)
