@@ -47,14 +47,15 @@ shape tests are in lower/conv_gemm.py and lower/winograd.py, the tiles come from
               where the conv family's tuning entry (measured on the device) chooses it.
   pointwise   1x1, stride 1, no padding: the GEMM reads X in place as B (when N is whole
               column tiles or at least 4 of them). Any family.
-  transposed rows  strided convs (not 1x1 stride 1) with at most 8 column tiles of output channels,
-              any N: the transposed GEMM over the pixel rows read in place, X itself for a
-              strided 1x1, else a stride-1 zero-padded image that a producing 1x1 conv writes
-              directly (no copy) or conv_phases makes (lower/conv_gemm.py transposed_rows_config,
-              pixel_row_pieces). CPU family, constant weights.
   implicit    other convs whose taps read phases 0..n-1: conv_phases (im2col.cl) copies X once
               into zero-padded phase images; the GEMM reads row k of B at a per-k offset in them
               and stores only the real pixels (gemm.cl implicit flag 4). CPU family.
+  transposed rows  strided convs with at most 8 column tiles of output channels, any N: the
+              transposed GEMM over the pixel rows read in place, X itself for a strided 1x1,
+              else a stride-1 zero-padded image that a producing 1x1 conv writes directly (no
+              copy) or conv_phases makes (lower/conv_gemm.py transposed_rows_config). CPU family,
+              constant weights; after "implicit", so taken where the conv family's tuning entry
+              chooses it (measured level with it: see transposed_rows_config).
   im2col      everything else: im2col.cl (or pack_b for a 1x1) writes B panels into scratch,
               piece by piece, then the GEMM. Any family (the GPU family's path for most convs).
 A new device family is a new row or a new gate in its `applicable`, not an `if` in the lowering.
@@ -459,8 +460,8 @@ CONV_PATHS = (
     ConvPath("gpu winograd", gpu_winograd_applicable, lower_gpu_winograd),  # tuner's choice: lower/gpu_winograd.py
     ConvPath("xgemm im2col", lambda c: xgemm_applicable(c.target), _lower_xgemm_im2col),
     ConvPath("pointwise", _pointwise_applicable, _lower_pointwise),
-    ConvPath("transposed rows", _transposed_rows_applicable, _lower_transposed_rows),  # strided, any N
     ConvPath("implicit", _implicit_applicable, _lower_implicit),
+    ConvPath("transposed rows", _transposed_rows_applicable, _lower_transposed_rows),  # strided; tuner-chosen
     ConvPath("im2col", lambda c: None, _lower_im2col),
 )
 

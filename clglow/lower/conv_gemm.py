@@ -246,6 +246,31 @@ def strided_cover(geom: ConvGeometry) -> ConvGeometry:
     return replace(g, sh=1, sw=1, oh=(g.oh - 1) * g.sh + 1, ow=(g.ow - 1) * g.sw + 1)
 
 
+def transposed_rows_config(target: Target, cfg: GemmConfig, geom: ConvGeometry) -> Optional[GemmConfig]:
+    """The tiles of a strided conv's transposed GEMM over its pixel rows read in place (gemm.cl
+    flag 8, pixel_row_pieces) whatever its N (gemm_kernel.transposed_config takes only N <= 8
+    NR): MR the pixel rows with the fewest padded ones (the largest such), NR = 2 VW output
+    channels; None unless implicit_rows_ok (CPU family, at most 8 channel tiles).
+
+    Why for strided convs: the implicit GEMM reads phase images, which a conv_phases launch
+    copies X into every run and whose padding columns it computes; the pixel rows read the
+    stride-1 padded image that the producing 1x1 conv writes directly. Measured level with the
+    implicit GEMM, so a tuning choice (conv.py's "transposed rows", after "implicit"): ResNet-50's
+    56 -> 28 3x3/2 (128 channels), A/B in turns on pocl under load: alone (each with its copy
+    of X) x1.12 (GEMM 1.207 -> 1.135 ms, copy 0.195 -> 0.115 ms); after its 1x1 producer
+    (which then writes the padded image, 6% slower, and no copy is made) x0.86-1.04 in three
+    runs; a strided 1x1 (56 -> 28, 64 -> 128: X read in place, no copy) x0.92. Stride-1 convs
+    measured level (x0.99-1.04) and are not offered it."""
+    if geom.pointwise or geom.sh == geom.sw == 1:
+        return None
+    tcfg = replace(cfg, nv=2)
+    if not target.is_cpu_family or geom.m < 2 * tcfg.nr:
+        return None
+    mr = min(range(tcfg.mr, 5, -1), key=lambda r: (round_up(geom.npix, r), -r))
+    tcfg = replace(tcfg, mr=mr)
+    return tcfg if implicit_rows_ok(target, tcfg, geom) else None
+
+
 def pixel_row_pieces(ctx: LowerCtx, geom: ConvGeometry, slack: int) -> Iterator[tuple]:
     """The pixel operand of a transposed implicit GEMM (output pixels as its rows, each read
     through its own pointer, gemm.cl flag 8): as phase_pieces, but a strided conv reads X itself
@@ -286,4 +311,5 @@ def fit_tiles(target: Target, cfg: GemmConfig, geom: ConvGeometry) -> GemmConfig
 __all__ = ["SCRATCH_CAP", "IMPLICIT_WASTE", "pieces", "panel_vector_width", "im2col_table", "table_of_reads",
            "pixel_panels",
            "phases_read", "phases_ok", "phase_geometry", "implicit_ok", "implicit_rows_ok", "implicit_offsets",
-           "padded_output", "phase_pieces", "strided_cover", "pixel_row_pieces", "fit_tiles"]
+           "padded_output", "phase_pieces", "strided_cover", "transposed_rows_config", "pixel_row_pieces",
+           "fit_tiles"]

@@ -589,3 +589,65 @@ def test_fused_depthwise_narrow_rows(act, alpha, beta):
     """Residual and activation on tiles narrower than 16 (the 14x14 and 28x28 layers)."""
     fused_check((2, 5, 14, 14), (5, 1, 3, 3), act, alpha, beta, group=5, pads=[1, 1, 1, 1])
     fused_check((1, 4, 28, 28), (4, 1, 3, 3), act, alpha, beta, group=4, pads=[1, 1, 1, 1], strides=[2, 2])
+
+
+TRANSPOSED_ROWS = [  # strided convs the conv family may store "transposed rows" for (x, w, attrs, launches)
+    ((1, 32, 56, 56), (64, 32, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), ["conv_phases", "gemm"]),  # 784 px
+    ((2, 8, 47, 61), (72, 8, 3, 2), dict(strides=[2, 3], pads=[1, 0, 2, 1], dilations=[2, 1]),
+     ["conv_phases", "gemm"]),
+    ((2, 16, 40, 40), (96, 16, 1, 1), dict(strides=[2, 2]), ["gemm"]),  # a strided 1x1: X itself
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs,kernels", TRANSPOSED_ROWS,
+                         ids=[str(i) for i in range(len(TRANSPOSED_ROWS))])
+def test_transposed_rows_from_the_conv_familys_tuning_entry(x_shape, w_shape, attrs, kernels):
+    """A strided conv with many output pixels (N > 8 column tiles, past transposed_config) is
+    offered "transposed rows" in the conv family's space (after the default), and a database
+    entry choosing it lowers the node to the transposed GEMM over its pixel rows read in place
+    (the padded image's copy, or none for a 1x1), with bias, residual and activations as
+    onnx.reference computes them."""
+    from clglow.lower import tunable
+
+    dev = _default_tiles()
+    g = ConvGeometry(*_geom(x_shape, w_shape, attrs.get("pads", (0,) * 4), attrs.get("strides", (1, 1)),
+                            attrs.get("dilations", (1, 1))))
+    assert g.npix > 8 * 32 and transposed_config(dev, gemm_config(dev), g.m, g.npix) is None
+    key = dataclasses.astuple(g) + ("", True, False)
+    point = {"path": "transposed rows", "variant": ""}
+    space = conv_mod.conv_space(dev, key)
+    assert point in space and space[0] != point, space
+    tuned = dataclasses.replace(dev, tuned=(("conv", tunable.key_str(key), tunable.params_items(point)),))
+    x, w, b = rand(*x_shape), rand(*w_shape), rand(w_shape[0])
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
+    launches = lower(node, {"x": x}, {"w": w, "b": b}, {"y": ((x_shape[0], w_shape[0], g.oh, g.ow), np.float32)},
+                     device=tuned)
+    assert [ln.kernel for ln in launches] == kernels
+    assert "-DC_TRANS=1" in launches[-1].build_options()
+    check(node, {"x": x}, {"w": w, "b": b}, device=tuned)
+    for act, alpha, beta, residual in (("Relu", 0.0, 0.0, True), ("Clip", -0.5, 0.7, False)):
+        fkey = dataclasses.astuple(g) + (act, True, residual)
+        ftuned = dataclasses.replace(dev, tuned=(("conv", tunable.key_str(fkey), tunable.params_items(point)),))
+        fused_check(x_shape, w_shape, act, alpha, beta, residual=residual, device=ftuned, **attrs)
+
+
+def test_transposed_rows_offered_where_stated():
+    """Only strided convs (a 1x1 stride-1 one reads X as B; stride-1 kxk ones measured level) with
+    64 to 256 output channels per group (8 column tiles read in place), constant weights, under
+    the CPU family."""
+    from clglow.config import PlanOptions
+    from clglow.lower.common import Epilogue
+
+    def tiles(x_shape, w_shape, target=None, const=True, **attrs):
+        g = ConvGeometry(*_geom(x_shape, w_shape, attrs.get("pads", (0,) * 4), attrs.get("strides", (1, 1))))
+        return conv_mod.ConvCase(target or _default_tiles(), PlanOptions(), g, Epilogue(""), const).transposed_rows
+
+    s2 = dict(strides=[2, 2], pads=[1, 1, 1, 1])
+    assert tiles((1, 32, 56, 56), (64, 32, 3, 3), **s2).mr == 8  # 784 = 98 x 8 pixel rows
+    assert tiles((1, 32, 56, 56), (256, 32, 3, 3), **s2) is not None
+    assert tiles((1, 32, 56, 56), (512, 32, 3, 3), **s2) is None     # 16 column tiles
+    assert tiles((1, 32, 56, 56), (32, 32, 3, 3), **s2) is None      # under 2 column tiles
+    assert tiles((1, 32, 56, 56), (64, 32, 3, 3), pads=[1, 1, 1, 1]) is None  # stride 1
+    assert tiles((1, 32, 56, 56), (64, 32, 3, 3), const=False, **s2) is None
+    gpu = dataclasses.replace(_default_tiles(), family="gpu")
+    assert tiles((1, 32, 56, 56), (64, 32, 3, 3), target=gpu, **s2) is None
