@@ -18,6 +18,7 @@ from ..ir import Graph, Node
 from ..target import Target
 from .base import Launch, LowerCtx, device_op, i32
 from .common import BOOL, check_dtypes, check_int32_sizes, dtype_of, floats, grid, type_defines, work_size
+from .gpu_attention import BlockShape, block_applicable, lower_block
 from .index_space import contiguous_strides
 from .movement import copy_launches
 
@@ -215,6 +216,9 @@ def lower_fused_attention(ctx: LowerCtx) -> list:
         mst = [0 if shape[a] == 1 else cst[a] for a in range(4)]
         defines["MASK_FLOAT"] = None
         args.append(ctx.buf(3))
+    blk = BlockShape(B, H, SQ, SKV, HD, HDV, mask=len(args) > 3)
+    if block_applicable(ctx.device, blk) is None:  # GPU family, dedicated local memory (lower/gpu_attention.py)
+        return lower_block(ctx, blk, args, qst, yst, mst, float(ctx.attr("scale", 1.0)))
     args += [ctx.out(0), ctx.scratch(rows * SKV * 4)]
     dims = [B, H, H, SQ, SKV, HD, HDV, 0, mlen, -1, -1]
     st = qst[:3] + list(contiguous_strides(K)[:3]) + list(contiguous_strides(V)[:3]) + yst[:3] + mst
