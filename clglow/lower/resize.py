@@ -110,6 +110,9 @@ def _compact(idx: np.ndarray, w: np.ndarray) -> tuple:
     return ci, cw
 
 
+RS_ROWS = 8  # output rows per work-item of resize_2d_win
+
+
 def _tile_bases(ix: np.ndarray, in_w: int) -> np.ndarray:
     """Per 16-output tile of a row (resize_2d), the first of 16 input columns holding all of its
     column taps ix [OW, KX], within the row; -1 where they span more (downscaling, a tile at
@@ -205,11 +208,14 @@ def lower_resize(ctx: LowerCtx) -> list:
         bases = _tile_bases(ix, in_shape[-1])
         args.append(ctx.const_buffer(bases))
         defines = {"RS_KX": int(ix.shape[1])}
-        if (bases >= 0).mean() >= 0.5:
-            defines["RS_WIN"] = None  # most tiles' taps within 16 columns: a load and shuffles per row
         if (ix.shape[1] == 1 and np.array_equal(ix[:, 0], np.arange(ow) // 2) and np.all(wx == 1.0)
                 and not ex.any()):
             defines["RS_DUP2"] = None  # YOLO's nearest 2x upsampling: a shuffle per 16 outputs
+        elif (bases >= 0).mean() >= 0.5:
+            # most tiles' taps within 16 columns (upsampling): RS_R rows per work-item, each input
+            # row loaded and interpolated along the row once for the output rows that read it
+            gsize, ls = grid(ctx.device, (-(-ow // 16), -(-oh // RS_ROWS), planes), (1, 1, 1))
+            return [Launch("resize", "resize_2d_win", gsize, args, ls, dict(defines, RS_R=RS_ROWS), ctx.label())]
         gsize, ls = grid(ctx.device, (-(-ow // 16), oh, planes), (1, 8, 1))
         return [Launch("resize", "resize_2d", gsize, args, ls, defines, ctx.label())]
     launches = []
