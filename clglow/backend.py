@@ -99,10 +99,13 @@ class ClglowBackend(Backend):
     @classmethod
     def prepare(cls, model: Any, device: str = "CPU", **kwargs: Any) -> ClglowRep:
         """Load `model` (ModelProto, bytes or path). kwargs: host_fallback (bool),
-        graph_optimization_level (int), sess_options (SessionOptions)."""
+        graph_optimization_level (int), precision ("fp32", "fp16", "auto"), sess_options
+        (SessionOptions)."""
         opts = kwargs.pop("sess_options", None) or SessionOptions()
         if "host_fallback" in kwargs:
             opts.host_fallback = kwargs.pop("host_fallback")
+        if "precision" in kwargs:
+            opts.precision = kwargs.pop("precision")
         if "graph_optimization_level" in kwargs:
             opts.graph_optimization_level = int(kwargs.pop("graph_optimization_level"))
         if kwargs:

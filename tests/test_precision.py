@@ -275,3 +275,15 @@ def test_layernorm_half_storage(op):
         ref = xf / np.sqrt((xf * xf).mean(-1, keepdims=True) + 1e-5) * scale
         consts = {"s": scale}
     _check_half(node, {"x": x}, consts, ref, rtol=2e-3)
+
+
+def test_backend_prepare_takes_precision():
+    """onnx's Backend API: prepare(model, precision=...) reaches the session."""
+    from clglow.backend import ClglowBackend
+
+    rep = ClglowBackend.prepare(_small_model(), precision="fp16")
+    x = np.random.default_rng(10).standard_normal((4, 32)).astype(F32)
+    ref = clglow.InferenceSession(_small_model().SerializeToString()).run(None, {"x": x})
+    got = rep.run([x])
+    assert rep.session.precision == "fp16" and got[0].dtype == np.float32
+    np.testing.assert_allclose(got[0], ref[0], rtol=2e-3, atol=1e-4)
