@@ -202,10 +202,11 @@ def padded_output(ctx: LowerCtx, geom: ConvGeometry) -> tuple:
             lay.top * lay.pitch + lay.left)
 
 
-def phase_pieces(ctx: LowerCtx, geom: ConvGeometry, slack: int) -> Iterator[tuple]:
+def phase_pieces(ctx: LowerCtx, geom: ConvGeometry, slack: int, offer: bool = True) -> Iterator[tuple]:
     """The input of an implicit GEMM: X copied into zero-padded phase images (conv_phases, about
     1.1 x X where im2col writes KH*KW x X), images in pieces within the scratch cap. A stride-1
-    1x1 conv reads X itself (no copy, one piece). Yields (producer launch or None, pixel operand
+    1x1 conv reads X itself (no copy, one piece). `offer`: whether a one-phase image is offered
+    to X's producer (LowerCtx.offer_padded_in). Yields (producer launch or None, pixel operand
     (stride per image and per group), offset table, WPH, first image, images)."""
     g, label = geom, ctx.label()
     if g.pointwise:
@@ -216,7 +217,7 @@ def phase_pieces(ctx: LowerCtx, geom: ConvGeometry, slack: int) -> Iterator[tupl
     per_img = g.cin * nh * nw * hph * wph  # floats of one image's phase images
     x_s1 = g.cin * g.hw
     koff = ctx.const_buffer(implicit_offsets(g))
-    if nh == nw == 1 and g.groups == 1:
+    if nh == nw == 1 and g.groups == 1 and offer:
         # One phase image per channel (a stride-1 conv): its producer may write X padded like
         # that in the first place (PaddedLayout), and then there is nothing to copy.
         layout = PaddedLayout(hph, wph, g.ph, g.pw, slack)
@@ -236,6 +237,15 @@ def phase_pieces(ctx: LowerCtx, geom: ConvGeometry, slack: int) -> Iterator[tupl
         producer = Launch("im2col", "conv_phases", gsize, head + [i32(g.cin)] + tail, ls, {}, label,
                           noop_args=head + [i32(0)] + tail)  # Cin = 0: returns at once
         yield producer, Operand(scratch, s1=per_img, s2=g.cin_g * nh * nw * hph * wph), koff, wph, i0, ni
+
+
+# Whether a strided conv reading its pixel rows from a padded image (pixel_row_pieces) offers that
+# image to X's producer, which then stores into it instead of a copy being made: off, because a
+# non-transposed 1x1 producer's GEMM stores the vectors that cross a row end of the padded
+# layout run by run: ResNet-50's layer3.0.conv1 (28-pixel rows) measured 15% slower that way,
+# more than the copy it saves its consumer (A/B in turns, whole model, under load: conv1 0.934
+# -> 1.095 ms, conv2 1.145 -> 1.067 ms).
+OFFER_STRIDED_PADDED = False
 
 
 def strided_cover(geom: ConvGeometry) -> ConvGeometry:
@@ -275,11 +285,11 @@ def pixel_row_pieces(ctx: LowerCtx, geom: ConvGeometry, slack: int) -> Iterator[
     """The pixel operand of a transposed implicit GEMM (output pixels as its rows, each read
     through its own pointer, gemm.cl flag 8): as phase_pieces, but a strided conv reads X itself
     (a 1x1 without padding) or a stride-1 zero-padded image of X with its row and column
-    strides, not phase images. That image is the layout a producing 1x1 conv may write
-    directly (offer_padded_in, as for a stride-1 conv): then nothing is copied at all, where
-    phase images always cost a conv_phases launch and a pass over X (ResNet-50's 28 -> 14
-    3x3/2). Yields (producer launch or None, pixel operand with its column stride as ld2,
-    offset table, row stride, first image, images)."""
+    strides, not phase images: a plain copy, half the time of the phase split (ResNet-50's
+    28 -> 14 3x3/2, A/B under load: 0.169 -> 0.086 ms), or none for a 1x1. The image is offered
+    to X's producer (offer_padded_in) only where OFFER_STRIDED_PADDED says. Yields (producer
+    launch or None, pixel operand with its column stride as ld2, offset table, row stride,
+    first image, images)."""
     g = geom
     if g.sh == g.sw == 1:
         yield from phase_pieces(ctx, g, slack)
@@ -290,7 +300,7 @@ def pixel_row_pieces(ctx: LowerCtx, geom: ConvGeometry, slack: int) -> Iterator[
                g.n_img)
         return
     g1 = strided_cover(g)
-    for producer, a, koff, wph, i0, ni in phase_pieces(ctx, g1, slack + (g.sw - 1) * g.ow):
+    for producer, a, koff, wph, i0, ni in phase_pieces(ctx, g1, slack + (g.sw - 1) * g.ow, OFFER_STRIDED_PADDED):
         yield producer, replace(a, ld2=g.sw), koff, g.sh * wph, i0, ni
 
 

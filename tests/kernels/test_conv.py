@@ -259,7 +259,10 @@ PADDED = [  # (x, 1x1 producer's W, 3x3 consumer's W, consumer attrs, transposed
     ((2, 8, 20, 30), (13, 8, 1, 1), (7, 13, 3, 3), dict(pads=[1, 1, 1, 1]), False),    # N = 600 columns
     ((2, 16, 14, 14), (64, 16, 1, 1), (64, 64, 3, 3), dict(pads=[1, 1, 1, 1]), True),  # 196 pixel rows
     ((1, 5, 9, 40), (6, 5, 1, 1), (5, 6, 5, 3), dict(pads=[2, 1, 2, 1]), False),       # 5x3 taps
-    # a strided 3x3 on the transposed GEMM reads the padded image with its strides (ResNet's 28 -> 14)
+]
+# strided 3x3s on the transposed GEMM, reading the padded image with their strides (ResNet's 28 -> 14),
+# where conv_gemm.OFFER_STRIDED_PADDED lets them offer it
+PADDED_STRIDED = [
     ((1, 16, 14, 14), (64, 16, 1, 1), (64, 64, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), True),
     ((2, 8, 15, 13), (64, 8, 1, 1), (64, 64, 3, 3), dict(strides=[2, 3], pads=[1, 2, 1, 0]), True),
 ]
@@ -267,10 +270,23 @@ PADDED = [  # (x, 1x1 producer's W, 3x3 consumer's W, consumer attrs, transposed
 
 @pytest.mark.parametrize("x_shape,w1_shape,w2_shape,attrs,trans", PADDED, ids=[str(i) for i in range(len(PADDED))])
 def test_padded_activation_between_convs(x_shape, w1_shape, w2_shape, attrs, trans):
-    """A 1x1 conv writes its output straight into the zero-padded image the next conv reads
-    (PaddedLayout: a stride-1 conv, or a strided one whose transposed GEMM reads its pixel rows
-    in place; the consumer's conv_phases copy is gone); the pair computes what onnx.reference
-    does for the two convs."""
+    """A 1x1 conv writes its output straight into the zero-padded image the next stride-1 conv
+    reads (PaddedLayout: the consumer's conv_phases copy is gone); the pair computes what
+    onnx.reference does for the two convs."""
+    _padded_pair(x_shape, w1_shape, w2_shape, attrs, trans)
+
+
+@pytest.mark.parametrize("x_shape,w1_shape,w2_shape,attrs,trans", PADDED_STRIDED,
+                         ids=[str(i) for i in range(len(PADDED_STRIDED))])
+def test_padded_activation_before_strided_convs(monkeypatch, x_shape, w1_shape, w2_shape, attrs, trans):
+    """Where offered (conv_gemm.OFFER_STRIDED_PADDED, off by default), a strided conv whose
+    transposed GEMM reads its pixel rows in place takes its input as the padded image its 1x1
+    producer writes; the pair matches onnx.reference."""
+    monkeypatch.setattr(conv_gemm, "OFFER_STRIDED_PADDED", True)
+    _padded_pair(x_shape, w1_shape, w2_shape, attrs, trans)
+
+
+def _padded_pair(x_shape, w1_shape, w2_shape, attrs, trans):
     dev = _default_tiles()
     x, w1, b1, w2, b2 = rand(*x_shape), rand(*w1_shape), rand(w1_shape[0]), rand(*w2_shape), rand(w2_shape[0])
     conv1 = helper.make_node("FusedConv", ["x", "w1", "b1"], ["mid"], domain="clglow", activation="Relu")
@@ -298,13 +314,16 @@ def test_padded_activation_between_convs(x_shape, w1_shape, w2_shape, attrs, tra
 
 def test_padded_offers_only_where_supported():
     """No padded output from a conv with a residual or groups, no padded input for a pointwise
-    conv or a strided one on the (non-transposed) implicit GEMM, which reads phase images."""
+    or a strided conv (phase images, or a padded image not offered: OFFER_STRIDED_PADDED)."""
     dev = _default_tiles()
     x = rand(1, 8, 20, 30)
     cases = [(helper.make_node("FusedConv", ["x", "w", "", "z"], ["y"], domain="clglow"), (8, 8, 1, 1), True, False),
              (helper.make_node("Conv", ["x", "w"], ["y"], group=2), (8, 4, 1, 1), False, False),
              (helper.make_node("Conv", ["x", "w"], ["y"], strides=[2, 2], pads=[1, 1, 1, 1]), (8, 8, 3, 3), False, False),
-             (helper.make_node("Conv", ["x", "w"], ["y"]), (8, 8, 1, 1), False, True)]
+             (helper.make_node("Conv", ["x", "w"], ["y"]), (8, 8, 1, 1), False, True),
+             # a strided 3x3 on the transposed GEMM's pixel rows: no offer (OFFER_STRIDED_PADDED)
+             (helper.make_node("Conv", ["x", "w"], ["y"], strides=[2, 2], pads=[1, 1, 1, 1]), (64, 8, 3, 3), False,
+              False)]
     for node, w_shape, residual, padded_out in cases:
         w = rand(*w_shape)
         yref = reference(helper.make_node("Conv", ["x", "w"], ["y"], **{a.name: helper.get_attribute_value(a)
