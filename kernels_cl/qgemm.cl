@@ -79,6 +79,12 @@
 #ifndef B_DIRECT
 #define B_DIRECT 0
 #endif
+#ifndef QFA
+#define QFA 0  /* KC=1: exact float accumulation in blocks of QFB k */
+#endif
+#ifndef QFB
+#define QFB 256
+#endif
 /* A as stored: the 8-bit values, or (A16, KC=2: constant conv weights widened at plan time) the
  * same values as shorts, so that a row's k pair is one 32-bit broadcast load. */
 #if A16
@@ -338,10 +344,13 @@ typedef CAT(TB, VW) tbv;
 typedef CAT(int, VW) intv;
 /* pocl does not inline builtins (convert_intN is a call per use): clang's own conversion where
  * the compiler is clang, the builtin elsewhere. */
+typedef CAT(float, VW) floatv;
 #if defined(__clang__)
 #define CONVERT_INTV(x) __builtin_convertvector((x), intv)
+#define CONVERT_FLOATV(x) __builtin_convertvector((x), floatv)
 #else
 #define CONVERT_INTV CAT(convert_int, VW)
+#define CONVERT_FLOATV CAT(convert_float, VW)
 #endif
 #endif
 
@@ -504,6 +513,35 @@ __kernel QGEMM_ATTR void qgemm(__global const ta_mem* restrict A, int offA, int 
     for (int r = 0; r < MR; ++r)
         _Pragma("unroll")
         for (int v = 0; v < NV; ++v) accv[r][v] = (intv)0;
+#if QFA
+    /* Exact float accumulation: 8-bit products are integers of at most 2^16 in magnitude, so
+     * float sums of QFB of them (QFB * max|a*b| <= 2^24, set by the types) are exact; each block
+     * is converted to int32 and added. The fp32 multiply-add rate, from 8-bit operands. */
+    for (int kb = 0; kb < K; kb += QFB) {
+        const int kend = min(K, kb + QFB);
+        floatv accf[MR][NV];
+        _Pragma("unroll")
+        for (int r = 0; r < MR; ++r)
+            _Pragma("unroll")
+            for (int v = 0; v < NV; ++v) accf[r][v] = (floatv)0.0f;
+        PRAGMA(unroll KU)
+        for (int k = kb; k < kend; ++k) {
+            floatv b[NV];
+            _Pragma("unroll")
+            for (int v = 0; v < NV; ++v) b[v] = CONVERT_FLOATV(CONVERT_INTV(*(const __global tbv*)(bp + k * NR + v * VW)));
+            _Pragma("unroll")
+            for (int r = 0; r < MR; ++r) {
+                const float a = (float)a_rows[r][k];
+                _Pragma("unroll")
+                for (int v = 0; v < NV; ++v) accf[r][v] += a * b[v];
+            }
+        }
+        _Pragma("unroll")
+        for (int r = 0; r < MR; ++r)
+            _Pragma("unroll")
+            for (int v = 0; v < NV; ++v) accv[r][v] += CONVERT_INTV(accf[r][v]);
+    }
+#else
     PRAGMA(unroll KU)
     for (int k = 0; k < K; ++k) {
         intv b[NV];
@@ -516,6 +554,7 @@ __kernel QGEMM_ATTR void qgemm(__global const ta_mem* restrict A, int offA, int 
             for (int v = 0; v < NV; ++v) accv[r][v] += a * b[v];
         }
     }
+#endif
     /* copied out with constant indices: the accumulators stay in registers in the loop (a
      * run-time index into them would put them in memory) */
     int res[MR][NR];

@@ -53,6 +53,7 @@ class QGemmConfig:
     kc: int = 1
     lsize: tuple = (1, 1, 1)
     pm: int = 0
+    fa: int = 0
 
     @property
     def nr(self) -> int:
@@ -64,19 +65,23 @@ class QGemmConfig:
              "lsize": tuple(self.lsize)}
         if self.pm:
             p["pm"] = self.pm
+        if self.fa:
+            p["fa"] = self.fa
         return p
 
 
 def default_qgemm_config(target: Target) -> QGemmConfig:
-    """The Target family's default. CPU family: KC=1 tiles of 4 rows x 4 vectors of the float
-    vector width (16 int32 lanes at a 16-float width: 16 vector accumulators, a B row of 64 columns loaded
-    as four char16), k unrolled 4 times, one work-item per group: the best of the space on both
-    pocl devices measured (16-float vectors; under heavy load from other processes, so within noise
-    of 3 x 16 x 6 and 5 x 16 x 4; KC=16 ran 2-4x slower there: pocl's compiler does not form
-    the paired 16-bit multiply-add from it). GPU family: 4 x 4 dot-product tiles (KC=4) in 8 x 8 work-groups."""
+    """The Target family's default. CPU family: KC=1 tiles of 8 rows x 3 vectors of the float
+    vector width with exact float accumulation (QFA: the 8-bit products summed in float32 blocks
+    that cannot round, then int32), k unrolled 4 times, one work-item per group: the portable form
+    that builds on every compiler and measured at the fp32 GEMM's rate on pocl 3.1 (Zen 5 host,
+    under load: 185-209 GOP/s against 118-155 for int32 products at 4 x 16 x 4). The paired 16-bit
+    multiply-add tiles (KC=2, pm=1) are faster still (220-260 GOP/s) where the device's compiler
+    has the builtin; the tuner finds them per shape (`clglow tune`). GPU family: 4 x 4
+    dot-product tiles (KC=4) in 8 x 8 work-groups."""
     if target.is_cpu_family:
         vw = 16 if target.preferred_vector_width_float >= 16 else 8
-        return QGemmConfig(4, vw, 4, 4, 1, (1, 1, 1))
+        return QGemmConfig(8, vw, 3, 4, 1, (1, 1, 1), fa=1)
     return QGemmConfig(4, 4, 1, 1, 4, target.fit_group((8, 8, 1)))
 
 
@@ -104,7 +109,8 @@ def _space_points(target: Target) -> Iterator[QGemmConfig]:
                 for mr in (4, 6, 8, 12):
                     if mr * nv <= 24:  # accumulators within the vector registers
                         for ku in (1, 4):
-                            yield QGemmConfig(mr, vw, nv, ku, 1, (1, 1, 1))
+                            for fa in (0, 1):  # int32 products, or exact float sums (QFA)
+                                yield QGemmConfig(mr, vw, nv, ku, 1, (1, 1, 1), fa=fa)
         for pm in (1, 0):  # KC=2: pairs of k (pm 1: the compiler's paired multiply-add builtin)
             for vw in (w for w in widths if w >= 8):
                 for nv in (1, 2, 3, 4):
@@ -130,7 +136,7 @@ def qgemm_config(target: Target) -> QGemmConfig:
 # for every point, so the raw product is what is measured).
 def _params_config(p: Params) -> QGemmConfig:
     return QGemmConfig(int(p["mr"]), int(p["vw"]), int(p["nv"]), int(p["ku"]), int(p["kc"]),
-                       tuple(int(x) for x in p["lsize"]), int(p.get("pm", 0)))
+                       tuple(int(x) for x in p["lsize"]), int(p.get("pm", 0)), int(p.get("fa", 0)))
 
 
 def _valid(p: Params) -> bool:
@@ -139,7 +145,9 @@ def _valid(p: Params) -> bool:
     except (KeyError, TypeError, ValueError):
         return False
     ok_vw = c.vw in (2, 3, 4, 8, 16) if c.kc == 1 else (c.vw in (4, 8, 16) if c.kc == 2 else c.vw >= 1)
-    return c.kc in (1, 2, 4, 16) and c.mr > 0 and c.nv > 0 and c.ku > 0 and ok_vw and (c.kc in (1, 2, 4) or c.nv == 1)
+    forms = (c.pm == 0 or c.kc == 2) and (c.fa == 0 or c.kc == 1)
+    return (c.kc in (1, 2, 4, 16) and c.mr > 0 and c.nv > 0 and c.ku > 0 and ok_vw and forms
+            and (c.kc in (1, 2, 4) or c.nv == 1))
 
 
 def _q_space(target: Target, key: ShapeKey = ()) -> List[Params]:
@@ -195,7 +203,7 @@ def fit_columns(cfg: QGemmConfig, n: int) -> QGemmConfig:
     while nv == 1 and vw > 4 and n <= vw // 2:
         vw //= 2
     mr = min(12, max(cfg.mr, 16 // nv))
-    return QGemmConfig(mr, vw, nv, cfg.ku, 1, cfg.lsize)
+    return QGemmConfig(mr, vw, nv, cfg.ku, 1, cfg.lsize, fa=cfg.fa)
 
 
 # --- host side ----------------------------------------------------------------------------------
@@ -278,7 +286,21 @@ def qdefines(cfg: QGemmConfig, ta: np.dtype, tb: np.dtype, tc: np.dtype, epi: QE
         d["BIAS_FLOAT"] = 1
     if cfg.pm:
         d["QPM"] = cfg.pm
+    if cfg.fa:
+        d["QFA"] = 1
+        d["QFB"] = exact_float_block(ta, tb)
     return d
+
+
+def exact_float_block(ta: np.dtype, tb: np.dtype) -> int:
+    """The most k whose products of these 8-bit types a float32 sum holds exactly (|sum| <= 2^24):
+    256 for uint8 x uint8 (products up to 65025), 512 with one signed side, 1024 for int8 x int8."""
+    big = max(abs(int(x) * int(y)) for x in (np.iinfo(ta).min, np.iinfo(ta).max)
+              for y in (np.iinfo(tb).min, np.iinfo(tb).max))
+    block = 1
+    while block * 2 * big <= 1 << 24:
+        block *= 2
+    return block
 
 
 def qgemm_launch(cfg: QGemmConfig, types: tuple, *, m: int, n: int, k: int, batch: int, d2: int,

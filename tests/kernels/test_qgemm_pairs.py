@@ -158,3 +158,28 @@ def test_pointwise_conv_reads_input_in_place_exact(cfg, case, monkeypatch):
     assert ("qim2col" not in kernels) == (zps != "channel"), kernels  # a weight zero point needs the panels
     got, _ = run_node(node, {"x": x}, {"w": w, "xz": xz, "wz": wz}, opset=10, expected=[e])
     np.testing.assert_array_equal(got[0], e)
+
+
+@pytest.mark.parametrize("adt,bdt", [(np.uint8, np.uint8), (np.uint8, np.int8), (np.int8, np.int8)])
+def test_exact_float_accumulation_at_its_bound(adt, bdt, monkeypatch):
+    """KC=1 tiles with float accumulation (QFA) stay exact where the largest products fill every
+    block to 2^24 and K spans several blocks (a block one size too large would round)."""
+    from clglow.lower import qgemm_kernel
+    cfg = next(c for c in qgemm_kernel.qgemm_space(device_info().with_family("cpu")) if c.kc == 1 and c.fa)
+    _use(monkeypatch, cfg)
+    block = qgemm_kernel.exact_float_block(np.dtype(adt), np.dtype(bdt))
+    ia, ib = np.iinfo(adt), np.iinfo(bdt)
+    m, k, n = 5, 2 * block + 37, 70
+    extreme_a = ia.min if ia.min < 0 else ia.max  # the largest |a * b|
+    extreme_b = ib.min if ib.min < 0 else ib.max
+    a = np.full((m, k), extreme_a, adt)
+    b = np.full((k, n), extreme_b, bdt)
+    a[1] = rand((k,), adt)
+    b[:, 3] = rand((k,), bdt)
+    b[::3, 5] = ib.max  # + 1 in some sums: an odd total that a rounding float sum would lose
+    e = exact(a, b, 0, 0)
+    e32 = e.astype(np.int32)
+    assert np.array_equal(e32, e)
+    got, _ = run_node(helper.make_node("MatMulInteger", ["a", "b"], ["y"]), {"a": a, "b": b}, {}, opset=10,
+                      expected=[e32])
+    np.testing.assert_array_equal(got[0], e32)
