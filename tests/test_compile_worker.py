@@ -68,6 +68,43 @@ def test_helper_builds_reports_errors_and_stays_usable(fresh):
         workers.close()
 
 
+def test_a_free_helper_takes_the_costliest_queued_job_first(fresh):
+    """Jobs queued while the helper is busy run costliest first, not in the order they came."""
+    workers = cw.CompileWorkers(device_index(fresh.cl_device), 1)
+    done: list = []
+    try:
+        futs = []
+        for tag, cost in (("first", 0.3), ("cheap", 0.3), ("dear", 1.0)):
+            job = {**_job(), "options": ["-DT=float", "-DPOOL_MAX", f"-DCLG_ORDER_{tag}=1"]}
+            fut = workers.submit(job, cost)
+            fut.add_done_callback(lambda _f, tag=tag: done.append(tag))
+            futs.append(fut)
+        assert all(f.result(timeout=120) is True for f in futs)
+        assert done == ["first", "dear", "cheap"]
+    finally:
+        workers.close()
+
+
+def test_local_preparations_run_costliest_first(device):
+    """Preparations waiting for the pool run costliest first (runtime.preparation)."""
+    import threading
+
+    from clglow.runtime.preparation import Preparer
+
+    prep = Preparer(device)
+    pool = prep._get_pool()
+    gates = [threading.Event() for _ in range(pool._max_workers)]
+    blockers = [pool.submit(g.wait) for g in gates]  # every pool thread busy
+    order: list = []
+    futs = [prep._ranked(cost, order.append, cost) for cost in (0.3, 1.0, 0.5, 0.3)]
+    gates[0].set()  # one thread free: it runs the queue in turn
+    concurrent.futures.wait(futs, timeout=30)
+    for g in gates:
+        g.set()
+    concurrent.futures.wait(blockers, timeout=30)
+    assert order == [1.0, 0.5, 0.3, 0.3]
+
+
 def test_killed_helper_fails_its_jobs_and_is_replaced(fresh):
     workers = cw.CompileWorkers(device_index(fresh.cl_device), 1)
     try:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import dataclasses
 import json
 import logging
 import os
@@ -92,6 +93,8 @@ class _Worker:
             text=True, bufsize=1)
         self.pending: Dict[int, concurrent.futures.Future] = {}
         self.load = STARTUP_COST  # summed cost of every job sent, and of the start
+        self.reserved = False  # CompileWorkers chose it for a job it is about to send
+        self.dead = False  # its process exited or its pipe broke: it takes no more jobs
         self._lock = threading.Lock()
         self._on_exit = on_exit
         self._reader = threading.Thread(target=self._read, name="clglow-compile-reader", daemon=True)
@@ -102,6 +105,7 @@ class _Worker:
         with self._lock:
             self.pending[job_id] = fut
             self.load += cost
+            self.reserved = False
         try:
             if self.proc.stdin is None:
                 raise OSError("no pipe to the helper")
@@ -130,6 +134,7 @@ class _Worker:
         self._on_exit(self)
 
     def _fail_all(self, err: Exception) -> None:
+        self.dead = True
         with self._lock:
             futs = list(self.pending.values())
             self.pending.clear()
@@ -139,8 +144,9 @@ class _Worker:
 
     @property
     def idle(self) -> bool:
+        """No job in flight or about to be sent, and alive."""
         with self._lock:
-            return not self.pending
+            return not self.pending and not self.reserved and not self.dead
 
     def close(self, timeout: float = 5.0) -> None:
         """Close stdin (the helper finishes its current job and exits); kill it if it lingers."""
@@ -159,9 +165,12 @@ class _Worker:
 class CompileWorkers:
     """Up to `count` helper processes for one device, started on first use.
 
-    `submit` sends a job to the least loaded helper and returns a Future that resolves when the
-    helper has built the program (and generated the kernel's code) or fails; the caller then
-    builds in-process, from pocl's cache.
+    `submit` queues a job and returns a Future that resolves when a helper has built the
+    program (and generated the kernel's code) or fails; the caller then builds in-process, from
+    pocl's cache. Each helper runs one job at a time and takes the costliest job queued when it
+    is free (jobs arrive in the order lowering meets them, and a cold start ends when the
+    largest build does: a GEMM variant lowered last must not wait behind cheap ones), and every
+    job of a program goes to the helper that took its first (the program is built there).
     """
 
     def __init__(self, device_index: str, count: int, idle_exit_s: float = IDLE_EXIT_S):
@@ -173,14 +182,17 @@ class CompileWorkers:
         self._next_id = 0
         self._timer: Optional[threading.Timer] = None
         self._closed = False
+        self._queue: List[_Queued] = []  # jobs no helper has taken yet
+        self._queued_cost = 0.0
+        self._home: Dict[tuple, _Worker] = {}  # (program, options) -> the helper that builds it
         self.started = 0  # helper processes started so far (tests, logs)
 
     def load(self) -> float:
-        """The smallest cost sent so far over the helpers (a helper yet to start counts its start)."""
+        """The cost each helper has been given so far, on average, queued jobs included (a helper
+        yet to start counts its start)."""
         with self._lock:
-            if len(self._workers) < self.count:
-                return STARTUP_COST
-            return min((w.load for w in self._workers), default=STARTUP_COST)
+            given = sum(w.load for w in self._workers) + STARTUP_COST * (self.count - len(self._workers))
+            return (given + self._queued_cost) / max(1, self.count)
 
     def start(self) -> None:
         """Start every helper now (they take about a second to be ready: Python, pyopencl, LLVM)."""
@@ -203,35 +215,68 @@ class CompileWorkers:
         return worker
 
     def submit(self, job: dict, cost: float = 1.0) -> concurrent.futures.Future:
+        fut: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
             if self._closed or self.count == 0:
-                fut: concurrent.futures.Future = concurrent.futures.Future()
                 fut.set_exception(RuntimeError("compile helpers are off"))
                 return fut
-            worker = self._spawn() if len(self._workers) < self.count else None
-            if worker is None:
-                if not self._workers:
-                    fut = concurrent.futures.Future()
-                    fut.set_exception(RuntimeError("no compile helper"))
-                    return fut
-                worker = min(self._workers, key=lambda w: w.load)
             self._next_id += 1
-            job_id = self._next_id
+            key = (str(job.get("program")), tuple(job.get("options") or ()))
+            self._queue.append(_Queued((-float(cost), self._next_id), float(cost), job, fut, key))
+            self._queued_cost += cost
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
-        fut = worker.send(job_id, job, cost)
-        fut.add_done_callback(lambda _f: self._arm_idle_timer())
+        self._dispatch()
         return fut
+
+    def _dispatch(self) -> None:
+        """Give each free helper the costliest queued job it may take; start helpers up to
+        `count` while jobs wait; fail the queue when none can run."""
+        sends, failed = [], []
+        with self._lock:
+            while self._queue and not self._closed and len(self._workers) < self.count:
+                if self._spawn() is None:
+                    break
+            if not self._workers:
+                failed, self._queue, self._queued_cost = self._queue, [], 0.0
+            for w in [w for w in self._workers if w.idle]:
+                mine = [q for q in self._queue if self._home.get(q.key) in (None, w)
+                        or self._home[q.key] not in self._workers]
+                if not mine:
+                    continue
+                q = min(mine)
+                self._queue.remove(q)
+                self._queued_cost -= q.cost
+                self._home[q.key] = w
+                w.reserved = True
+                sends.append((w, q))
+        for q in failed:
+            q.future.set_exception(RuntimeError("no compile helper"))
+        for w, q in sends:
+            self._send(w, q)
+
+    def _send(self, worker: _Worker, q: "_Queued") -> None:
+        inner = worker.send(q.rank[1], q.job, q.cost)
+
+        def done(f: concurrent.futures.Future) -> None:
+            if f.exception() is not None:
+                q.future.set_exception(f.exception())
+            else:
+                q.future.set_result(f.result())
+            self._dispatch()
+            self._arm_idle_timer()
+        inner.add_done_callback(done)
 
     def _forget(self, worker: _Worker) -> None:
         with self._lock:
             if worker in self._workers:
                 self._workers.remove(worker)
+        self._dispatch()  # a queued job goes to a new helper, or fails
 
     def _arm_idle_timer(self) -> None:
         with self._lock:
-            if self._closed or any(not w.idle for w in self._workers):
+            if self._closed or self._queue or any(not w.idle for w in self._workers):
                 return
             if self._timer is not None:
                 self._timer.cancel()
@@ -241,7 +286,7 @@ class CompileWorkers:
 
     def _close_if_idle(self) -> None:
         with self._lock:
-            if any(not w.idle for w in self._workers):
+            if self._queue or any(not w.idle for w in self._workers):
                 return
             workers, self._workers = self._workers, []
             self._timer = None
@@ -249,15 +294,29 @@ class CompileWorkers:
             w.close()
 
     def close(self) -> None:
-        """Stop every helper (their pending jobs fail; callers then build in-process)."""
+        """Stop every helper (their pending and queued jobs fail; callers then build in-process)."""
         with self._lock:
             self._closed = True
             workers, self._workers = self._workers, []
+            queued, self._queue, self._queued_cost = self._queue, [], 0.0
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
+        for q in queued:
+            q.future.set_exception(RuntimeError("compile helpers closed"))
         for w in workers:
             w.close()
+
+
+@dataclasses.dataclass(order=True)
+class _Queued:
+    """A job waiting for a helper; orders costliest first, then first come."""
+
+    rank: tuple  # (-cost, job id)
+    cost: float = dataclasses.field(compare=False)
+    job: dict = dataclasses.field(compare=False)
+    future: concurrent.futures.Future = dataclasses.field(compare=False)
+    key: tuple = dataclasses.field(compare=False)
 
 
 def _interpreter() -> bool:

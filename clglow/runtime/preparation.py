@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
+import heapq
 import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Set, Tuple
 
 import pyopencl as cl
 
@@ -70,6 +71,8 @@ class Preparer:
         self._local_programs: Set[ProgramKey] = set()
         self._local_load = LOCAL_HANDICAP  # estimated cost of the preparations given to this process
         self._compiler_warmed = False  # start_compile_helpers_if_cold warmed this process's compiler
+        self._queue: list = []  # (-cost, seq, fn, args, future): preparations for the pool (_ranked)
+        self._seq = 0
 
     def wait_remote(self, name: str, options: Tuple[str, ...]) -> None:
         """If a helper is building this program into pocl's cache, wait for it (then the build
@@ -90,14 +93,13 @@ class Preparer:
             if key in self._prepared:
                 return
             self._prepared.add(key)
-        pool = self._get_pool()
         marker = self.marker(program, options, kernel, lsize)
         workers = None if marker is None or marker.exists() else self.compile_workers()
         cost = GEMM_COST if program == "gemm" else OTHER_COST
         if workers is not None and self._goes_remote(program, options, cost, workers):
-            fut = self._prepare_remote(pool, workers, cost, program, options, kernel, lsize, noop_args, marker)
+            fut = self._prepare_remote(workers, cost, program, options, kernel, lsize, noop_args, marker)
         else:
-            fut = pool.submit(self._prepare_one, program, options, kernel, lsize, noop_args, marker)
+            fut = self._ranked(cost, self._prepare_one, program, options, kernel, lsize, noop_args, marker)
         with self._lock:
             self._futures = [f for f in self._futures if not f.done()] + [fut]
 
@@ -116,6 +118,32 @@ class Preparer:
         except Exception as e:  # noqa: BLE001 - best effort; the plan's own request reports failures
             log.debug("prefetching %s %s failed: %s", name, " ".join(options), e)
 
+    def _ranked(self, cost: float, fn: Callable[..., None], *args: Any) -> concurrent.futures.Future:
+        """Run `fn(*args)` on the pool, the costliest queued preparation first: each call queues
+        one pool task that runs whichever queued preparation costs most when it starts (the
+        driver builds one program at a time per process, so order decides what waits)."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            self._seq += 1
+            item = (-cost, self._seq, fn, args, fut)
+            heapq.heappush(self._queue, item)
+        try:
+            self._get_pool().submit(self._run_costliest)
+        except RuntimeError:  # the pool is shut down (exiting): the task never runs
+            with self._lock:
+                self._queue.remove(item)
+                heapq.heapify(self._queue)
+            raise
+        return fut
+
+    def _run_costliest(self) -> None:
+        with self._lock:
+            _, _, fn, args, fut = heapq.heappop(self._queue)
+        try:
+            fut.set_result(fn(*args))
+        except BaseException as e:  # noqa: BLE001 - handed to whoever waits on the future
+            fut.set_exception(e)
+
     def _get_pool(self) -> concurrent.futures.ThreadPoolExecutor:
         with self._lock:
             if self._pool is None:
@@ -123,8 +151,7 @@ class Preparer:
                     max(1, min(4, os.cpu_count() or 1)), thread_name_prefix="clglow-prepare")
             return self._pool
 
-    def _prepare_remote(self, pool: concurrent.futures.ThreadPoolExecutor, workers: CompileWorkers,
-                        cost: float, program: str, options: Tuple[str, ...], kernel: str,
+    def _prepare_remote(self, workers: CompileWorkers, cost: float, program: str, options: Tuple[str, ...], kernel: str,
                         lsize: Optional[tuple], noop_args: Optional[list],
                         marker: Optional[Path]) -> concurrent.futures.Future:
         """Build and generate in a helper process first, then here from pocl's cache."""
@@ -142,7 +169,7 @@ class Preparer:
             else:
                 log.debug("compile helper prepared %s %s %s", program, " ".join(options), kernel)
             try:
-                local = pool.submit(self._prepare_one, program, options, kernel, lsize, noop_args, marker)
+                local = self._ranked(cost, self._prepare_one, program, options, kernel, lsize, noop_args, marker)
             except RuntimeError:  # the process is exiting (pool shut down): nothing left to warm
                 fut.set_result(None)
                 return
