@@ -38,6 +38,7 @@ _FUSED_AS = {
     ("clglow", "FusedMatMul"): ("MatMul", lambda n: (n.inputs[:2], {})),
     # a matched LayerNorm (passes/fuse_layernorm.py): Y only, X's shape and dtype
     ("clglow", "LayerNormalization"): ("Identity", lambda n: (n.inputs[:1], {})),
+    ("clglow", "RMSNormalization"): ("Identity", lambda n: (n.inputs[:1], {})),  # passes/fuse_layernorm.py
 }
 
 
