@@ -69,3 +69,46 @@ def test_decomposed_layernorm_is_one_node(opset, square, affine):
 def test_near_misses_are_left_alone(kwargs):
     ops = _run(_ln_model(**kwargs))
     assert "LayerNormalization" not in ops and "ReduceMean" in ops
+
+
+def _rms_model(square: str = "Pow", scaling: str = "one_over", gamma: str = "after", extra_output: str = "",
+               axes=(-1,)):
+    """Hugging Face's T5LayerNorm / LlamaRMSNorm as exported: x * (1 / sqrt(mean(x^2) + eps)) * g,
+    with the scaling written each way exporters write it."""
+    nodes = [helper.make_node("Pow", ["x", "two"], ["p"]) if square == "Pow"
+             else helper.make_node("Mul", ["x", "x"], ["p"]),
+             helper.make_node("ReduceMean", ["p"], ["v"], axes=list(axes), keepdims=1),
+             helper.make_node("Add", ["v", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["s"])]
+    if scaling == "one_over":
+        nodes += [helper.make_node("Div", ["one", "s"], ["r"]), helper.make_node("Mul", ["x", "r"], ["n"])]
+    elif scaling == "reciprocal":
+        nodes += [helper.make_node("Reciprocal", ["s"], ["r"]), helper.make_node("Mul", ["r", "x"], ["n"])]
+    else:
+        nodes.append(helper.make_node("Div", ["x", "s"], ["n"]))
+    rng = np.random.default_rng(13)
+    inits = [numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+             numpy_helper.from_array(np.array(1e-6, np.float32), "eps"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(rng.standard_normal(W).astype(np.float32), "g")]
+    last = "n"
+    if gamma:
+        nodes.append(helper.make_node("Mul", ["g", "n"] if gamma == "before" else ["n", "g"], ["y"]))
+        last = "y"
+    outs = [helper.make_tensor_value_info(last, T.FLOAT, [2, 5, W])]
+    if extra_output:
+        outs.append(helper.make_tensor_value_info(extra_output, T.FLOAT, [2, 5, 1]))
+    g = helper.make_graph(nodes, "rms", [helper.make_tensor_value_info("x", T.FLOAT, [2, 5, W])], outs, inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("square", ["Pow", "Mul"])
+@pytest.mark.parametrize("scaling", ["one_over", "reciprocal", "divide"])
+@pytest.mark.parametrize("gamma", ["after", "before", ""], ids=["gamma_after", "gamma_before", "no_gamma"])
+def test_decomposed_rms_norm_is_one_node(square, scaling, gamma):
+    assert _run(_rms_model(square, scaling, gamma)) == ["RMSNormalization"]
+
+
+@pytest.mark.parametrize("kwargs", [dict(extra_output="v"), dict(axes=(1,))], ids=["mean_is_an_output", "other_axis"])
+def test_rms_near_misses_are_left_alone(kwargs):
+    ops = _run(_rms_model(**kwargs))
+    assert "RMSNormalization" not in ops and "ReduceMean" in ops

@@ -105,7 +105,8 @@ _LN_HALF = HalfIO((0,), (0,))
 
 
 @device_op("LayerNormalization", "RMSNormalization", supports=_supports_ln, half=_LN_HALF)
-@device_op("LayerNormalization", supports=_supports_ln, domain="clglow", half=_LN_HALF)  # passes/fuse_layernorm.py
+@device_op("LayerNormalization", "RMSNormalization", supports=_supports_ln, domain="clglow",
+           half=_LN_HALF)  # passes/fuse_layernorm.py
 def lower_layernorm(ctx: LowerCtx) -> list:
     """Scale/bias broadcastable to the normalised shape are expanded here when constant."""
     x, out = ctx.inputs[0], ctx.outputs[0]

@@ -13,6 +13,15 @@ feeds the pattern alone (no graph output, no other consumer), eps, gamma and bet
 and the reductions keep their dims over the last axis; gamma/beta absent become ones/zeros.
 The node is clglow.LayerNormalization (the device kernel of ai.onnx's, whatever the model's
 opset), made only where that kernel supports it.
+
+The RMS norm of T5 and Llama (Hugging Face's T5LayerNorm / LlamaRMSNorm, exported) is the same
+kernel without the mean:
+
+    p = Pow(x, 2) | Mul(x, x)   v = ReduceMean(p, last axis)   s = Sqrt(Add(v, eps))
+    n = Mul(x, Div(1, s)) | Mul(x, Reciprocal(s)) | Div(x, s)   [y = Mul(n, gamma)]
+
+three launches after fuse_elementwise (the square, the mean, the scaling) and one as
+clglow.RMSNormalization (norm.cl RMS; llama and t5_encoder: nine norms each, 27 -> 9 launches).
 """
 from __future__ import annotations
 
@@ -109,23 +118,72 @@ def _match(g: Graph, mean: Node, consumers: dict, outputs: set) -> Optional[tupl
     return nodes, x, eps, gamma, beta, out
 
 
+def _match_rms(g: Graph, sq: Node, consumers: dict, outputs: set) -> Optional[tuple]:
+    """(nodes of the RMS pattern, x, eps, gamma name or None, None, output) from its square,
+    or None."""
+    def only(name: str) -> Optional[Node]:
+        users = consumers.get(name, [])
+        return users[0] if len(users) == 1 and name not in outputs else None
+
+    var = only(sq.outputs[0])
+    if not _is(var, "ReduceMean"):
+        return None
+    x = sq.inputs[0]
+    if not ((_is(sq, "Pow") and _scalar(g, sq.inputs[1]) == 2.0) or (_is(sq, "Mul") and sq.inputs == [x, x])):
+        return None
+    vx = g.values.get(x)
+    if vx is None or vx.shape is None or vx.dtype != np.float32 or not isinstance(vx.shape[-1], int):
+        return None
+    if len(vx.shape) < 1 or not _last_axis_mean(var, g, len(vx.shape)):
+        return None
+    add = only(var.outputs[0])
+    eps = _scalar(g, _other(add, var.outputs[0])) if _is(add, "Add") else None
+    sqrt = only(add.outputs[0]) if eps is not None else None
+    if not _is(sqrt, "Sqrt"):
+        return None
+    nodes = [sq, var, add, sqrt]
+    step = only(sqrt.outputs[0])
+    if _is(step, "Div") and step.inputs == [x, sqrt.outputs[0]]:
+        nodes.append(step)
+    else:
+        if _is(step, "Div") and step.inputs[1] == sqrt.outputs[0] and _scalar(g, step.inputs[0]) == 1.0:
+            pass
+        elif not (_is(step, "Reciprocal") and step.inputs == [sqrt.outputs[0]]):
+            return None
+        mul = only(step.outputs[0])
+        if not _is(mul, "Mul") or sorted(mul.inputs) != sorted([x, step.outputs[0]]):
+            return None
+        nodes += [step, mul]
+    out, gamma = nodes[-1].outputs[0], None
+    mul = only(out)
+    other = _other(mul, out) if _is(mul, "Mul") else ""
+    c = g.const(other) if other else None
+    if c is not None and np.asarray(c).size == vx.shape[-1] and np.asarray(c).shape[-1:] == (vx.shape[-1],):
+        gamma, out = other, mul.outputs[0]
+        nodes.append(mul)
+    return nodes, x, eps, gamma, None, out
+
+
 def _fuse_one(g: Graph, consumers: dict, outputs: set) -> bool:
-    for mean in g.nodes:
-        m = _match(g, mean, consumers, outputs) if _is(mean, "ReduceMean") else None
+    for mean in g.nodes:  # a LayerNorm's first ReduceMean or an RMS norm's square
+        rms = _is(mean, "Pow") or _is(mean, "Mul")  # an RMS norm's square, else a LayerNorm's mean
+        m = _match_rms(g, mean, consumers, outputs) if rms else \
+            _match(g, mean, consumers, outputs) if _is(mean, "ReduceMean") else None
         if m is None:
             continue
         nodes, x, eps, gamma, beta, out = m
         width = g.values[x].shape[-1]
         ins, added = [x], []
-        for name, fill, tag in ((gamma, 1.0, "scale"), (beta, 0.0, "bias")):
+        params = ((gamma, 1.0, "scale"),) if rms else ((gamma, 1.0, "scale"), (beta, 0.0, "bias"))
+        for name, fill, tag in params:
             if name is None:  # absent: the identity scale, a zero bias
                 name = f"{out}__ln_{tag}"
                 g.values[name] = Value(name, np.dtype(np.float32), (width,), np.full(width, fill, np.float32))
                 added.append(name)
             ins.append(name)  # else a constant of `width` elements (the lowering reshapes it)
         # clglow's domain: the same kernel as ai.onnx LayerNormalization, whatever the opset
-        fused = Node("LayerNormalization", f"{nodes[0].name}/LayerNormalization", ins, [out],
-                     {"axis": -1, "epsilon": float(eps)}, domain="clglow")
+        op = "RMSNormalization" if rms else "LayerNormalization"
+        fused = Node(op, f"{nodes[0].name}/{op}", ins, [out], {"axis": -1, "epsilon": float(eps)}, domain="clglow")
         if splice_fused(g, nodes[0], nodes[1:], fused):
             return True
         for name in added:
