@@ -22,12 +22,23 @@
  *   B  packed in panels of NR columns, zero padded (qpack_b / qim2col at run time, the host at
  *      plan time for weights):
  *        KC=1     B[(panel*K + k)*NR + c]                               one k per step
- *        KC=4,16  B[((panel*KQ + k/KC)*NR + c)*KC + k%KC], KQ = ceil(K/KC)  KC k per step
+ *        KC=2,4,16  B[((panel*KQ + k/KC)*NR + c)*KC + k%KC], KQ = ceil(K/KC)  KC k per step
+ *      or (B_DIRECT, KC=2) row-major [K, N] rows ldb apart, read in place (a 1x1 convolution's
+ *      input): two rows interleaved into the pairs' lanes in the kernel.
+ *   A16 (KC=2): A holds the 8-bit values widened to short (constant weights, at plan time).
  *   C  row-major, ldc apart; only m < M, n < N stored.
  *
  * The tile (MR rows x NR = VW * NV columns), by KC:
  *   KC=1   NV vectors of VW columns of int accumulators per row; each k one broadcast row value
  *          times a sign/zero-extended VW-column vector of B.
+ *          QFA: the same products as floats, summed in blocks of QFB k (exact: QFB * max|a*b|
+ *          <= 2^24), each block converted to int32: the float multiply-add rate.
+ *   KC=2   NV vectors of VW int32 lanes per row; each k pair one broadcast (A[k], A[k+1]) as
+ *          2*VW 16-bit lanes times the pairs of VW columns, even and odd lanes multiplied and
+ *          summed: a paired 16-bit multiply-add (x86 vpmaddwd), as an expression (QPM=0) or the
+ *          compiler's builtin (QPM=1: pocl's LLVM does not form the instruction from the
+ *          expression once operands have several uses; the builtin's build fails where the
+ *          device's ISA lacks it, and the tuner skips the point).
  *   KC=16  MR x NR int8 accumulators over 16 k at a time: 16 k of a row of A and of a column of
  *          B widened to short16, multiplied in int32 as even and odd lanes and added in pairs
  *          (the shape of a paired 16-bit multiply-add instruction: two 16-bit products summed

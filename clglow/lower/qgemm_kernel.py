@@ -7,9 +7,11 @@ and imports no other lowering module but base.py and common.py.
 
 The tile parameters are `-D` defines (kernels_cl/qgemm.cl): MR rows x NR = VW * NV columns per
 work-item, KU the k-loop unroll, KC the B layout and inner step (1: one k per step, int vectors
-of VW columns: the CPU family's default; 16: 16 k per step as pairs of 16-bit products summed
-into int32 lanes (every lane busy however few columns: the CPU family's choice for products of at
-most 4 columns, fit_columns); 4: four k per step as
+of VW columns, int32 products or (fa=1) exact float sums: the CPU family's default; 2: k pairs as
+16-bit lanes, two products summed into each int32 lane (pm=1: the compiler's paired multiply-add
+builtin, x86 vpmaddwd; pm=0: the same as an expression); 16: 16 k per step as pairs of 16-bit
+products summed into int32 lanes (every lane busy however few columns: the CPU family's choice
+for products of at most 4 columns, fit_columns); 4: four k per step as
 4-wide dot products: the GPU family, the cl_khr_integer_dot_product builtin where the device
 compiler defines that extension, else the same sum written out), and the work-group. `qgemm_space(target)` declares every valid point
 (the default first) as parameter dicts for the tuner; the defaults are the Target family's.
