@@ -145,8 +145,9 @@ BACKGROUND_BUDGET_S = 30.0
 # can lose inside the model (two convs sharing a padded layout): only `clglow tune MODEL`, which
 # checks the whole model afterwards, searches it.
 # The GPU family's local-memory convolutions (xgemm_conv: implicit GEMM tiles, gpu_dwconv: depthwise
-# halo tiles) and dwconv.cl's rows per work-item (dwconv) are single kernels too.
-BACKGROUND_FAMILIES = ("gemm", "xgemm", "xgemm_conv", "gpu_dwconv", "dwconv")
+# halo tiles), its attention blocks (gpu_attention) and dwconv.cl's rows per work-item (dwconv) are
+# single kernels too.
+BACKGROUND_FAMILIES = ("gemm", "xgemm", "xgemm_conv", "gpu_dwconv", "gpu_attention", "dwconv")
 
 
 _threads: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
