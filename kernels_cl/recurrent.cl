@@ -19,6 +19,7 @@
  *          padded: whole-vector loads; consecutive work-items on consecutive units); 2: as
  *          [HPU / VU][hidden][G][VU], each work-item's units one contiguous run (streamed by one
  *          thread: the CPU family); 0: R as the node has it, [G * hidden][hidden] (a live R)
+ *   KS     multiply-add chains per gate in the k loop of R_T 2 (1, 2 or more: k mod KS)
  *   LBR    GRU linear_before_reset; INPUT_FORGET (LSTM: f = 1 - i); CLIP (clip the gates'
  *          pre-activations to [-clip, clip])
  *   ACT_F0 ACT_G0 ACT_H0 (direction 0) and ACT_F1 ACT_G1 ACT_H1 (direction 1): activation codes
@@ -182,7 +183,24 @@ inline void gate_dots(const __global float* restrict rw, const __local float* hv
 #define R_KSTEP (G * hpu)
 #define R_GSTEP hpu
 #endif
-#if KS == 2
+#if KS > 2
+    /* k mod KS into KS sets of accumulators: KS multiply-add chains per gate in flight */
+    floatv accs[KS - 1][G * BB];
+#pragma unroll
+    for (int c = 0; c < KS - 1; ++c)
+        for (int i = 0; i < ng * BB; ++i) accs[c][i] = (floatv)0.0f;
+    int k = 0;
+    for (; k + KS - 1 < hidden; k += KS) {
+        r_dots(rt + (size_t)k * R_KSTEP, R_GSTEP, hv, k, ng, acc);
+#pragma unroll
+        for (int c = 0; c < KS - 1; ++c)
+            r_dots(rt + (size_t)(k + 1 + c) * R_KSTEP, R_GSTEP, hv, k + 1 + c, ng, accs[c]);
+    }
+    for (; k < hidden; ++k) r_dots(rt + (size_t)k * R_KSTEP, R_GSTEP, hv, k, ng, acc);
+#pragma unroll
+    for (int c = 0; c < KS - 1; ++c)
+        for (int i = 0; i < ng * BB; ++i) acc[i] += accs[c][i];
+#elif KS == 2
     /* even and odd k into two sets of accumulators: two multiply-add chains per gate in flight */
     floatv acc2[G * BB];
     for (int i = 0; i < ng * BB; ++i) acc2[i] = (floatv)0.0f;

@@ -17,7 +17,7 @@ lowers the node; a new device family is a new row):
             work-item with the k loop in vectors. A constant R is packed so that each
             work-item's units are one contiguous run (R_T 2: one stream per work-item, where
             [hidden][gates][units] strode by a row per k), the k loop in two chains of
-            multiply-adds (KS 2): the zoo's 2-layer LSTM (hidden 256, 64 steps) 2.95 -> 2.47 (R_T
+            multiply-adds (KS 2; now four, KSPLIT): the zoo's 2-layer LSTM (hidden 256, 64 steps) 2.95 -> 2.47 (R_T
             2) -> 2.33 ms of recurrent kernel time on pocl 0:0, under load. That is ~64 GB/s of R
             read from the cache by one thread: the time grows with hidden^2 (the k loop cut to a
             quarter: 0.72 ms), so a further step needs R read by more than one thread per step.
@@ -70,6 +70,11 @@ KNOWN_ATTRS = {"activation_alpha", "activation_beta", "activations", "clip", "di
 DIRECTIONS = ("forward", "reverse", "bidirectional")
 LOCAL_ROWS = {"RNN": 2, "GRU": 4, "LSTM": 3}  # local state rows of HP floats per batch row (recurrent.cl)
 MAX_BATCH_ROWS = 8
+# Multiply-add chains per gate in the streamed k loop (recurrent.cl KS): the k loop of a step waits
+# on the chains, not on R's loads. The zoo's 2-layer GRU (hidden 256, 64 steps), recurrent kernel
+# time on pocl 0:0 under load, A/B in one process: KS 1 / 2 / 4 / 8 2.03 / 1.11-1.17 / 0.92-1.01 /
+# 1.10 ms; its LSTM 1.42 / 1.33 / 1.40 ms at KS 2 / 4 / 8.
+KSPLIT = 4
 
 
 def parse_activations(node: Node, ndir: int) -> list:
@@ -162,7 +167,7 @@ class RecurrentPath:
     applicable: Callable[[RecurrentCase], bool]
     vu: Callable[[RecurrentCase], int]
     group: Callable[[RecurrentCase, int], int]
-    stream: bool = False  # a constant R packed per work-item's units (R_T 2) and two k chains (KS 2)
+    stream: bool = False  # a constant R packed per work-item's units (R_T 2) and KSPLIT k chains (KS)
 
 
 def _vector_units(case: RecurrentCase) -> int:
@@ -289,7 +294,7 @@ def _defines(ctx: LowerCtx, dm: Dims, vu: int, bb: int, acts: list, stream: bool
     r_t = (2 if stream else 1) if ctx.const(2) is not None else 0
     defines = {"CELL": dm.gates, "HP": state_capacity(dm.hidden), "BB": bb, "VU": vu, "R_T": r_t}
     if stream:
-        defines["KS"] = 2
+        defines["KS"] = KSPLIT
     if op == "GRU" and int(ctx.attr("linear_before_reset", 0)):
         defines["LBR"] = 1
     if op == "LSTM" and int(ctx.attr("input_forget", 0)):

@@ -1,5 +1,5 @@
 """The CPU family's streamed recurrent weight (recurrent.cl R_T 2: a constant R packed per
-work-item's block of units, the k loop in two chains, KS 2) against onnx.reference: hidden
+work-item's block of units, the k loop in KSPLIT chains, KS) against onnx.reference: hidden
 sizes of several vector blocks with a partial last one, odd hidden sizes (the chains' tail),
 both directions, layouts, batch rows sharing a work-group, initial states and peepholes."""
 from __future__ import annotations
