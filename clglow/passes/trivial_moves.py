@@ -1,5 +1,5 @@
-"""Data movement that moves nothing: a Cast to the dtype its input already has, a Reshape to the
-shape its input already has and a Concat of one input are dropped, and a Transpose that only moves axes of size 1
+"""Data movement that moves nothing: a Cast to the dtype its input already has, a Reshape or an
+Expand to the shape its input already has and a Concat of one input are dropped, and a Transpose that only moves axes of size 1
 becomes a Reshape (a view: no launch).
 
 A decode step's head split transposes [1, 1, H, D] to [1, H, 1, D] (the same bytes in the same
@@ -30,8 +30,9 @@ def _same_dtype_cast(node: Node, g: Graph) -> bool:
 
 
 def _same_shape_reshape(node: Node, g: Graph) -> bool:
-    """A Reshape (or Flatten, Squeeze, Unsqueeze) whose static output shape is its input's."""
-    if node.op_type not in ("Reshape", "Flatten", "Squeeze", "Unsqueeze") or len(node.outputs) != 1:
+    """A Reshape (or Flatten, Squeeze, Unsqueeze, Expand) whose static output shape is its
+    input's (Hugging Face's attention masks expand a mask to the shape it already has)."""
+    if node.op_type not in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand") or len(node.outputs) != 1:
         return False
     a, b = g.values.get(node.input(0)), g.values.get(node.outputs[0])
     return a is not None and b is not None and a.is_static and b.is_static and tuple(a.shape) == tuple(b.shape)

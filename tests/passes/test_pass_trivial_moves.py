@@ -67,3 +67,20 @@ def test_one_input_concat_and_same_shape_reshape_are_dropped():
     x = RNG.standard_normal((2, 3)).astype(np.float32)
     got = clglow.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
     np.testing.assert_array_equal(got, models.ort_run(m, {"x": x})[0])
+
+
+@pytest.mark.parametrize("target,ops", [([1, 1, 4, 8], ["Where"]), ([1, 3, 4, 8], ["Expand", "Where"])],
+                         ids=["same_shape", "broadcasting"])
+def test_expand_to_its_own_shape_is_dropped(target, ops):
+    """Hugging Face's attention masks: a bool mask expanded to the shape it already has, then
+    Where picks 0 or the mask value; an Expand that broadcasts stays."""
+    nodes = [helper.make_node("Expand", ["m", "s"], ["e"]), helper.make_node("Where", ["e", "x", "neg"], ["y"])]
+    inits = [helper.make_tensor("s", T.INT64, [4], target), helper.make_tensor("neg", T.FLOAT, [], [-1e9])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("m", T.BOOL, [1, 1, 4, 8]),
+                                       helper.make_tensor_value_info("x", T.FLOAT, [1, 1, 4, 8])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [1] + target[1:])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    assert [n.op_type for n in remove_trivial_moves(import_model(m)).nodes] == ops
+    feeds = {"m": RNG.random((1, 1, 4, 8)) > 0.5, "x": RNG.standard_normal((1, 1, 4, 8)).astype(np.float32)}
+    got = clglow.InferenceSession(m.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_array_equal(got, models.ort_run(m, feeds)[0])
