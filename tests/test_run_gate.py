@@ -90,3 +90,26 @@ def test_a_run_failing_half_way_still_opens_the_gate(monkeypatch):
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], _want(x, ws), rtol=1e-4, atol=1e-5)
     sess.device.queue.finish()  # nothing on the queue waits for an unset gate
     sess.release()
+
+
+def test_a_host_node_reading_an_input_between_gated_launches(monkeypatch):
+    """Det on the host (its kernel unregistered) reads a graph input and a device value in the
+    middle of the run: the gate opens there, before the host waits, and the result is right."""
+    from clglow.lower import REGISTRY
+
+    monkeypatch.delitem(REGISTRY, ("", "Det"))
+    nodes = [helper.make_node("Relu", ["c"], ["r"]), helper.make_node("Det", ["r"], ["d"]),
+             helper.make_node("Det", ["c"], ["e"]), helper.make_node("Add", ["d", "e"], ["s"]),
+             helper.make_node("Mul", ["s", "k"], ["y"])]
+    g = helper.make_graph(nodes, "host_between", [helper.make_tensor_value_info("c", TensorProto.FLOAT, [3, 3]),
+                                                  helper.make_tensor_value_info("k", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    sess = clglow.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        c = rng.standard_normal((3, 3)).astype(np.float32)
+        k = rng.standard_normal(4).astype(np.float32)
+        want = (np.linalg.det(np.maximum(c, 0)) + np.linalg.det(c)) * k
+        np.testing.assert_allclose(sess.run(None, {"c": c, "k": k})[0], want, rtol=1e-4, atol=1e-5)
+    assert "c" in sess._engine.last_plan.host_inputs
+    sess.release()

@@ -204,8 +204,8 @@ def execute(plan: Plan, device, queue: cl.CommandQueue, feeds: dict, wait_for: S
         plan.orphans[:] = [o for o in plan.orphans if o[0].command_execution_status != done]
     try:
         _upload_inputs(run)
-        if plan.host_inputs:
-            run.open_gate()
+        if any(feeds.get(name) is None for name in plan.host_inputs):
+            run.open_gate()  # a caller's buffer read back now (blocking) comes after the gated uploads
         for name in plan.host_inputs:
             run.values[name] = feeds[name] if feeds.get(name) is not None else _download_now(plan, queue, name,
                                                                                               run.device_feeds)
