@@ -291,3 +291,222 @@ __kernel void unique_write(__global const int* order, __global const int* first,
     counts[k] = cnt[order[k]];
 #endif
 }
+
+/* --- NonMaxSuppression, sorted (many boxes per class) ------------------------------------------ *
+ * The candidates sorted once by score (bitonic, on (key, index) pairs: score descending, lower
+ * index first: the reference's order), the boxes once per batch by x_min; then one work-group
+ * per (batch, class) walks the candidates in order, and each kept box tests only the boxes whose
+ * x extent can meet its own (a window of the x order found by binary search): torchvision's
+ * batched NMS puts each class's boxes apart (offsets), so thousands of candidates have few
+ * neighbours each. Same IoU arithmetic as nms_select (and runtime/nms.py).
+ *   P: the sort length (a power of two >= n);  rows = batches * classes */
+inline uint fkey(const float v) {  /* ascending in v; -0.0 as +0.0 */
+    const uint u = v == 0.0f ? 0u : as_uint(v);
+    return (u >> 31) ? ~u : (u | 0x80000000u);
+}
+
+/* corner[b, i] = (x0, x1, y0, y1) of box i of batch b; x order keys (x0 ascending), padded to P */
+__kernel void nms_corners(__global const float* boxes, const int n, const int P, const int total,
+                          __global float* corner, __global uint* xkey, __global int* xidx) {
+    const int g = get_global_id(0);
+    if (g >= total) return;
+    const int b = g / P, i = g - b * P;
+    if (i >= n) {
+        xkey[g] = 0u;
+        xidx[g] = INT_MAX;
+        return;
+    }
+    float x0, x1, y0, y1;
+    corners(boxes + ((long)b * n + i) * 4, &x0, &x1, &y0, &y1);
+    __global float* c = corner + ((long)b * n + i) * 4;
+    c[0] = x0; c[1] = x1; c[2] = y0; c[3] = y1;
+    xkey[g] = ~fkey(x0);
+    xidx[g] = i;
+}
+
+/* score keys of each (batch, class) row, padded to P; a box at or below score_threshold keys 0 */
+__kernel void nms_score_keys(__global const float* scores, __global const float* score_threshold, const int n,
+                             const int P, const int total, __global uint* skey, __global int* sidx) {
+    const int g = get_global_id(0);
+    if (g >= total) return;
+    const int r = g / P, i = g - r * P;
+    if (i >= n) {
+        skey[g] = 0u;
+        sidx[g] = INT_MAX;
+        return;
+    }
+    const float s = scores[(long)r * n + i];
+#ifdef HAS_SCORE
+    skey[g] = s > score_threshold[0] ? max(fkey(s), 1u) : 0u;
+#else
+    skey[g] = max(fkey(s), 1u);
+#endif
+    sidx[g] = i;
+}
+
+/* one bitonic step over rows of P (key, index) pairs: key descending, index ascending */
+__kernel void nms_bitonic(__global uint* key, __global int* idx, const int P, const int j, const int k,
+                          const int pairs) {
+    const int g = get_global_id(0);
+    if (g >= pairs) return;
+    const int hp = P >> 1;
+    const int r = g / hp, q = g - r * hp;
+    const int i = 2 * j * (q / j) + q % j, l = i + j;
+    __global uint* kr = key + (long)r * P;
+    __global int* ir = idx + (long)r * P;
+    const uint ka = kr[i], kb = kr[l];
+    const int ia = ir[i], ib = ir[l];
+    const int b_first = kb > ka || (kb == ka && ib < ia);
+    if (((i & k) == 0) == b_first) {  /* descending blocks want b after a, ascending ones before */
+        kr[i] = kb; kr[l] = ka;
+        ir[i] = ib; ir[l] = ia;
+    }
+}
+
+/* the bitonic steps of stages kmin..kmax (doubling) whose pairs lie within chunks of 2 * BW
+ * pairs' elements, in local memory: one work-group of BW items per chunk (the steps between
+ * chunks are nms_bitonic launches) */
+#ifndef BW
+#define BW 64
+#endif
+__kernel __attribute__((reqd_work_group_size(BW, 1, 1)))
+void nms_bitonic_local(__global uint* key, __global int* idx, const int P, const int kmin, const int kmax) {
+    __local uint lk[2 * BW];
+    __local int li[2 * BW];
+    const int grp = get_group_id(0), lid = get_local_id(0);
+    const int chunks = P / (2 * BW);
+    const int r = grp / chunks, ch = grp - r * chunks;
+    const long base = (long)r * P + (long)ch * 2 * BW;
+    lk[lid] = key[base + lid];
+    lk[lid + BW] = key[base + lid + BW];
+    li[lid] = idx[base + lid];
+    li[lid + BW] = idx[base + lid + BW];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int k = kmin; k <= kmax; k <<= 1) {
+        for (int j = min(k >> 1, BW); j >= 1; j >>= 1) {
+            const int i = 2 * j * (lid / j) + lid % j, l = i + j;
+            const uint ka = lk[i], kb = lk[l];
+            const int ia = li[i], ib = li[l];
+            const int b_first = kb > ka || (kb == ka && ib < ia);
+            if ((((ch * 2 * BW + i) & k) == 0) == b_first) {
+                lk[i] = kb; lk[l] = ka;
+                li[i] = ib; li[l] = ia;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+    }
+    key[base + lid] = lk[lid];
+    key[base + lid + BW] = lk[lid + BW];
+    idx[base + lid] = li[lid];
+    idx[base + lid + BW] = li[lid + BW];
+}
+
+/* xc[b, t] = the corners of the t-th box of batch b in x order; xplace[b, box] = t */
+__kernel void nms_xs(__global const int* xidx, __global const float* corner, const int n, const int P,
+                     const int total, __global float* xc, __global int* xplace) {
+    const int g = get_global_id(0);
+    if (g >= total) return;
+    const int b = g / n, t = g - b * n;
+    const int box = xidx[(long)b * P + t];
+    __global const float* c = corner + ((long)b * n + box) * 4;
+    __global float* o = xc + (long)g * 4;
+    o[0] = c[0]; o[1] = c[1]; o[2] = c[2]; o[3] = c[3];
+    xplace[(long)b * n + box] = t;
+}
+
+/* rkx[r, t] = the score place in row r of the box at x place t; deadx[r, t] = 0 */
+__kernel void nms_ranks(__global const int* sidx, __global const int* xplace, const int classes, const int n,
+                        const int P, const int total, __global int* rkx, __global uchar* deadx) {
+    const int g = get_global_id(0);
+    if (g >= total) return;
+    const int r = g / n, t = g - r * n;
+    const int b = r / classes;
+    rkx[(long)r * n + xplace[(long)b * n + sidx[(long)r * P + t]]] = t;
+    deadx[g] = 0;
+}
+
+inline int overlaps_c(__global const float* a, __global const float* b, const float thr) {
+    const float ax0 = a[0], ax1 = a[1], ay0 = a[2], ay1 = a[3];
+    const float bx0 = b[0], bx1 = b[1], by0 = b[2], by1 = b[3];
+    const float ix0 = fmax(ax0, bx0), ix1 = fmin(ax1, bx1);
+    const float iy0 = fmax(ay0, by0), iy1 = fmin(ay1, by1);
+    const float w = ix1 - ix0, h = iy1 - iy0;
+    const float inter = w * h;
+    const float wa = ax1 - ax0, ha = ay1 - ay0, wb = bx1 - bx0, hb = by1 - by0;
+    const float area_a = wa * ha;
+    const float area_b = wb * hb;
+    const float sum = area_a + area_b;
+    const float uni = sum - inter;
+    if (!(ix1 > ix0 && iy1 > iy0 && inter > 0.0f && area_a > 0.0f && area_b > 0.0f && uni > 0.0f)) return 0;
+    return inter / uni > thr;
+}
+
+/* the first x place in [0, n) whose x_min is >= v (xc: corners in x order) */
+inline int lower_bound(__global const float* xc, const int n, const float v) {
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (xc[(long)mid * 4] < v) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void nms_sorted(__global const float* xc, __global const int* xplace, __global const uint* skey,
+                __global const int* sidx, __global const int* rkx, const int classes, const int n, const int P,
+                const int cap, __global const long* max_per_class, __global const float* iou_threshold,
+                __global uchar* deadx, __global int* sel, __global int* counts) {
+#ifdef HAS_MAX
+    const int limit = (int)min((long)cap, max(max_per_class[0], 0L));
+#else
+    const int limit = 0;
+#endif
+#ifdef HAS_IOU
+    const float iou_thr = iou_threshold[0];
+#else
+    const float iou_thr = 0.0f;
+#endif
+    __local float wide[WG];
+    const int row = get_group_id(0), lid = get_local_id(0);
+    const int b = row / classes;
+    __global const float* cb = xc + (long)b * n * 4;  /* corners in x order */
+    __global const int* xp = xplace + (long)b * n;
+    __global const int* rk = rkx + (long)row * n;  /* score places in x order */
+    __global uchar* dd = deadx + (long)row * n;  /* suppressed, in x order */
+    /* the widest box of the batch: a box can only meet those whose x_min lies within it of its own */
+    float w = 0.0f;
+    for (int i = lid; i < n; i += WG) w = fmax(w, cb[i * 4 + 1] - cb[i * 4]);
+    wide[lid] = w;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = WG / 2; s > 0; s >>= 1) {
+        if (lid < s) wide[lid] = fmax(wide[lid], wide[lid + s]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const float widest = wide[0];
+    /* candidates: the keys above 0 (sorted first) */
+    __global const uint* kr = skey + (long)row * P;
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (kr[mid] > 0u) lo = mid + 1; else hi = mid;
+    }
+    const int ncand = lo;
+    int kept = 0;
+    for (int r = 0; r < ncand && kept < limit; ++r) {
+        barrier(CLK_GLOBAL_MEM_FENCE);
+        const int box = sidx[(long)row * P + r];
+        const int tx = xp[box];
+        if (!dd[tx]) {
+            if (lid == 0) sel[(long)row * cap + kept] = box;
+            ++kept;
+            __global const float* c = cb + (long)tx * 4;
+            /* a box reaching past x_min is at most `widest` wide: x_min at most that far before (with
+             * a margin for the rounding of widths), and never at or past x_max */
+            const float reach = widest * 1.0001f + fabs(c[0]) * 1e-6f;
+            const int t0 = lower_bound(cb, n, c[0] - reach), t1 = lower_bound(cb, n, c[1]);
+            for (int t = t0 + lid; t < t1; t += WG)
+                if (rk[t] > r && !dd[t] && overlaps_c(c, cb + (long)t * 4, iou_thr)) dd[t] = 1;
+        }
+    }
+    if (lid == 0) counts[row] = kept;
+}

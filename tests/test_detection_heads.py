@@ -74,3 +74,117 @@ def test_topk_with_a_k_from_data_runs_on_the_device(n, cap):
     for g_, want in zip(got, _ort(model, feeds)):
         np.testing.assert_array_equal(g_, want)
     assert all(p.where == "opencl" for p in sess.placement)
+
+
+def _nms_model(b: int, c: int, n: int, center: int, score_threshold: bool, limit: int) -> object:
+    T = TensorProto
+    ins = ["boxes", "scores", "maxo", "iou"] + (["sthr"] if score_threshold else [])
+    inits = [helper.make_tensor("maxo", T.INT64, [1], [limit]), helper.make_tensor("iou", T.FLOAT, [1], [0.45])]
+    if score_threshold:
+        inits.append(helper.make_tensor("sthr", T.FLOAT, [1], [0.3]))
+    g = helper.make_graph([helper.make_node("NonMaxSuppression", ins, ["sel"], center_point_box=center)], "nms",
+                          [helper.make_tensor_value_info("boxes", T.FLOAT, [b, n, 4]),
+                           helper.make_tensor_value_info("scores", T.FLOAT, [b, c, n])],
+                          [helper.make_tensor_value_info("sel", T.INT64, ["k", 3])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)])
+
+
+def _clustered_boxes(rng, b: int, n: int, center: int) -> np.ndarray:
+    """Boxes in 30 clusters far apart in x (as torchvision's per-class offsets place them), many
+    overlapping within each; corners in either order, or centre + size."""
+    cluster = rng.integers(0, 30, (b, n, 1)).astype(np.float32) * 400
+    xy = rng.random((b, n, 2), dtype=np.float32) * 300
+    wh = rng.random((b, n, 2), dtype=np.float32) * 90 + 1
+    if center:
+        return np.concatenate([xy[..., :1] + cluster, xy[..., 1:], wh], -1).astype(np.float32)
+    y0, x0 = xy[..., :1], xy[..., 1:] + cluster
+    y1, x1 = y0 + wh[..., :1], x0 + wh[..., 1:]
+    return np.concatenate([y1, x0, y0, x1], -1).astype(np.float32)  # y corners swapped: min/max apply
+
+
+@pytest.mark.parametrize("b,c,n,center,thr,limit", [(1, 1, 4000, 0, False, 10 ** 9), (2, 3, 1500, 1, True, 10 ** 9),
+                                                    (1, 2, 2500, 0, True, 40)])
+def test_sorted_nms_matches_onnxruntime(b, c, n, center, thr, limit):
+    """The sorted device NMS (from NMS_SORTED_FROM boxes a class): same boxes in the same order as
+    onnxruntime, with scores rounded to 1/64 (ties: lower box index first), both box formats, a
+    score threshold and a per-class limit."""
+    model = _nms_model(b, c, n, center, thr, limit)
+    rng = np.random.default_rng(n + c)
+    feeds = {"boxes": _clustered_boxes(rng, b, n, center),
+             "scores": (np.round(rng.random((b, c, n)) * 64) / 64).astype(np.float32)}
+    sess = clglow.InferenceSession(model.SerializeToString(), clglow.SessionOptions(host_fallback=False))
+    np.testing.assert_array_equal(sess.run(None, feeds)[0], _ort(model, feeds)[0])
+
+
+def _ssd_head(anchors: int, classes: int, per_class: int) -> object:
+    """An SSD-style post-processing as torchvision exports it: per class, scores above 0.05 ->
+    NonZero -> GatherND, TopK with k = min(per_class, count), their boxes gathered; the classes
+    concatenated, offset apart by label * (max coordinate + 1), one NMS, the kept rows gathered."""
+    T = TensorProto
+    nodes = [helper.make_node("ReduceMax", ["boxes"], ["maxc"], keepdims=0),
+             helper.make_node("Add", ["maxc", "one"], ["span"])]
+    parts = {"b": [], "s": [], "l": []}
+    for k in range(classes):
+        p = f"c{k}_"
+        nodes += [helper.make_node("Gather", ["scores", f"{p}i"], [f"{p}s"], axis=1),
+                  helper.make_node("Greater", [f"{p}s", "thr"], [f"{p}m"]),
+                  helper.make_node("NonZero", [f"{p}m"], [f"{p}nz"]),
+                  helper.make_node("Transpose", [f"{p}nz"], [f"{p}nzt"], perm=[1, 0]),
+                  helper.make_node("GatherND", [f"{p}s", f"{p}nzt"], [f"{p}sel"]),
+                  helper.make_node("GatherND", ["boxes", f"{p}nzt"], [f"{p}box"]),
+                  helper.make_node("Shape", [f"{p}sel"], [f"{p}n"]),
+                  helper.make_node("Concat", [f"{p}n", "cap"], [f"{p}nc"], axis=0),
+                  helper.make_node("ReduceMin", [f"{p}nc"], [f"{p}k"], keepdims=1),
+                  helper.make_node("TopK", [f"{p}sel", f"{p}k"], [f"{p}top", f"{p}idx"], axis=0),
+                  helper.make_node("Gather", [f"{p}box", f"{p}idx"], [f"{p}tb"], axis=0),
+                  helper.make_node("Shape", [f"{p}top"], [f"{p}tn"]),
+                  helper.make_node("ConstantOfShape", [f"{p}tn"], [f"{p}lab"],
+                                   value=helper.make_tensor("v", T.INT64, [1], [k + 1]))]
+        parts["b"].append(f"{p}tb"), parts["s"].append(f"{p}top"), parts["l"].append(f"{p}lab")
+    nodes += [helper.make_node("Concat", parts["b"], ["allb"], axis=0),
+              helper.make_node("Concat", parts["s"], ["alls"], axis=0),
+              helper.make_node("Concat", parts["l"], ["alll"], axis=0),
+              helper.make_node("Cast", ["alll"], ["lf"], to=T.FLOAT),
+              helper.make_node("Mul", ["lf", "span"], ["off"]),
+              helper.make_node("Unsqueeze", ["off", "ax1"], ["off2"]),
+              helper.make_node("Add", ["allb", "off2"], ["nmsb"]),
+              helper.make_node("Unsqueeze", ["nmsb", "ax0"], ["nmsb3"]),
+              helper.make_node("Unsqueeze", ["alls", "ax01"], ["nmss3"]),
+              helper.make_node("NonMaxSuppression", ["nmsb3", "nmss3", "big", "iou"], ["keep3"]),
+              helper.make_node("Gather", ["keep3", "two"], ["keep"], axis=1),
+              helper.make_node("Gather", ["allb", "keep"], ["det_boxes"], axis=0),
+              helper.make_node("Gather", ["alls", "keep"], ["det_scores"], axis=0),
+              helper.make_node("Gather", ["alll", "keep"], ["det_labels"], axis=0)]
+    inits = [helper.make_tensor("one", T.FLOAT, [], [1.0]), helper.make_tensor("thr", T.FLOAT, [], [0.05]),
+             helper.make_tensor("cap", T.INT64, [1], [per_class]), helper.make_tensor("ax0", T.INT64, [1], [0]),
+             helper.make_tensor("ax1", T.INT64, [1], [1]), helper.make_tensor("ax01", T.INT64, [2], [0, 1]),
+             helper.make_tensor("big", T.INT64, [1], [2 ** 62]), helper.make_tensor("iou", T.FLOAT, [1], [0.5]),
+             helper.make_tensor("two", T.INT64, [], [2])]
+    inits += [helper.make_tensor(f"c{k}_i", T.INT64, [], [k + 1]) for k in range(classes)]
+    g = helper.make_graph(nodes, "ssd_head", [helper.make_tensor_value_info("boxes", T.FLOAT, [anchors, 4]),
+                                               helper.make_tensor_value_info("scores", T.FLOAT,
+                                                                             [anchors, classes + 1])],
+                          [helper.make_tensor_value_info("det_boxes", T.FLOAT, ["d", 4]),
+                           helper.make_tensor_value_info("det_scores", T.FLOAT, ["d"]),
+                           helper.make_tensor_value_info("det_labels", T.INT64, ["d"])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("anchors,classes,per_class,levels", [(600, 3, 100, 16), (2000, 4, 300, 0)])
+def test_ssd_head_on_the_device_matches_onnxruntime(anchors, classes, per_class, levels):
+    """The whole head with host fallback off: every node on OpenCL; the same detections (boxes,
+    scores, labels, in order) as onnxruntime, also with scores on a few levels (ties in TopK and
+    NMS: lower index first in both)."""
+    model = _ssd_head(anchors, classes, per_class)
+    rng = np.random.default_rng(anchors)
+    xy = rng.random((anchors, 2), dtype=np.float32) * 280
+    boxes = np.concatenate([xy, xy + rng.random((anchors, 2), dtype=np.float32) * 60 + 1], 1)
+    scores = rng.random((anchors, classes + 1), dtype=np.float32) * 0.3
+    if levels:
+        scores = np.round(scores * levels) / levels
+    feeds = {"boxes": boxes.astype(np.float32), "scores": scores.astype(np.float32)}
+    sess = clglow.InferenceSession(model.SerializeToString(), clglow.SessionOptions(host_fallback=False))
+    got = sess.run(None, feeds)
+    for g_, want in zip(got, _ort(model, feeds)):
+        np.testing.assert_array_equal(g_, want)
+    assert {p.where for p in sess.placement} == {"opencl"}, sess.explain()
