@@ -3,6 +3,12 @@ against onnxruntime, best of alternating rounds (ms and GOPS, 2 ops per multiply
 
     python benchmarks/int8_kernels.py               # the default device
     CLGLOW_DEVICE=1:0 python benchmarks/int8_kernels.py
+    python benchmarks/int8_kernels.py --kernels     # qgemm.cl's inner forms vs gemm.cl, kernel time only
+
+--kernels times single kernels with OpenCL profiling events (runtime.search.measure: points in
+turns, best of 7): gemm.cl's float32 default against qgemm.cl's int32-product tiles, exact float
+accumulation (fa=1) and the paired 16-bit multiply-add tiles (KC=2, pm=0 expression / pm=1
+builtin) on ResNet-50 / BERT GEMM shapes (M, N, K), uint8 x int8 -> int32.
 
 Cases: QLinearMatMul / MatMul at 1024^3 and a BERT-base FFN shape, QLinearConv / Conv at
 ResNet-50's layer shapes and MobileNetV2's depthwise ones (uint8 activations, int8 per-channel
@@ -85,7 +91,42 @@ def conv_case(rng: np.random.Generator, cin: int, cout: int, hw: int, kh: int, s
     return label, 2.0 * cout * (cin // group) * kh * kh * oh * oh, fns
 
 
+KERNEL_SHAPES = [(64, 3136, 576), (256, 3136, 64), (128, 784, 1152), (512, 196, 1024), (2048, 49, 512),
+                 (128, 1024, 256), (128, 256, 1024)]
+KERNEL_POINTS = {"int32 products 4x16x4": {"kc": 1, "mr": 4, "vw": 16, "nv": 4, "ku": 4},
+                 "exact float 8x16x3": {"kc": 1, "mr": 8, "vw": 16, "nv": 3, "ku": 4, "fa": 1},
+                 "pairs expr 8x16x3": {"kc": 2, "mr": 8, "vw": 16, "nv": 3, "ku": 1},
+                 "pairs builtin 8x16x3": {"kc": 2, "mr": 8, "vw": 16, "nv": 3, "ku": 1, "pm": 1},
+                 "pairs builtin 6x16x4": {"kc": 2, "mr": 6, "vw": 16, "nv": 4, "ku": 1, "pm": 1}}
+
+
+def kernel_table() -> int:
+    """GOP/s of single kernels (profiling events) per shape: gemm.cl's default vs qgemm.cl's forms."""
+    from clglow.lower import gemm_kernel, qgemm_kernel
+    from clglow.runtime import search
+    from clglow.runtime.device import select_device
+
+    dev = select_device(None)
+    t = dev.target(None)
+    print(f"device: {dev.name}")
+    print("| M x N x K | gemm.cl fp32 | " + " | ".join(KERNEL_POINTS) + " |")
+    print("|---" * (2 + len(KERNEL_POINTS)) + "|")
+    for m, n, k in KERNEL_SHAPES:
+        ops = 2.0 * m * n * k
+        fkey = (m, n, k, "packed")
+        ft = search.measure(dev, t, "gemm", fkey, [gemm_kernel.GEMM_FAMILY.default(t, fkey)])
+        pts = [dict(p, lsize=(1, 1, 1)) for p in KERNEL_POINTS.values()]
+        qt = search.measure(dev, t, "qgemm", (m, n, k), pts)
+        cell = lambda ms: f"{ops / ms / 1e6:.0f}" if ms else "-"  # noqa: E731
+        print(f"| {m} x {n} x {k} | {cell(ft.get(0))} | " + " | ".join(cell(qt.get(i)) for i in range(len(pts))) + " |",
+              flush=True)
+    return 0
+
+
 def main() -> int:
+    import sys
+    if "--kernels" in sys.argv[1:]:
+        return kernel_table()
     rng = np.random.default_rng(0)
     cases = [gemm_case(rng, 1024, 1024, 1024), gemm_case(rng, 128, 768, 3072)]
     for c in [(64, 64, 56, 3, 1), (256, 64, 56, 1, 1), (128, 128, 28, 3, 1), (256, 256, 14, 3, 1),
