@@ -113,3 +113,22 @@ def test_a_host_node_reading_an_input_between_gated_launches(monkeypatch):
         np.testing.assert_allclose(sess.run(None, {"c": c, "k": k})[0], want, rtol=1e-4, atol=1e-5)
     assert "c" in sess._engine.last_plan.host_inputs
     sess.release()
+
+
+def test_run_timeline_accounts_for_every_launch():
+    """profiler.run_timeline (clglow profile's per-run line): the launches per run, kernel time
+    within the device span, and a lead that includes the gated enqueueing."""
+    from clglow.runtime.profiler import run_timeline
+
+    model, _ = _chain(GATE_LAUNCHES + 4, seed=4)
+    sess = clglow.InferenceSession(model, clglow.SessionOptions(enable_profiling=True))
+    x = np.ones((1, 8), np.float32)
+    sess.run(None, {"x": x})
+    sess._engine.records.clear()
+    for _ in range(3):
+        sess.run(None, {"x": x})
+    tl = run_timeline(sess._engine.records)
+    assert tl["launches"] == len(_launch_steps(sess))
+    assert 0 < tl["busy"] <= tl["span"] and tl["lead"] >= 0
+    assert run_timeline([]) == {}
+    sess.release()

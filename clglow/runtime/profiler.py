@@ -50,6 +50,31 @@ def summary_by_op(records: Iterable) -> list:
     return sorted(((k, v[0], v[1]) for k, v in agg.items()), key=lambda t: -t[1])
 
 
+def run_timeline(records: Iterable) -> dict:
+    """Medians over the profiled runs, in ms, of where a launch-bound run's time goes: `busy`
+    (kernels running), `span` (first kernel start to last end: busy plus the gaps between
+    launches) and `lead` (first kernel queued to its start: the host's enqueueing behind the
+    run's gate, executor._Run.gate), with `launches` per run. Empty without profiled kernels."""
+    rows = []
+    for rec in records:
+        evs = []
+        for *_, ev in rec.kernel_events:
+            try:
+                ev.wait()
+                evs.append((ev.profile.queued, ev.profile.start, ev.profile.end))
+            except cl.Error as e:
+                log.debug("no profiling info: %s", e)
+        if evs:
+            busy = sum(e - s for _, s, e in evs)
+            span = max(e for *_, e in evs) - min(s for _, s, _ in evs)
+            rows.append((len(evs), busy / 1e6, span / 1e6, (evs[0][1] - evs[0][0]) / 1e6))
+    if not rows:
+        return {}
+    cols = list(zip(*rows))
+    med = [sorted(c)[len(c) // 2] for c in cols]
+    return {"launches": int(med[0]), "busy": med[1], "span": med[2], "lead": med[3]}
+
+
 def _choices_by_label() -> dict:
     """node label -> "family params (db|default); ..." of its latest lowering."""
     out: dict = defaultdict(list)
