@@ -176,7 +176,7 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _profile(args: argparse.Namespace) -> int:
-    from .runtime.profiler import summary_by_op, write_chrome_trace
+    from .runtime.profiler import run_timeline, summary_by_op, write_chrome_trace
 
     sess = _make_session(args.model, args.device, profiling=True, target=args.target, precision=args.precision)
     print(f"precision: {sess.precision}")
@@ -194,6 +194,10 @@ def _profile(args: argparse.Namespace) -> int:
         total += ms
         print(f"{op:24s} {ms / n:10.3f} {count // n:13d}")
     print(f"{'total kernel time':24s} {total / n:10.3f}")
+    tl = run_timeline(records)
+    if tl:
+        print(f"per run (medians): {tl['launches']} launches, kernels {tl['busy']:.3f} ms of a {tl['span']:.3f} ms "
+              f"device span, first kernel queued -> started {tl['lead']:.3f} ms (host enqueueing before the gate)")
     _print_tuned_nodes(records, n)
     print(f"trace written to {path} (open it in https://ui.perfetto.dev)")
     return 0
