@@ -191,6 +191,73 @@ __kernel void conv_phases(__global const float* restrict X, int offX, int sX1, i
         phase_row(d + yy * WPH, xc, yy * SH + py - PH, H, W, WPH, SW, s0, lo, hi);
 }
 
+/* One input row into the rows of its two column phases (SW = 2): column c goes to phase
+ * p = (c + PW) & 1 at xx = (c + PW - p) / 2, the phases' padding columns [0, lo_p) and
+ * [hi_p, WPH) are zeroed. Per 16 columns, the even lanes of two loads one column apart, one
+ * 8-wide store into each phase: the row is read once for both (see conv_phases2). (The odd
+ * lanes of one load would do, but Oclgrind's checker reports their store as uninitialised.) */
+inline void phase_row_pair(__global float* restrict d0, __global float* restrict d1, const __global float* restrict xr,
+                           bool in, int W, int WPH, int PW, int lo0, int hi0, int lo1, int hi1)
+{
+    for (int xx = 0; xx < lo0; ++xx)
+        d0[xx] = 0.0f;
+    for (int xx = in ? hi0 : lo0; xx < WPH; ++xx)
+        d0[xx] = 0.0f;
+    for (int xx = 0; xx < lo1; ++xx)
+        d1[xx] = 0.0f;
+    for (int xx = in ? hi1 : lo1; xx < WPH; ++xx)
+        d1[xx] = 0.0f;
+    if (!in)
+        return;
+    int c = 0;
+    for (; c + 17 <= W; c += 16) {
+        const float8 ve = (*(const __global float16_u*)(xr + c)).even;      /* columns c, c + 2, ... */
+        const float8 vo = (*(const __global float16_u*)(xr + c + 1)).even;  /* c + 1, c + 3, ... */
+        if ((c + PW) & 1) {  /* the even columns are phase 1's */
+            *(__global float8_u*)(d1 + ((c + PW - 1) >> 1)) = ve;
+            *(__global float8_u*)(d0 + ((c + PW + 1) >> 1)) = vo;
+        } else {
+            *(__global float8_u*)(d0 + ((c + PW) >> 1)) = ve;
+            *(__global float8_u*)(d1 + ((c + PW) >> 1)) = vo;
+        }
+    }
+    for (; c < W; ++c) {
+        const int p = (c + PW) & 1;
+        (p ? d1 : d0)[(c + PW - p) >> 1] = xr[c];
+    }
+}
+
+/* conv_phases for a conv whose taps read both column phases of stride 2 (NPX = 2, SW = 2: the
+ * usual 3x3/2, the 7x7/2 stem): one work-item writes RB rows of the two planes (ci, py, 0) and
+ * (ci, py, 1) from one read of each input row, where conv_phases reads it once per phase and
+ * keeps half of each load. Same layout and arguments; gsize = (ceil(HPH / RB), Cin*NPY rounded
+ * up to the group, images). */
+__kernel void conv_phases2(__global const float* restrict X, int offX, int sX1, int Cin, int H, int W,
+                           __global float* restrict dst, int dst_s, int HPH, int WPH,
+                           int SH, int SW, int PH, int PW, int NPY, int NPX)
+{
+    const int y0 = get_global_id(0) * RB;
+    const int cq = get_global_id(1);
+    const int z = get_global_id(2);
+    if (cq >= Cin * NPY)
+        return;
+    const int ci = cq / NPY;
+    const int py = cq - ci * NPY;
+    const __global float* xc = X + offX + z * sX1 + ci * H * W;
+    __global float* d0 = dst + z * dst_s + (ci * NPY * 2 + py * 2) * HPH * WPH;
+    __global float* d1 = d0 + HPH * WPH;
+    /* the data columns [lo, hi) of each phase, as conv_phases computes them */
+    const int lo0 = min(WPH, (PW + 1) / 2), lo1 = min(WPH, max(0, PW / 2));
+    const int hi0 = max(lo0, min(WPH, (W - 1 + PW) / 2 + 1));
+    const int hi1 = W - 1 + PW - 1 < 0 ? lo1 : max(lo1, min(WPH, (W - 2 + PW) / 2 + 1));
+    const int y1 = min(HPH, y0 + RB);
+    for (int yy = y0; yy < y1; ++yy) {
+        const int iy = yy * SH + py - PH;
+        const bool in = iy >= 0 && iy < H;
+        phase_row_pair(d0 + yy * WPH, d1 + yy * WPH, xc + (in ? iy : 0) * W, in, W, WPH, PW, lo0, hi0, lo1, hi1);
+    }
+}
+
 /* Pack the rows of row-major matrices (a live GEMM A: rows s_m apart, k contiguous) into panels
  * of NR rows, the layout pack_b writes for A'^T:
  *   dst[z*dst_s + (q*K + k)*NR + c] = src[off + z1*s1 + z2*s2 + (q*NR + c)*s_m + k], 0 past row M.

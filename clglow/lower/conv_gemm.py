@@ -202,6 +202,14 @@ def padded_output(ctx: LowerCtx, geom: ConvGeometry) -> tuple:
             lay.top * lay.pitch + lay.left)
 
 
+def phase_kernel(sw: int, nw: int) -> tuple:
+    """(im2col.cl kernel, phase planes per work-item) that splits X into phase images: both column
+    phases of a stride-2 conv from one read of each input row (conv_phases2; A/B in turns on pocl
+    under load, medians of 40: ResNet-50's 56 -> 28 3x3/2 input 0.114 -> 0.081 ms, its 28 -> 14
+    0.100 -> 0.076 ms, the 224 x 224 stem 0.024 -> 0.021 ms), else one plane each."""
+    return ("conv_phases2", 2) if sw == 2 and nw == 2 else ("conv_phases", 1)
+
+
 def phase_pieces(ctx: LowerCtx, geom: ConvGeometry, slack: int, offer: bool = True) -> Iterator[tuple]:
     """The input of an implicit GEMM: X copied into zero-padded phase images (conv_phases, about
     1.1 x X where im2col writes KH*KW x X), images in pieces within the scratch cap. A stride-1
@@ -233,8 +241,9 @@ def phase_pieces(ctx: LowerCtx, geom: ConvGeometry, slack: int, offer: bool = Tr
         tail = [i32(g.h), i32(g.w), scratch, i32(per_img), i32(hph), i32(wph), i32(g.sh), i32(g.sw), i32(g.ph),
                 i32(g.pw), i32(nh), i32(nw)]
         head = [unaligned(ctx.buf(0)), i32(i0 * x_s1), i32(x_s1)]
-        gsize, ls = grid(ctx.device, (-(-hph // 8), g.cin * nh * nw, ni), (1, 16, 1))
-        producer = Launch("im2col", "conv_phases", gsize, head + [i32(g.cin)] + tail, ls, {}, label,
+        kernel, per_item = phase_kernel(g.sw, nw)
+        gsize, ls = grid(ctx.device, (-(-hph // 8), g.cin * nh * nw // per_item, ni), (1, 16, 1))
+        producer = Launch("im2col", kernel, gsize, head + [i32(g.cin)] + tail, ls, {}, label,
                           noop_args=head + [i32(0)] + tail)  # Cin = 0: returns at once
         yield producer, Operand(scratch, s1=per_img, s2=g.cin_g * nh * nw * hph * wph), koff, wph, i0, ni
 
@@ -300,7 +309,8 @@ def pixel_row_pieces(ctx: LowerCtx, geom: ConvGeometry, slack: int) -> Iterator[
                g.n_img)
         return
     g1 = strided_cover(g)
-    for producer, a, koff, wph, i0, ni in phase_pieces(ctx, g1, slack + (g.sw - 1) * g.ow, OFFER_STRIDED_PADDED):
+    pieces_ = phase_pieces(ctx, g1, slack + (g.sw - 1) * g.ow, OFFER_STRIDED_PADDED)
+    for producer, a, koff, wph, i0, ni in pieces_:
         yield producer, replace(a, ld2=g.sw), koff, g.sh * wph, i0, ni
 
 
@@ -321,5 +331,5 @@ def fit_tiles(target: Target, cfg: GemmConfig, geom: ConvGeometry) -> GemmConfig
 __all__ = ["SCRATCH_CAP", "IMPLICIT_WASTE", "pieces", "panel_vector_width", "im2col_table", "table_of_reads",
            "pixel_panels",
            "phases_read", "phases_ok", "phase_geometry", "implicit_ok", "implicit_rows_ok", "implicit_offsets",
-           "padded_output", "phase_pieces", "strided_cover", "transposed_rows_config", "pixel_row_pieces",
+           "padded_output", "phase_kernel", "phase_pieces", "strided_cover", "transposed_rows_config", "pixel_row_pieces",
            "fit_tiles"]

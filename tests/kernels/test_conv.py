@@ -480,8 +480,52 @@ def test_implicit_conv(x_shape, w_shape, attrs):
     oh, ow = geom[2:4]
     names = [l.kernel for l in lower(node, {"x": x}, {"w": w, "b": b},
                                      {"y": ((x_shape[0], w_shape[0], oh, ow), np.float32)}, device=dev)]
-    assert "conv_phases" in names and "im2col" not in names, names
+    assert {"conv_phases", "conv_phases2"} & set(names) and "im2col" not in names, names
     check(node, {"x": x}, {"w": w, "b": b}, device=dev)
+
+
+PHASE_SPLITS = [  # (x shape, kh, kw, strides, pads, dilations): X split into the phase images its taps read
+    ((1, 3, 12, 120), 7, 7, (2, 2), (3, 3), (1, 1)),  # the stem: both column phases, one row read each
+    ((2, 4, 11, 58), 3, 3, (2, 2), (1, 1), (1, 1)),   # ResNet's 56 -> 28
+    ((1, 2, 9, 13), 3, 3, (2, 2), (0, 0), (1, 1)),    # no padding, rows under 16 columns
+    ((1, 2, 10, 37), 5, 5, (2, 2), (2, 2), (1, 1)),   # two padding columns, an odd width
+    ((1, 3, 12, 33), 1, 2, (3, 2), (0, 1), (1, 1)),   # one row phase, two column phases
+    ((1, 2, 8, 40), 3, 3, (1, 3), (1, 1), (1, 1)),    # three column phases (conv_phases)
+    ((1, 2, 9, 31), 3, 3, (2, 2), (2, 2), (2, 2)),    # dilated: one phase each way (conv_phases)
+]
+
+
+@pytest.mark.parametrize("x_shape,kh,kw,strides,pads,dil", PHASE_SPLITS,
+                         ids=[str(i) for i in range(len(PHASE_SPLITS))])
+def test_phase_images(x_shape, kh, kw, strides, pads, dil):
+    """conv_phases / conv_phases2 (as conv_gemm.phase_kernel picks) write every phase image the
+    implicit GEMM reads: X[ci][yy*SH + py - PH][xx*SW + px - PW], zeros outside X, padding
+    columns and the extra bottom row included (numpy oracle; the scratch starts as NaNs)."""
+    from clglow.lower.base import Launch, i32, round_up
+
+    n, c, h, w = x_shape
+    oh = (h + 2 * pads[0] - (kh - 1) * dil[0] - 1) // strides[0] + 1
+    ow = (w + 2 * pads[1] - (kw - 1) * dil[1] - 1) // strides[1] + 1
+    g = ConvGeometry(h, w, oh, ow, kh, kw, *strides, *pads, *dil, n, c, 8, 1)
+    nh, nw, hph, wph = conv_gemm.phase_geometry(g)
+    x = rand(*x_shape)
+    want = np.zeros((n, c, nh, nw, hph, wph), np.float32)
+    for py in range(nh):
+        for px in range(nw):
+            for yy in range(hph):
+                for xx in range(wph):
+                    iy, ix = yy * strides[0] + py - pads[0], xx * strides[1] + px - pads[1]
+                    if 0 <= iy < h and 0 <= ix < w:
+                        want[:, :, py, px, yy, xx] = x[:, :, iy, ix]
+    kernel, per_item = conv_gemm.phase_kernel(strides[1], nw)
+    assert (kernel == "conv_phases2") == (strides[1] == 2 and nw == 2)
+    per_img = c * nh * nw * hph * wph
+    args = [Buf("x"), i32(0), i32(c * h * w), i32(c), i32(h), i32(w), Buf("y"), i32(per_img), i32(hph), i32(wph),
+            *(i32(v) for v in (*strides, *pads, nh, nw))]
+    gsize = (-(-hph // 8), round_up(c * nh * nw // per_item, 16), n)
+    launch = Launch("im2col", kernel, gsize, args, (1, 16, 1), {})
+    got = execute([launch], {"x": x, "y": np.full(want.size, np.nan, np.float32)}, {"y": want.ravel()})["y"]
+    np.testing.assert_array_equal(got.reshape(want.shape), want)
 
 
 @pytest.mark.parametrize("act,alpha,beta", [ACTS[1], ACTS[3], ACTS[6]], ids=["Relu", "LeakyRelu", "Tanh"])
