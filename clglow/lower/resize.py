@@ -128,6 +128,40 @@ def _tile_bases(ix: np.ndarray, in_w: int) -> np.ndarray:
     return out
 
 
+def _image_launch(ctx: LowerCtx, taps: list, in_shape: list, out_shape: list, ev: float) -> Launch:
+    """The one-pass resize of the last two axes (resize_2d, or resize_2d_win when most tiles'
+    column taps lie within 16 input columns) from the (index, weight, extrapolated) taps of the
+    rows and of the columns."""
+    (iy, wy, ey), (ix, wx, ex) = (_compact(i, w) + (e,) for i, w, e in taps)
+    planes = int(np.prod(in_shape[:-2], dtype=np.int64))
+    oh, ow = out_shape[-2:]
+
+    def cols(t: np.ndarray, dtype) -> np.ndarray:  # [OW, KX] -> [KX, OW + 16], zero padded
+        out_t = np.zeros((t.shape[1], ow + 16), dtype)
+        out_t[:, :ow] = t.T
+        return out_t
+
+    ext_pad = np.zeros(ow + 16, np.uint8)
+    ext_pad[:ow] = ex
+    args = [ctx.buf(0), ctx.out(0)] + [i32(v) for v in (in_shape[-2], in_shape[-1], oh, ow, iy.shape[1])]
+    args += [ctx.const_buffer(iy.astype(np.int32)), ctx.const_buffer(wy.astype(np.float32)),
+             ctx.const_buffer(ey.astype(np.uint8)), ctx.const_buffer(cols(ix, np.int32)),
+             ctx.const_buffer(cols(wx, np.float32)), ctx.const_buffer(ext_pad), np.float32(ev)]
+    bases = _tile_bases(ix, in_shape[-1])
+    args.append(ctx.const_buffer(bases))
+    defines = {"RS_KX": int(ix.shape[1])}
+    if (ix.shape[1] == 1 and np.array_equal(ix[:, 0], np.arange(ow) // 2) and np.all(wx == 1.0)
+            and not ex.any()):
+        defines["RS_DUP2"] = None  # YOLO's nearest 2x upsampling: a shuffle per 16 outputs
+    elif (bases >= 0).mean() >= 0.5:
+        # most tiles' taps within 16 columns (upsampling): RS_R rows per work-item, each input
+        # row loaded and interpolated along the row once for the output rows that read it
+        gsize, ls = grid(ctx.device, (-(-ow // 16), -(-oh // RS_ROWS), planes), (1, 1, 1))
+        return Launch("resize", "resize_2d_win", gsize, args, ls, dict(defines, RS_R=RS_ROWS), ctx.label())
+    gsize, ls = grid(ctx.device, (-(-ow // 16), oh, planes), (1, 8, 1))
+    return Launch("resize", "resize_2d", gsize, args, ls, defines, ctx.label())
+
+
 @device_op("Resize", supports=_supports)
 def lower_resize(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
@@ -190,34 +224,7 @@ def lower_resize(ctx: LowerCtx) -> list:
             else:  # unchanged axis: the identity tap
                 taps.append((np.arange(in_shape[a], dtype=np.int32)[:, None], np.ones((in_shape[a], 1)),
                              np.zeros(in_shape[a], bool)))
-        (iy, wy, ey), (ix, wx, ex) = (_compact(i, w) + (e,) for i, w, e in taps)
-        planes = int(np.prod(in_shape[:-2], dtype=np.int64))
-        oh, ow = out_shape[-2:]
-
-        def cols(t: np.ndarray, dtype) -> np.ndarray:  # [OW, KX] -> [KX, OW + 16], zero padded
-            out_t = np.zeros((t.shape[1], ow + 16), dtype)
-            out_t[:, :ow] = t.T
-            return out_t
-
-        ext_pad = np.zeros(ow + 16, np.uint8)
-        ext_pad[:ow] = ex
-        args = [ctx.buf(0), ctx.out(0)] + [i32(v) for v in (in_shape[-2], in_shape[-1], oh, ow, iy.shape[1])]
-        args += [ctx.const_buffer(iy.astype(np.int32)), ctx.const_buffer(wy.astype(np.float32)),
-                 ctx.const_buffer(ey.astype(np.uint8)), ctx.const_buffer(cols(ix, np.int32)),
-                 ctx.const_buffer(cols(wx, np.float32)), ctx.const_buffer(ext_pad), np.float32(ev)]
-        bases = _tile_bases(ix, in_shape[-1])
-        args.append(ctx.const_buffer(bases))
-        defines = {"RS_KX": int(ix.shape[1])}
-        if (ix.shape[1] == 1 and np.array_equal(ix[:, 0], np.arange(ow) // 2) and np.all(wx == 1.0)
-                and not ex.any()):
-            defines["RS_DUP2"] = None  # YOLO's nearest 2x upsampling: a shuffle per 16 outputs
-        elif (bases >= 0).mean() >= 0.5:
-            # most tiles' taps within 16 columns (upsampling): RS_R rows per work-item, each input
-            # row loaded and interpolated along the row once for the output rows that read it
-            gsize, ls = grid(ctx.device, (-(-ow // 16), -(-oh // RS_ROWS), planes), (1, 1, 1))
-            return [Launch("resize", "resize_2d_win", gsize, args, ls, dict(defines, RS_R=RS_ROWS), ctx.label())]
-        gsize, ls = grid(ctx.device, (-(-ow // 16), oh, planes), (1, 8, 1))
-        return [Launch("resize", "resize_2d", gsize, args, ls, defines, ctx.label())]
+        return [_image_launch(ctx, taps, in_shape, out_shape, ev)]
     launches = []
     src, cur_shape = ctx.buf(0), list(in_shape)
     for k, (a, a_roi) in enumerate(steps):
