@@ -11,8 +11,10 @@ Three steps, each in a module of its own:
 2. binding (runtime.binding): the plan's buffers allocated once, every kernel created and bound
    to them, weights from the session's upload cache -> a `Plan`;
 3. running (`execute`, here): a loop of enqueues on the session's in-order queue (the caller's
-   `wait_for` events on the first command; each command's event kept for its outputs); the host
-   is touched only at host-fallback nodes and at the edges. Graph inputs and outputs that the
+   `wait_for` events and the run's gate on the first command; each command's event kept for its
+   outputs); the gate (a user event) opens once binding.GATE_LAUNCHES launches are enqueued, so
+   the device starts with a backlog instead of waking for each launch; the host is touched only
+   at host-fallback nodes and at the edges. Graph inputs and outputs that the
    plan may bind to host arrays (zero copy) are re-pointed at the run's arrays each run.
 
 `build_plan` chains the first two; `prewarm` only lowers, to start a cold start's programs early.
