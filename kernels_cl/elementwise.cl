@@ -312,11 +312,11 @@ __kernel void ternary_bcast(__global const S0T* a, __global const S1T* b, __glob
     ST_ST(HO, out, i, (TO)(TER(va, vb, vc)));
 }
 
-/* Casts from/to float16 storage (half arithmetic is optional in OpenCL; these builtins are core). */
+/* Casts from/to float16 storage (half arithmetic is optional in OpenCL: storage.h's conversions). */
 __kernel void cast_from_half(__global const half* x, __global TO* y, const int n) {
     const int i = get_global_id(0);
     if (i < n) {
-        const float v = vload_half(i, x);
+        const float v = ST_LD(1, x, i);
 #ifdef OP_CAST_BOOL
         y[i] = (TO)(v != 0.0f);
 #else
@@ -327,5 +327,5 @@ __kernel void cast_from_half(__global const half* x, __global TO* y, const int n
 
 __kernel void cast_to_half(__global const T0* x, __global half* y, const int n) {
     const int i = get_global_id(0);
-    if (i < n) vstore_half_rte((float)x[i], i, y);
+    if (i < n) ST_ST(1, y, i, (float)x[i]);
 }

@@ -66,12 +66,12 @@ __kernel void lrn(__global const float* x, __global float* y, const int n, const
 inline float2 half_row_stats(__global const half* xr, const int len, const float eps) {
     float m = 0.0f;
 #ifndef RMS
-    for (int k = 0; k < len; ++k) m += vload_half(k, xr);
+    for (int k = 0; k < len; ++k) m += ST_LD(1, xr, k);
     m /= (float)len;
 #endif
     float q = 0.0f;
     for (int k = 0; k < len; ++k) {
-        const float d = vload_half(k, xr) - m;
+        const float d = ST_LD(1, xr, k) - m;
         q += d * d;
     }
     return (float2)(m, 1.0f / sqrt(q / (float)len + eps));

@@ -41,6 +41,59 @@ def _check_half(node, feeds: dict, consts: dict, expected: np.ndarray, rtol: flo
                                atol=rtol * float(np.abs(expected).max()))
 
 
+_CONV_SRC = """
+#include "storage.h"
+__kernel void h2f(__global const half* x, __global float* y) {
+    const int i = get_global_id(0);
+    if (i % 2) ST_STV(0, 16, y + 16 * i, ST_LDV(1, 16, x + 16 * i));
+    else for (int j = 0; j < 16; ++j) y[16 * i + j] = ST_LD(1, x, 16 * i + j);
+}
+__kernel void f2h(__global const float* x, __global half* y) {
+    const int i = get_global_id(0);
+    if (i % 2) ST_STV(1, 16, y + 16 * i, ST_LDV(0, 16, x + 16 * i));
+    else for (int j = 0; j < 16; ++j) ST_ST(1, y, 16 * i + j, x[16 * i + j]);
+}
+"""
+
+
+def test_storage_conversions_exact():
+    """storage.h's inline half <-> float conversions, scalar and 16-lane: every half bit pattern
+    to float, and float to half rounded to nearest even (subnormals, overflow to inf, NaN) on a
+    million random float bit patterns and the edge cases, against numpy's astype."""
+    import pyopencl as cl
+
+    from clglow.runtime.device import select_device
+
+    dev = select_device()
+    kdir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernels_cl")
+    prg = cl.Program(dev.context, _CONV_SRC).build(options=[f"-I{kdir}"])
+    mf, q = cl.mem_flags, dev.queue
+
+    def launch(name: str, x: np.ndarray, out_dtype) -> np.ndarray:
+        y = np.empty(x.size, out_dtype)
+        xb = cl.Buffer(dev.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x)
+        yb = cl.Buffer(dev.context, mf.WRITE_ONLY, y.nbytes)
+        getattr(prg, name)(q, (x.size // 16,), None, xb, yb)
+        cl.enqueue_copy(q, y, yb)
+        return y
+
+    halves = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(F16)
+    got = launch("h2f", halves, F32)
+    want = halves.astype(F32)
+    nan = np.isnan(want)
+    assert (np.isnan(got) == nan).all() and (got[~nan].view(np.uint32) == want[~nan].view(np.uint32)).all()
+    bits = np.random.default_rng(11).integers(0, 2 ** 32, 1 << 20, dtype=np.uint64).astype(np.uint32)
+    edges = np.array([0.0, -0.0, 65504.0, 65519.99, 65520.0, 1e10, np.inf, -np.inf, np.nan, 2 ** -24, 2 ** -25,
+                      3 * 2 ** -26, 2 ** -14, 2 ** -14 * (1 - 2 ** -11), 1 + 2 ** -11, 1 + 3 * 2 ** -11], F32)
+    floats = np.concatenate([bits.view(F32), edges, np.zeros(16 - edges.size % 16, F32)])
+    got = launch("f2h", floats, F16)
+    with np.errstate(over="ignore"):
+        want = floats.astype(F16)
+    nan = np.isnan(want)
+    assert (np.isnan(got) == nan).all()
+    assert (got[~nan].view(np.uint16) == want[~nan].view(np.uint16)).all()
+
+
 # --- kernels on half storage vs numpy -----------------------------------------------------------------
 @pytest.mark.parametrize("m,k,n,b_const", [(64, 96, 80, True), (37, 50, 128, False), (37, 50, 129, False),
                                            (5, 33, 64, True)])
