@@ -238,6 +238,10 @@ def gemm_launch(cfg: GemmConfig, *, m: int, n: int, k: int, batch: int, d2: int,
                        ("BIAS_HALF", bias is not None and bias.half)):
         if half:
             defines[name] = 1
+    if a.half and not defines["A_PACKED"] and "AKB" not in defines:
+        # a strided half A: 16 k of a row converted as one vector, not a scalar per row per k step
+        # (BERT-style d256 seq 128 on pocl, its FusedMatMuls' kernel time 24.8 -> 4.2 ms, under load)
+        defines["AKB"] = 16
     # operands read in place (not panels) go through scalar or floatv_u loads: any alignment
     args: list = [a.arg if a.packed else unaligned(a.arg), i32(a.off), i32(a.s1), i32(a.s2), i32(a.ld), i32(a.ld2),
                   b.arg if b.packed else unaligned(b.arg), i32(b.off), i32(b.s1), i32(b.s2), i32(b.ld),
