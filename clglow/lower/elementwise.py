@@ -22,7 +22,7 @@ from .base import HalfIO, Launch, LowerCtx, device_op, f32, i32, i64
 from .castlut import is_narrow, lower_narrow_cast, supports_narrow_cast
 from .common import (BOOL, F16, F32, INT32_MAX, INTS, SIGNED, check_dtypes, check_int32_sizes, dtype_of, floats,
                      numeric, work_size)
-from .fused import flat_launch
+from .fused import expr_launches, flat_launch
 from .index_space import collapse, meta_table, row_layout
 
 log = logging.getLogger(__name__)
@@ -284,6 +284,7 @@ _BINARY = {"Add": "ADD", "Sub": "SUB", "Mul": "MUL", "Div": "DIV", "Pow": "POW",
            "GreaterOrEqual": "GREATEROREQUAL", "And": "AND", "Or": "OR", "Xor": "XOR", "Mod": "MOD",
            "BitShift": "SHL", "BitwiseAnd": "BITAND", "BitwiseOr": "BITOR", "BitwiseXor": "BITXOR"}
 _VARIADIC = {"Sum": "ADD", "Mean": "ADD", "Max": "MAX", "Min": "MIN"}
+_FUSED_ARITH = {"ADD", "SUB", "MUL", "DIV"}  # fused_elementwise.cl's macros of the same names
 
 
 def _pow_expr(ctx: LowerCtx, ta, tb, out) -> Optional[str]:
@@ -344,6 +345,10 @@ def lower_binary(ctx: LowerCtx) -> list:
             expr = _pow_expr(ctx, ta, tb, out)
             if expr is not None:
                 return [flat_launch(ctx, [a] * 4, out.size, {"EXPR": expr, "NIN": 1})]
+        if op in _FUSED_ARITH and F16 in (ta.dtype, tb.dtype, out.dtype) and {ta.dtype, tb.dtype, out.dtype} <= {F16, F32}:
+            # half storage: fused_elementwise's kernels convert 16 lanes at a time where the
+            # shapes allow (the scalar kernels here convert per element)
+            return expr_launches(ctx, f"{op}(X0,X1)")
         return [binary_launch(ctx, op, a, b, ctx.out(0), ta.shape, tb.shape, out.shape,
                               ta.dtype, tb.dtype, out.dtype)]
     op = _VARIADIC[op_type]

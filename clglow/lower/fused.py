@@ -79,6 +79,12 @@ def lower_fused(ctx: LowerCtx) -> list:
     why = check_expr(expr, len(ctx.inputs))
     if why:
         raise InvalidModel(why, node=ctx.label())
+    return expr_launches(ctx, expr)
+
+
+def expr_launches(ctx: LowerCtx, expr: str) -> list:
+    """The fused_elementwise.cl launch of `expr` over the node's inputs (X0..) into its output,
+    flat, by rows or broadcast as the shapes allow."""
     out = ctx.outputs[0]
     n = out.size
     if n == 0:
