@@ -6,9 +6,9 @@ from typing import Optional
 
 from ..ir import Graph, Node
 from ..target import Target
-from .base import Launch, LowerCtx, device_op, i32
+from .base import HalfIO, Launch, LowerCtx, device_op, i32
 from .common import check_int32_sizes, grid, storage_type
-from .movement import MOVES_HALF, supports_movable
+from .movement import supports_movable
 
 
 def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
@@ -21,7 +21,8 @@ def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
     return supports_movable(node, graph, target)
 
 
-@device_op("ChannelShuffle", domain="clglow", supports=_supports, half=MOVES_HALF)
+# Moves bits: both inputs and both outputs stored as input 0 is, half or float (passes/precision.py casts b)
+@device_op("ChannelShuffle", domain="clglow", supports=_supports, half=HalfIO((0, 1), (0, 1), follows=0))
 def lower_channel_shuffle(ctx: LowerCtx) -> list:
     """One launch over (output channel, image): each work-item copies one H x W plane."""
     n, c, h, w = ctx.inputs[0].shape

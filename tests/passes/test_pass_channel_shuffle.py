@@ -90,3 +90,16 @@ def test_unfuse_restores_the_originals():
     assert len(fused) == 1 and isinstance(fused[0], Node)
     back = [n.op_type for n in unfuse(sess.graph, {fused[0].name}).nodes]
     assert back.count("Slice") == 2 and back.count("Reshape") == 2 and "Concat" in back and "Transpose" in back, back
+
+
+def test_half_storage():
+    """precision fp16: both inputs and both halves stored as half (the kernel moves 2-byte elements);
+    the values are the float32 ones rounded to half."""
+    m, feeds = _shuffle(1, 6, 5, 7, True)
+    sess = clglow.InferenceSession(m.SerializeToString(), clglow.SessionOptions(precision="fp16"))
+    fused = [n for n in sess.graph.nodes if n.op_type == "ChannelShuffle"]
+    assert len(fused) == 1
+    stored = [sess.graph.values[v].dtype for v in fused[0].inputs + fused[0].outputs]
+    assert all(np.dtype(d) == np.float16 for d in stored), stored
+    for got, want in zip(sess.run(None, feeds), models.ort_run(m, feeds)):
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
