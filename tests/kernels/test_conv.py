@@ -259,6 +259,9 @@ PADDED = [  # (x, 1x1 producer's W, 3x3 consumer's W, consumer attrs, transposed
     ((2, 8, 20, 30), (13, 8, 1, 1), (7, 13, 3, 3), dict(pads=[1, 1, 1, 1]), False),    # N = 600 columns
     ((2, 16, 14, 14), (64, 16, 1, 1), (64, 64, 3, 3), dict(pads=[1, 1, 1, 1]), True),  # 196 pixel rows
     ((1, 5, 9, 40), (6, 5, 1, 1), (5, 6, 5, 3), dict(pads=[2, 1, 2, 1]), False),       # 5x3 taps
+    # whole row tiles whose vectors cross a row end of the padded layout (gemm.cl FOR_RUNS), gaps of 1 and 2
+    ((1, 8, 28, 28), (64, 8, 1, 1), (8, 64, 3, 3), dict(pads=[1, 1, 1, 1]), False),    # gap 1, 28-pixel rows
+    ((1, 8, 20, 36), (32, 8, 1, 1), (8, 32, 5, 5), dict(pads=[2, 2, 2, 2]), False),    # gap 2
 ]
 # strided 3x3s on the transposed GEMM, reading the padded image with their strides (ResNet's 28 -> 14),
 # where conv_gemm.OFFER_STRIDED_PADDED lets them offer it
