@@ -539,7 +539,8 @@ __kernel QGEMM_ATTR void qgemm(__global const ta_mem* restrict A, int offA, int 
         for (int k = kb; k < kend; ++k) {
             floatv b[NV];
             _Pragma("unroll")
-            for (int v = 0; v < NV; ++v) b[v] = CONVERT_FLOATV(CONVERT_INTV(*(const __global tbv*)(bp + k * NR + v * VW)));
+            for (int v = 0; v < NV; ++v)
+                b[v] = CONVERT_FLOATV(CONVERT_INTV(*(const __global tbv*)(bp + k * NR + v * VW)));
             _Pragma("unroll")
             for (int r = 0; r < MR; ++r) {
                 const float a = (float)a_rows[r][k];
@@ -582,7 +583,8 @@ __kernel QGEMM_ATTR void qgemm(__global const ta_mem* restrict A, int offA, int 
         for (int r = 0; r < mend; ++r)
             _Pragma("unroll")
             for (int v = 0; v < NV; ++v)
-                q_store_v(cz, (m0 + r) * ldc + n0 + v * VW, *(INTV_*)&res[r][v * VW], rb + m0 + r, cb + n0 + v * VW, K, EPI_ARGS);
+                q_store_v(cz, (m0 + r) * ldc + n0 + v * VW, *(INTV_*)&res[r][v * VW], rb + m0 + r, cb + n0 + v * VW,
+                          K, EPI_ARGS);
         return;
     }
 #endif

@@ -373,5 +373,6 @@ def int_bytes(n: int) -> int:
 
 
 __all__ = ["INT8", "UINT8", "QTYPES", "EPI_INT", "EPI_QUANT", "EPI_FLOAT", "QGemmConfig", "default_qgemm_config",
-           "qgemm_space", "qgemm_config", "fit_columns", "qgemm_bench", "QGEMM_FAMILY", "tuned_qgemm", "kpad", "im2col_rows", "panel_elems", "pack_b_host", "QEpilogue", "qdefines",
+           "qgemm_space", "qgemm_config", "fit_columns", "qgemm_bench", "QGEMM_FAMILY", "tuned_qgemm", "kpad",
+           "im2col_rows", "panel_elems", "pack_b_host", "QEpilogue", "qdefines", "exact_float_block",
            "qgemm_launch", "widen_a", "side_defines", "qpack_launch", "qcolsum_launch", "qrowsum_launch", "int_bytes"]

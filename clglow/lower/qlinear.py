@@ -89,6 +89,27 @@ def _supports_binary(node: Node, graph: Graph, target: Target) -> Optional[str]:
     return _check(node, graph, [0, 3], [1, 4, 6], [2, 5, 7])
 
 
+def _scalar_operand_table(ctx: LowerCtx, dt: np.dtype) -> Optional[tuple]:
+    """(index of the live operand, its 256-entry table) where the other operand is one constant
+    element and the live one has the output's shape (BERT's GELU: erf + 1, x * 0.5), else None.
+    The table is qmath's QLinearAdd / QLinearMul, the same float32 operations in the same order
+    as qbinary's, so every entry is what the kernel computes (a flat kernel reading b[0] per
+    element ran 20x slower on pocl: 1.8 against 0.09 ms for [1, 128, 1024])."""
+    a, b, out = ctx.inputs[0], ctx.inputs[3], ctx.outputs[0]
+    fn = qmath.qlinear_mul if ctx.node.op_type == "QLinearMul" else qmath.qlinear_add
+    a_s, a_z, b_s, b_z, c_s, c_z = (_const_scalar(ctx, i) for i in (1, 2, 4, 5, 6, 7))
+    codes = qmath.all_codes(dt)
+    for live, other, ci in ((0, b, 3), (3, a, 0)):
+        c = ctx.const(ci)
+        live_t = a if live == 0 else b
+        if c is None or other.size != 1 or tuple(live_t.shape) != tuple(out.shape):
+            continue
+        one = np.full(256, np.asarray(c).reshape(-1)[0], np.asarray(c).dtype)
+        xa, xb = (codes, one) if live == 0 else (one, codes)
+        return live, fn(xa, a_s, a_z, xb, b_s, b_z, c_s, c_z, dt)
+    return None
+
+
 @device_op("QLinearAdd", "QLinearMul", supports=_supports_binary, domain=DOMAIN)
 def lower_qbinary(ctx: LowerCtx) -> list:
     a, b, out = ctx.inputs[0], ctx.inputs[3], ctx.outputs[0]
@@ -105,6 +126,12 @@ def lower_qbinary(ctx: LowerCtx) -> list:
     else:
         ra, rb = np.float32(a_s / c_s), np.float32(b_s / c_s)
     params = [ra, rb, _i(ctx, 2), _i(ctx, 5), _f(ctx, 7)]
+    lut = _scalar_operand_table(ctx, dt)
+    if lut is not None:  # one constant element: the op is a table of the other operand's byte
+        live, table = lut
+        g, l = work_size(ctx, out.size)
+        return [Launch("qlinear", "qlut", g, [ctx.buf(live), ctx.const_buffer(table), ctx.out(0), i32(out.size)],
+                       l, _qdefines(dt), ctx.label())]
     same_a, same_b = tuple(a.shape) == tuple(out.shape), tuple(b.shape) == tuple(out.shape)
     if (same_a or a.size == 1) and (same_b or b.size == 1):  # elementwise, or against one element
         defines["FLAT"] = None

@@ -36,8 +36,11 @@ def rand(shape: tuple, dt) -> np.ndarray:
 def _pair_points() -> list:
     """The KC=2 points of the CPU family's declared space: a seeded sample plus the largest tile
     of each inner form."""
+    import dataclasses
+
     from clglow.lower import qgemm_kernel
-    space = [c for c in qgemm_kernel.qgemm_space(device_info().with_family("cpu")) if c.kc == 2]
+    wide = dataclasses.replace(device_info().with_family("cpu"), preferred_vector_width_float=16)
+    space = [c for c in qgemm_kernel.qgemm_space(wide) if c.kc == 2]  # as on a 16-float-wide device
     assert {c.pm for c in space} == {0, 1}, "the space declares both pair forms"
     big = [max((c for c in space if c.pm == pm), key=lambda c: c.mr * c.nv * c.vw) for pm in (0, 1)]
     return big + random.Random(7).sample([c for c in space if c not in big], 4)
@@ -66,7 +69,7 @@ def test_matmul_integer_pairs_exact(cfg, mkn, monkeypatch):
 
 
 @pytest.mark.parametrize("cfg", POINTS[:3], ids=str)
-@pytest.mark.parametrize("case", [((1, 5, 9, 37), (8, 5, 3, 3), 1, (1, 1), (1, 1, 1, 1)),   # K = 45 (odd), 16-pixel moves
+@pytest.mark.parametrize("case", [((1, 5, 9, 37), (8, 5, 3, 3), 1, (1, 1), (1, 1, 1, 1)),  # K = 45, 16-pixel moves
                                   ((1, 6, 12, 20), (4, 3, 3, 2), 2, (2, 1), (0, 1, 2, 1)),   # groups, stride
                                   ((1, 64, 8, 8), (24, 64, 1, 1), 1, (1, 1), (0, 0, 0, 0))])  # pointwise
 def test_conv_integer_pair_im2col_exact(cfg, case, monkeypatch):

@@ -68,7 +68,7 @@ DTYPES = [np.uint8, np.int8]
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
 @pytest.mark.parametrize("shapes", [((2, 3, 4, 5), (2, 3, 4, 5)), ((2, 3, 4, 5), (1, 3, 1, 5)), ((3, 1, 7), (6, 1)),
-                                    ((4, 9), ()), ((1,), (3, 5, 64)), ((128, 64), (1, 1)),  # one element: FLAT + SCALAR_*
+                                    ((4, 9), ()), ((1,), (3, 5, 64)), ((128, 64), (1, 1)),  # one element
                                     ((1, 16, 4, 16), (1, 16, 1, 1)), ((16, 1), (2, 16, 48)),  # qbinary_rows
                                     ((2, 8, 32), (32,)), ((1, 8, 7, 7), (1, 8, 1, 1))])  # rows of 49: ROW_DIV
 def test_qlinear_binary(op, dtype, shapes):
@@ -78,6 +78,27 @@ def test_qlinear_binary(op, dtype, shapes):
               **_params(rng, dtype, "c", 0.3 if op == "QLinearMul" else 0.04)}
     node = helper.make_node(op, ["a", "a_s", "a_z", "b", "b_s", "b_z", "c_s", "c_z"], ["c"], domain=MS)
     _check(node, inputs, consts)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+@pytest.mark.parametrize("const_side", ["a", "b"])
+def test_qlinear_binary_with_a_constant_element(op, dtype, const_side):
+    """A constant one-element operand (GELU's + 1, * 0.5) makes the op a table of the other one's
+    byte (qlut): within a step of onnxruntime, and equal to the elementwise kernel given the same
+    element as a full-shape input."""
+    rng = np.random.default_rng(5)
+    live = _q(rng, (2, 16, 40), dtype)
+    one = _q(rng, (1,), dtype)
+    params = {**_params(rng, dtype, "a"), **_params(rng, dtype, "b"),
+              **_params(rng, dtype, "c", 0.3 if op == "QLinearMul" else 0.04)}
+    node = helper.make_node(op, ["a", "a_s", "a_z", "b", "b_s", "b_z", "c_s", "c_z"], ["c"], domain=MS)
+    inputs, consts = ({"b": live}, {"a": one}) if const_side == "a" else ({"a": live}, {"b": one})
+    got, _ = _check(node, inputs, {**consts, **params})
+    full = {k: np.broadcast_to(v, live.shape).copy() for k, v in consts.items()}
+    flat, _ = clglow_session_run(_model(node, {**inputs, **full} if const_side == "b" else {**full, **inputs}, params),
+                                 {**inputs, **full}, device_only=True)
+    np.testing.assert_array_equal(got[0], flat[0])
 
 
 def test_qlinear_add_without_output_zero_point():
