@@ -302,3 +302,30 @@ def test_program_that_never_holds_kernels_is_a_compile_error(device, tmp_path, m
     monkeypatch.undo()
     x, out = run_axpb(device, cache.get("axpb", SRC, ("-DB=1.0f",)))  # still usable
     np.testing.assert_allclose(out, 2 * x + 1)
+
+
+def test_stored_binary_is_loaded_under_the_auto_policy(device, tmp_path, monkeypatch):
+    """Unset CLGLOW_CACHE: a build writes no binary (on pocl), but one that store_binary wrote (a
+    compile helper, in the background) is what a later cache loads, and it computes the same;
+    CLGLOW_CACHE=0 neither stores nor reads."""
+    monkeypatch.setenv("CLGLOW_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("CLGLOW_CACHE", raising=False)
+    first = C.ProgramCache(device.context, device.cl_device)
+    assert first.store_binary("axpb", SRC, ("-DB=5.0f",))
+    assert not first.store_binary("axpb", SRC, ("-DB=5.0f",))  # there already
+    assert len(binaries(tmp_path)) == 1
+    later = C.ProgramCache(device.context, device.cl_device)
+    prg = later.get("axpb", SRC, ("-DB=5.0f",))
+    assert later.stats()["binary_loads"] == 1 and later.stats()["source_builds"] == 0
+    x = np.arange(8, dtype=np.float32)
+    buf = cl.Buffer(device.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=x)
+    queue = cl.CommandQueue(device.context, device.cl_device)
+    prg.axpb(queue, (8,), None, buf, np.float32(2.0))
+    out = np.empty_like(x)
+    cl.enqueue_copy(queue, out, buf)
+    np.testing.assert_allclose(out, 2 * x + 5)
+    monkeypatch.setenv("CLGLOW_CACHE", "0")
+    off = C.ProgramCache(device.context, device.cl_device)
+    assert off.read_directory is None and not off.store_binary("axpb", SRC, ("-DB=6.0f",))
+    off.get("axpb", SRC, ("-DB=5.0f",))
+    assert off.stats()["binary_loads"] == 0

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -129,9 +130,22 @@ _CHILD = textwrap.dedent("""
     sess.device.wait_prepared()
     np.save(out_path, y)
     workers = sess.device.preparation.workers
+    from clglow.runtime import cache
     print("CHILD " + json.dumps({"pocl_built": built(), "helpers": 0 if workers is None else workers.started,
-                                 "tiles": sess._engine.target.gemm_tiles}))
+                                 "pids": [w.proc.pid for w in (workers._workers if workers else ())],
+                                 "tiles": sess._engine.target.gemm_tiles, "cache": cache.stats()}))
 """)
+
+
+def _wait_exit(pids: list, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    for pid in pids:
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                break
+            time.sleep(0.1)
 
 
 def _child(tmp_path, env: dict, out: str) -> dict:
@@ -144,10 +158,11 @@ def _child(tmp_path, env: dict, out: str) -> dict:
 
 @pytest.mark.slow
 def test_warm_start_builds_no_program_and_matches_the_cold_start(device, tmp_path):
-    """Two processes from empty clglow and pocl caches: the second (warm) starts no compile helper
-    and makes pocl build and generate nothing (its kernel cache gains no file), and its result is
-    the cold start's, bit for bit (the same default tiles: a process that exits after its first
-    run measures none)."""
+    """Two processes from empty clglow and pocl caches: the second (warm) starts no compile helper,
+    loads every program from the binaries the first one's helpers stored after it exited, makes
+    pocl build and generate nothing (its kernel cache gains no file), and its result is the
+    cold start's, bit for bit (the same default tiles: a process that exits after its first run
+    measures none)."""
     model = _model()
     (tmp_path / "m.onnx").write_bytes(model.SerializeToString())
     x = _x(6)
@@ -158,10 +173,15 @@ def test_warm_start_builds_no_program_and_matches_the_cold_start(device, tmp_pat
     env.pop("CLGLOW_TUNE", None)
     (tmp_path / "pocl").mkdir()
     cold = _child(tmp_path, env, "cold.npy")
+    _wait_exit(cold["pids"])  # the cold start's helpers store binaries after it exits
+    built = sorted(str(p.relative_to(tmp_path / "pocl")) for p in (tmp_path / "pocl").rglob("*")
+                   if p.name == "program.bc" or p.suffix == ".so")
     warm = _child(tmp_path, env, "warm.npy")
     assert cold["tiles"] is None and warm["tiles"] is None
     if cold["pocl_built"]:  # a driver that keeps a kernel cache there (pocl)
-        assert warm["pocl_built"] == cold["pocl_built"] and warm["helpers"] == 0, (cold, warm)
+        assert warm["pocl_built"] == built and warm["helpers"] == 0, (cold, warm)
+        # the helpers stored every program's binary: the warm start loads them all
+        assert warm["cache"]["binary_loads"] > 0 and warm["cache"]["source_builds"] == 0, warm
     y_cold, y_warm = np.load(tmp_path / "cold.npy"), np.load(tmp_path / "warm.npy")
     np.testing.assert_array_equal(y_warm, y_cold)
     _check(model, x, y_cold)

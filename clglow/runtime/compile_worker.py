@@ -17,6 +17,13 @@ exits; it exits too when its parent does (its stdin closes). Best effort through
 that cannot start, crashes or fails a build leaves the work to the session, which then builds
 as it would without helpers and reports real build errors itself.
 
+Binaries for warm starts: the session asks a helper for the binary of each program it prepared
+for the first time (a ``"binary": true`` job, answered at once); the helper stores them in the
+clglow cache (ProgramCache.store_binary) only after the parent closed its stdin (idle, or
+exited), at the lowest CPU priority, within BINARY_BUDGET_S, and then exits: asking pocl for a
+binary generates code (~1 s of CPU per GEMM variant), which no start may wait for, while a later
+process loads a stored binary in ~4 ms instead of ~25 ms. The parent never waits for it.
+
 A helper depends on no session code: it opens the device by its ``P:D`` index
 (runtime.selection), reads the kernel text (runtime.sources) and builds through a ProgramCache
 (runtime.cache) exactly as the session would, with the options the session sends (its device
@@ -44,6 +51,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -59,6 +67,7 @@ from .sources import kernel_source
 log = logging.getLogger(__name__)
 
 IDLE_EXIT_S = 30.0  # a helper with nothing to do for this long is closed (restarted on demand)
+BINARY_BUDGET_S = 60.0  # at most this long storing binaries after the parent closed the pipe
 # What a new helper costs before its first job, in the unit of `submit`'s costs (about a second
 # of the helper's time: Python, pyopencl and pocl start, LLVM's first initialisation).
 STARTUP_COST = 1.0
@@ -148,13 +157,17 @@ class _Worker:
         with self._lock:
             return not self.pending and not self.reserved and not self.dead
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Close stdin (the helper finishes its current job and exits); kill it if it lingers."""
+    def close(self, timeout: Optional[float] = 5.0) -> None:
+        """Close stdin (the helper finishes its current job, stores the binaries asked for and
+        exits); kill it if it lingers past `timeout`. None: do not wait (it ends on its own,
+        within BINARY_BUDGET_S of its last job)."""
         try:
             if self.proc.stdin is not None:
                 self.proc.stdin.close()
         except OSError:
             pass
+        if timeout is None:
+            return
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -291,7 +304,7 @@ class CompileWorkers:
             workers, self._workers = self._workers, []
             self._timer = None
         for w in workers:
-            w.close()
+            w.close(None)  # it may still store binaries: never waited for
 
     def close(self) -> None:
         """Stop every helper (their pending and queued jobs fail; callers then build in-process)."""
@@ -305,7 +318,7 @@ class CompileWorkers:
         for q in queued:
             q.future.set_exception(RuntimeError("compile helpers closed"))
         for w in workers:
-            w.close()
+            w.close(None)  # it may still store binaries: never waited for
 
 
 @dataclasses.dataclass(order=True)
@@ -376,13 +389,15 @@ def warm_compiler(ctx: cl.Context, queue: cl.CommandQueue, dummy: cl.Buffer) -> 
 def _serve(device_index: str, lines, out) -> None:
     """Answer jobs until stdin closes: build each program as a session does (the same source and
     options, through a ProgramCache), launch its kernel once, report. The compiler is warmed
-    up first (the parent sends the first job only once it has lowered a node)."""
+    up first (the parent sends the first job only once it has lowered a node). A binary job
+    (``"binary": true``) is answered at once and done after stdin closes (`_store_binaries`)."""
     cl_dev = open_index(device_index)
     ctx = cl.Context([cl_dev])
     queue = cl.CommandQueue(ctx, cl_dev)
     dummy = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 64)
     programs = ProgramCache(ctx, cl_dev)
     warm_compiler(ctx, queue, dummy)
+    binaries: List[tuple] = []
     for line in lines:
         try:
             job = json.loads(line)
@@ -390,16 +405,41 @@ def _serve(device_index: str, lines, out) -> None:
         except (ValueError, KeyError, TypeError):
             continue
         try:
-            name = str(job["program"])
-            prg = programs.get(name, kernel_source(name), [str(o) for o in job.get("options", [])])
-            noop, lsize, kernel = decode_noop(job.get("noop")), job.get("lsize"), job.get("kernel")
-            if noop is not None and lsize and kernel:
-                enqueue_noop(queue, dummy, prg, str(kernel), lsize, noop).wait()  # in pocl's cache now
+            name, options = str(job["program"]), [str(o) for o in job.get("options", [])]
+            if job.get("binary"):
+                binaries.append((name, options))
+            else:
+                prg = programs.get(name, kernel_source(name), options)
+                noop, lsize, kernel = decode_noop(job.get("noop")), job.get("lsize"), job.get("kernel")
+                if noop is not None and lsize and kernel:
+                    enqueue_noop(queue, dummy, prg, str(kernel), lsize, noop).wait()  # in pocl's cache now
             reply = {"id": job_id, "ok": True}
         except Exception as e:  # noqa: BLE001 - reported to the parent, which builds itself
             reply = {"id": job_id, "ok": False, "error": f"{type(e).__name__}: {e}"[:2000]}
         out.write(json.dumps(reply) + "\n")
         out.flush()
+    _store_binaries(programs, binaries)
+
+
+def _store_binaries(programs: ProgramCache, todo: Sequence[tuple]) -> None:
+    """Write the binaries asked for into the clglow cache (ProgramCache.store_binary), once the
+    parent needs nothing else from this helper (it closed stdin: it is idle or has exited), at
+    the lowest CPU priority and within BINARY_BUDGET_S: generating them costs seconds, which a
+    start must not wait for, and a later process then loads each program in milliseconds."""
+    if not todo:
+        return
+    try:
+        os.nice(19)
+    except (AttributeError, OSError):
+        pass
+    deadline = time.monotonic() + BINARY_BUDGET_S
+    for name, options in dict.fromkeys((n, tuple(o)) for n, o in todo):
+        if time.monotonic() > deadline:
+            break
+        try:
+            programs.store_binary(name, kernel_source(name), options)
+        except Exception as e:  # noqa: BLE001 - best effort: a later process builds from source
+            log.debug("no binary for %s %s: %s", name, " ".join(options), e)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

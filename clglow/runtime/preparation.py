@@ -260,6 +260,15 @@ class Preparer:
         queue, dummy = self._warm_launch_queue()
         return enqueue_noop(queue, dummy, prg, kernel, lsize, noop_args)
 
+    def _ask_binary(self, program: str, options: tuple) -> None:
+        """A program first prepared here: have a compile helper store its binary once this
+        process no longer needs the helper (compile_worker._store_binaries), so that later
+        processes load it instead of asking the driver's cache (warm start)."""
+        workers = self.workers
+        if workers is not None:
+            workers.submit({"binary": True, "program": program,
+                            "options": list(self.device.device_options(options))}, 0.0)
+
     def _prepare_one(self, program: str, options: tuple, kernel: str, lsize: Optional[tuple],
                      noop_args: Optional[list], marker: Optional[Path] = None) -> None:
         try:
@@ -274,6 +283,7 @@ class Preparer:
                         atomic_write(device_marker, b"")
                 except OSError:
                     pass
+                self._ask_binary(program, options)
         except Exception as e:  # noqa: BLE001 - best effort; program() reports real failures
             log.debug("preparing %s %s in the background failed: %s", program, " ".join(options), e)
 
