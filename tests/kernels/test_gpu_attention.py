@@ -156,3 +156,45 @@ def test_family_benchmark_points_agree():
     assert len(results) > 1
     for got in results[1:]:
         np.testing.assert_allclose(got, results[0], rtol=1e-5, atol=1e-6)
+
+
+def test_session_decoder_attention_block():
+    """A decoder step's attention graph (head split, scores, scale, key mask, Softmax, context, head
+    merge) through a session on a Device whose local memory is called dedicated: fused, run as
+    attn_block (with the planner's buffers and start-up no-op launch), vs onnxruntime."""
+    if SMALL:
+        pytest.skip("a session under Oclgrind's uninitialised-value checker misreports its inputs "
+                    "(tests/oclgrind/test_oclgrind_select.py's docstring)")
+    import sys
+
+    import clglow
+    from clglow.runtime import device as D
+    from onnx import TensorProto as T, numpy_helper
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    import models  # tests/models.py
+
+    s, t, h, d = 3, 29, 2, 16
+    nodes = [helper.make_node("Transpose", ["q"], ["qt"], perm=[0, 2, 1, 3]),
+             helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["qt", "kt"], ["qk"]), helper.make_node("Mul", ["qk", "scale"], ["qs"]),
+             helper.make_node("Add", ["qs", "mask"], ["sc"]), helper.make_node("Softmax", ["sc"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["ctx"]),
+             helper.make_node("Transpose", ["ctx"], ["y"], perm=[0, 2, 1, 3])]
+    mask = np.where(RNG.random((1, 1, 1, t)) < 0.2, np.float32(-3.4e38), np.float32(0)).astype(np.float32)
+    inits = [numpy_helper.from_array(np.array(d ** -0.5, np.float32), "scale"), numpy_helper.from_array(mask, "mask")]
+    ins = [helper.make_tensor_value_info(n, T.FLOAT, sh) for n, sh in
+           (("q", [1, s, h, d]), ("k", [1, h, t, d]), ("v", [1, h, t, d]))]
+    outs = [helper.make_tensor_value_info("y", T.FLOAT, [1, s, h, d])]
+    model = helper.make_model(helper.make_graph(nodes, "g", ins, outs, inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"q": rand(1, s, h, d), "k": rand(1, h, t, d), "v": rand(1, h, t, d)}
+    base = D.select_device()
+    dev = D.Device(base.context, base.cl_device)
+    dev.info = dataclasses.replace(dev.info, local_mem_type="local")
+    sess = clglow.InferenceSession(model.SerializeToString(), clglow.SessionOptions(target="gpu", tune=False),
+                                   device=dev)
+    (got,) = sess.run(None, feeds)
+    np.testing.assert_allclose(got, models.ort_run(model, feeds)[0], rtol=1e-4, atol=1e-5)
+    assert [n.op_type for n in sess.graph.nodes] == ["FusedAttention"]
+    assert any(o.startswith("-DSKV_MAX=") for (_, opts) in dev.cache._memory for o in opts)  # attn_block built

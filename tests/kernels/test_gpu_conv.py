@@ -367,3 +367,31 @@ def test_search_stores_both_families(tmp_path, monkeypatch):
     for r in results:
         params, source = tunable.choose(tuned, r.family, r.key)
         assert (params, source) == (r.params, "db")
+
+
+@pytest.mark.slow
+def test_session_mobilenet_style_model():
+    """Inverted residuals with depthwise convs, squeeze-excite, ReLU6/SiLU and residual Adds through a
+    session on a Device whose local memory is called dedicated (the planner's buffers, residuals
+    taking the output's place, start-up no-op launches): the implicit GEMM and the halo depthwise
+    built and run, the logits vs onnxruntime."""
+    import sys
+
+    import clglow
+    from clglow.runtime import device as D
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    import models  # tests/models.py
+
+    base = D.select_device()
+    dev = D.Device(base.context, base.cl_device)
+    dev.info = dataclasses.replace(dev.info, local_mem_type="local")
+    model = models.mobilenet_se(batch=2, image_size=32)
+    feeds = models.sample_inputs(model)
+    sess = clglow.InferenceSession(model.SerializeToString(), clglow.SessionOptions(target="gpu", tune=False),
+                                   device=dev)
+    (got,) = sess.run(None, feeds)
+    (want,) = models.ort_run(model, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+    built = {o for (_, opts) in dev.cache._memory for o in opts}
+    assert "-DB_CONV=1" in built and any(o.startswith("-DTW=") for o in built)
