@@ -401,6 +401,40 @@ void nms_bitonic_local(__global uint* key, __global int* idx, const int P, const
     idx[base + lid + BW] = li[lid + BW];
 }
 
+/* the same order by a bottom-up merge sort, one work-item per row (the CPU family's row: its
+ * work-items run one after another, where the bitonic steps' barriers and launches cost more
+ * than the sort); tk/ti scratch of the same size; the result ends in key/idx */
+inline int pair_first(const uint ka, const int ia, const uint kb, const int ib) {
+    return ka > kb || (ka == kb && ia < ib);
+}
+
+__kernel void nms_merge_sort(__global uint* key, __global int* idx, __global uint* tk, __global int* ti,
+                             const int P, const int rows) {
+    const int r = get_global_id(0);
+    if (r >= rows) return;
+    __global uint* sk = key + (long)r * P;
+    __global int* si = idx + (long)r * P;
+    __global uint* dk = tk + (long)r * P;
+    __global int* di = ti + (long)r * P;
+    for (int w = 1; w < P; w <<= 1) {
+        for (int lo = 0; lo < P; lo += 2 * w) {
+            const int mid = min(lo + w, P), hi = min(lo + 2 * w, P);
+            int a = lo, b = mid, o = lo;
+            while (a < mid && b < hi) {
+                if (pair_first(sk[b], si[b], sk[a], si[a])) { dk[o] = sk[b]; di[o] = si[b]; ++b; }
+                else { dk[o] = sk[a]; di[o] = si[a]; ++a; }
+                ++o;
+            }
+            for (; a < mid; ++a, ++o) { dk[o] = sk[a]; di[o] = si[a]; }
+            for (; b < hi; ++b, ++o) { dk[o] = sk[b]; di[o] = si[b]; }
+        }
+        __global uint* t0 = sk; sk = dk; dk = t0;
+        __global int* t1 = si; si = di; di = t1;
+    }
+    if (sk != key + (long)r * P)  /* an odd number of passes: the result is in the scratch */
+        for (int t = 0; t < P; ++t) { dk[t] = sk[t]; di[t] = si[t]; }
+}
+
 /* xc[b, t] = the corners of the t-th box of batch b in x order; xplace[b, box] = t */
 __kernel void nms_xs(__global const int* xidx, __global const float* corner, const int n, const int P,
                      const int total, __global float* xc, __global int* xplace) {

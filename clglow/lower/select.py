@@ -294,10 +294,20 @@ def lower_nms(ctx: LowerCtx) -> list:
     return launches
 
 
+def _sort_pairs(ctx: LowerCtx, key, idx, rows: int, p: int) -> list:
+    """Launches sorting `rows` rows of p (key, index) pairs, key descending, index ascending: on
+    the CPU family a merge sort per row in one work-item (ssdlite320's two sorts of 32768: 27-46
+    ms as bitonic steps, 0:0 under load), else bitonic steps."""
+    if ctx.device.is_cpu_family:
+        g, l = work_size(ctx, rows)
+        return [Launch("select", "nms_merge_sort", g, [key, idx, ctx.scratch(4 * rows * p), ctx.scratch(4 * rows * p),
+                                                        i32(p), i32(rows)], l, {}, ctx.label())]
+    return _bitonic(ctx, key, idx, rows, p)
+
+
 def _bitonic(ctx: LowerCtx, key, idx, rows: int, p: int) -> list:
-    """Launches sorting `rows` rows of p (key, index) pairs, key descending, index ascending:
-    the steps within chunks of 2 * bw elements in local memory (nms_bitonic_local), the others
-    one launch each (ssdlite320's 32768: 28 launches a sort, not 120)."""
+    """Bitonic sort launches (see _sort_pairs): the steps within chunks of 2 * bw elements in
+    local memory (nms_bitonic_local), the others one launch each (32768: 28 launches, not 120)."""
     bw = 1
     while bw * 2 <= min(256, p // 2, int(ctx.device.max_work_group_size)):
         bw *= 2
@@ -334,14 +344,14 @@ def _nms_sorted(ctx: LowerCtx, b: int, c: int, n: int, cap: int, d: dict, params
     g, l = work_size(ctx, b * p)
     out = [Launch("select", "nms_corners", g, [ctx.buf(0), i32(n), i32(p), i32(b * p), corner, xkey, xidx], l,
                   shape, ctx.label())]
-    out += _bitonic(ctx, xkey, xidx, b, p)
+    out += _sort_pairs(ctx, xkey, xidx, b, p)
     g, l = work_size(ctx, b * n)
     out.append(Launch("select", "nms_xs", g, [xidx, corner, i32(n), i32(p), i32(b * n), xc, xplace], l, {},
                       ctx.label()))
     g, l = work_size(ctx, bc * p)
     out.append(Launch("select", "nms_score_keys", g, [ctx.buf(1), params[4], i32(n), i32(p), i32(bc * p), skey, sidx],
                       l, {k: v for k, v in d.items() if k == "HAS_SCORE"}, ctx.label()))
-    out += _bitonic(ctx, skey, sidx, bc, p)
+    out += _sort_pairs(ctx, skey, sidx, bc, p)
     g, l = work_size(ctx, bc * n)
     out.append(Launch("select", "nms_ranks", g, [sidx, xplace, i32(c), i32(n), i32(p), i32(bc * n), rkx, dead], l, {},
                       ctx.label()))
