@@ -755,7 +755,7 @@ typedef CAT(TB, 16) tb16v;
 #endif
 __kernel void qdwconv(__global const TB* restrict X, __global const TA* restrict Wt, __global TC* C,
                       int Cin, int H, int W, int mult, int KH, int KW, int SH, int SW, int PH, int PW,
-                      int DH, int DW, int OH, int OW, EPI_PARAMS)
+                      int DH, int DW, int OH, int OW, int xlen, EPI_PARAMS)
 {
     const int tx = get_global_id(0), oy = get_global_id(1), zc = get_global_id(2);
     const int cout = Cin * mult;
@@ -767,6 +767,8 @@ __kernel void qdwconv(__global const TB* restrict X, __global const TA* restrict
     const __global TB* xc = X + (img * Cin + co / mult) * H * W;
     const __global TA* wc = Wt + co * KH * KW;
     const int16 xz16 = (int16)((int)xz);
+    const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const int xbase = (img * Cin + co / mult) * H * W;  /* the plane's offset in X (xlen elements) */
     int16 acc = (int16)0;
 #ifdef DW_K  /* the kernel size as a define (3x3, 5x5, 7x7): the tap loops unrolled */
 #define KH_ DW_K
@@ -785,11 +787,21 @@ __kernel void qdwconv(__global const TB* restrict X, __global const TA* restrict
             const int ix0 = ox0 * SW - PW + kx * DW;  /* input column of lane 0 */
             const int span = 15 * SW + 1;
             tb16v v;
+            const int at = xbase + iy * W + ix0;  /* X index of lane 0's column */
             if (ix0 >= 0 && ix0 + span <= W && SW == 1) {
                 v = *(const __global tb16_u*)(row + ix0);
             } else if (ix0 >= 0 && ix0 + span <= W && SW == 2) {  /* columns ix0, ix0 + 2, ..., ix0 + 30 */
                 const tb16v a = *(const __global tb16_u*)(row + ix0), b = *(const __global tb16_u*)(row + ix0 + 15);
                 v = (tb16v)(a.even, b.odd);
+            } else if ((SW == 1 || SW == 2) && at >= 0 && at + span <= xlen) {
+                /* an edge tile (a row narrower than the span, the padding) whose bytes lie inside
+                 * X: the moves above, the lanes outside the row set to the zero point (a real 0) */
+                const int16 ix = (int16)ix0 + lane * SW;
+                tb16v t = *(const __global tb16_u*)(X + at);
+                if (SW == 2) t = (tb16v)(t.even, (*(const __global tb16_u*)(X + at + 15)).odd);
+                const int16 x16 = TB16_TO_INT(t);
+                acc += (((ix >= 0 && ix < W) ? x16 : xz16) - xz16) * ((int)wc[ky * KW_ + kx] - wz);
+                continue;
             } else {
                 TB t[16];
                 for (int j = 0; j < 16; ++j) {

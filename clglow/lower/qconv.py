@@ -109,7 +109,7 @@ def _depthwise(ctx: LowerCtx, geo: _Geo, iw: int, epi: QEpilogue) -> list:
     gsize, ls = grid(ctx.device, (-(-geo.ow // 16), geo.oh, geo.cout * geo.n_img), (1, 8, 1))
     args = [ctx.buf(0), ctx.buf(iw), ctx.out(0), i32(geo.cin), i32(geo.h), i32(geo.w), i32(geo.cout // geo.cin),
             i32(geo.kh), i32(geo.kw), i32(geo.sh), i32(geo.sw), i32(geo.ph), i32(geo.pw), i32(geo.dh), i32(geo.dw),
-            i32(geo.oh), i32(geo.ow)] + epi.args(ctx.out(0))
+            i32(geo.oh), i32(geo.ow), i32(geo.n_img * geo.cin * geo.h * geo.w)] + epi.args(ctx.out(0))
     defines = qdefines(cfg, wdt, xdt, odt, epi)
     if geo.kh == geo.kw and geo.kh in (3, 5, 7):  # the common sizes: tap loops unrolled
         defines["DW_K"] = geo.kh
