@@ -272,9 +272,10 @@ def transposed_rows_config(target: Target, cfg: GemmConfig, geom: ConvGeometry) 
     channels; None unless implicit_rows_ok (CPU family, at most 8 channel tiles).
 
     Why for strided convs: the implicit GEMM reads phase images, which a conv_phases launch
-    copies X into every run and whose padding columns it computes; the pixel rows read the
-    stride-1 padded image that the producing 1x1 conv writes directly. Measured level with the
-    implicit GEMM, so a tuning choice (conv.py's "transposed rows", after "implicit"): ResNet-50's
+    copies X into every run and whose padding columns it computes; the pixel rows read X itself
+    (a 1x1) or a stride-1 padded image, which a producing 1x1 conv could write directly
+    (OFFER_STRIDED_PADDED). Measured level with the implicit GEMM, so a tuning choice (conv.py's
+    "transposed rows", after "implicit"): ResNet-50's
     56 -> 28 3x3/2 (128 channels), A/B in turns on pocl under load: alone (each with its copy
     of X) x1.12 (GEMM 1.207 -> 1.135 ms, copy 0.195 -> 0.115 ms); after its 1x1 producer
     (which then writes the padded image, 6% slower, and no copy is made) x0.86-1.04 in three
@@ -331,5 +332,5 @@ def fit_tiles(target: Target, cfg: GemmConfig, geom: ConvGeometry) -> GemmConfig
 __all__ = ["SCRATCH_CAP", "IMPLICIT_WASTE", "pieces", "panel_vector_width", "im2col_table", "table_of_reads",
            "pixel_panels",
            "phases_read", "phases_ok", "phase_geometry", "implicit_ok", "implicit_rows_ok", "implicit_offsets",
-           "padded_output", "phase_kernel", "phase_pieces", "strided_cover", "transposed_rows_config", "pixel_row_pieces",
-           "fit_tiles"]
+           "padded_output", "phase_kernel", "phase_pieces", "OFFER_STRIDED_PADDED", "strided_cover",
+           "transposed_rows_config", "pixel_row_pieces", "fit_tiles"]
