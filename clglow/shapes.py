@@ -36,6 +36,8 @@ _FUSED_AS = {
     ("clglow", "FusedElementwise"): ("Sum", lambda n: (list(n.inputs), {})),
     # bias and residual never change the MatMul's output shape (checked by the fusion)
     ("clglow", "FusedMatMul"): ("MatMul", lambda n: (n.inputs[:2], {})),
+    # a squeeze-and-excitation gate (passes/fuse_squeeze_excite.py): [N, C, 1, 1] of X [N, C, H, W]
+    ("clglow", "SqueezeExcite"): ("GlobalAveragePool", lambda n: (n.inputs[:1], {})),
     # a matched LayerNorm (passes/fuse_layernorm.py): Y only, X's shape and dtype
     ("clglow", "LayerNormalization"): ("Identity", lambda n: (n.inputs[:1], {})),
     ("clglow", "RMSNormalization"): ("Identity", lambda n: (n.inputs[:1], {})),  # passes/fuse_layernorm.py

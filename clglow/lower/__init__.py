@@ -24,7 +24,7 @@ from . import attention, castlut, conv_transpose, einsum, gridsample  # noqa: F4
 from . import indexing, loss, lppool, quant  # noqa: F401  (registration)
 from . import fused, resize  # noqa: F401  (registration)
 from . import recurrent  # noqa: F401  (registration)
-from . import channel_shuffle  # noqa: F401  (registration: clglow.ChannelShuffle)
+from . import channel_shuffle, squeeze_excite  # noqa: F401  (registration: clglow.ChannelShuffle, SqueezeExcite)
 from . import qconv, qgemm  # noqa: F401  (registration: integer matmuls and convs, lower/qgemm_kernel.py)
 from . import qlinear  # noqa: F401  (registration: com.microsoft QLinear* ops)
 from . import select  # noqa: F401  (registration: NonZero, Compress, NonMaxSuppression sized at run time)

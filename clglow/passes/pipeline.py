@@ -14,6 +14,7 @@ from .fuse_channel_shuffle import fuse_channel_shuffle
 from .fuse_elementwise import fuse_elementwise
 from .fuse_layernorm import fuse_layernorm
 from .fuse_matmul import fold_transposes, fuse_matmul
+from .fuse_squeeze_excite import fuse_squeeze_excite
 from .fuse_norm_matmul import fuse_gemv_epilogue, fuse_layernorm_gemv
 from .gemm_matmul import gemm_to_matmul
 from .identity import remove_identity
@@ -33,6 +34,7 @@ PIPELINE: list[Callable[[Graph], Graph]] = [
     fold_batchnorm,
     fuse_conv,
     fuse_channel_shuffle,  # ShuffleNet's Concat -> Reshape -> Transpose -> Reshape (-> halves): one launch
+    fuse_squeeze_excite,  # after fuse_conv: an SE block's mean and its two FusedConvs, one launch
     gemm_to_matmul,  # before fuse_matmul, which fuses the bias, residual and activation
     fuse_matmul,
     fold_transposes,

@@ -1,0 +1,85 @@
+/* The squeeze of a squeeze-and-excitation block (clglow.SqueezeExcite,
+ * passes/fuse_squeeze_excite.py): s[n, c] = ACT2(b2[c] + sum_j W2[c, j] * ACT1(b1[j] + sum_k
+ * W1[j, k] * mean_HW(x[n, k]))). One work-group per image: the channel means, then the hidden
+ * vector, in local memory (SE_CAP floats each: C and CM rounded up to a power of two, so a few
+ * programs serve a model's blocks), a barrier between the phases. Every loop over the group's
+ * work-items runs the same trip count in each, the tail guarded inside (pocl 3.1 ran the body of
+ * the usual for (i = lid; i < n; i += ls) for ids past n too, see recurrent.cl).
+ *   SE_ACT2           activation.h code of the second FC; the first FC's is piecewise linear (ACT 0);
+ *                     both take their (a, b, c) as run-time arguments
+ *   HAS_B1, HAS_B2    the FCs' biases given
+ * gsize = (local size, N). */
+#define ACT SE_ACT2
+#include "activation.h"
+DEFINE_ACT(se_act2, float)
+
+/* The first FC's activation: activation.h's ACT 0 (identity, Relu, LeakyRelu, Clip by (a, b, c));
+ * the header defines one activation code per program, the second FC's. */
+inline float se_act1(float v, float a, float b, float c) {
+    v = v < 0.0f ? v * a : v;
+    v = v < b ? b : v;
+    return v > c ? c : v;
+}
+
+#ifndef HAS_B1
+#define HAS_B1 0
+#endif
+#ifndef HAS_B2
+#define HAS_B2 0
+#endif
+
+/* sum_k w[k] * v[k] for k < n: 16 lanes of independent multiply-adds, then the tail (a scalar
+ * chain per k would wait on each multiply-add: the 576 x 144 FCs of MobileNetV3's last blocks). */
+inline float se_dot(const __global float* restrict w, const __local float* v, const int n) {
+    float16 acc = (float16)0.0f;
+    int k = 0;
+    for (; k + 16 <= n; k += 16)
+        acc = mad(vload16(0, w + k), vload16(0, v + k), acc);
+    float t = 0.0f;
+    for (; k < n; ++k)
+        t = mad(w[k], v[k], t);
+    const float8 h8 = acc.lo + acc.hi;
+    const float4 h4 = h8.lo + h8.hi;
+    return t + (h4.x + h4.y) + (h4.z + h4.w);
+}
+
+__kernel void se_squeeze(__global const float* restrict x, __global const float* restrict w1,
+                         __global const float* restrict b1, __global const float* restrict w2,
+                         __global const float* restrict b2, __global float* restrict s, const int C, const int CM,
+                         const int HW, const float a1, const float p1, const float q1, const float a2,
+                         const float p2, const float q2) {
+    const int lid = get_local_id(0), ls = get_local_size(0), n = get_group_id(1);
+    __local float mean[SE_CAP];
+    __local float hid[SE_CAP];
+    const float inv = 1.0f / (float)HW;
+    for (int u = 0; u < C; u += ls) {
+        const int c = u + lid;
+        if (c < C) {
+            const __global float* xp = x + ((size_t)n * C + c) * HW;
+            float16 acc = (float16)0.0f;
+            int j = 0;
+            for (; j + 16 <= HW; j += 16)
+                acc += vload16(0, xp + j);
+            float t = 0.0f;
+            for (; j < HW; ++j)
+                t += xp[j];
+            const float8 h8 = acc.lo + acc.hi;
+            const float4 h4 = h8.lo + h8.hi;
+            mean[c] = (t + (h4.x + h4.y) + (h4.z + h4.w)) * inv;
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int u = 0; u < CM; u += ls) {
+        const int j = u + lid;
+        if (j < CM) {
+            hid[j] = se_act1((HAS_B1 ? b1[j] : 0.0f) + se_dot(w1 + (size_t)j * C, mean, C), a1, p1, q1);
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int u = 0; u < C; u += ls) {
+        const int c = u + lid;
+        if (c < C) {
+            s[(size_t)n * C + c] = se_act2((HAS_B2 ? b2[c] : 0.0f) + se_dot(w2 + (size_t)c * CM, hid, CM), a2, p2, q2);
+        }
+    }
+}
