@@ -62,15 +62,31 @@ __kernel void lrn(__global const float* x, __global float* y, const int n, const
 #endif
 #include "storage.h"
 
-/* The mean (0 with RMS) and 1/stddev of a half row, accumulated in float32. */
+/* The mean (0 with RMS) and 1/stddev of a half row, accumulated in float32 (16 lanes, then the
+ * tail). */
+inline float hsum16(const float16 v) {
+    const float8 a = v.lo + v.hi;
+    const float4 b = a.lo + a.hi;
+    return b.x + b.y + b.z + b.w;
+}
+
 inline float2 half_row_stats(__global const half* xr, const int len, const float eps) {
+    const int nv = len / 16;
     float m = 0.0f;
 #ifndef RMS
-    for (int k = 0; k < len; ++k) m += ST_LD(1, xr, k);
+    float16 sv = (float16)0.0f;
+    for (int k = 0; k < nv; ++k) sv += ST_LDV(1, 16, xr + 16 * k);
+    m = hsum16(sv);
+    for (int k = 16 * nv; k < len; ++k) m += ST_LD(1, xr, k);
     m /= (float)len;
 #endif
-    float q = 0.0f;
-    for (int k = 0; k < len; ++k) {
+    float16 qv = (float16)0.0f;
+    for (int k = 0; k < nv; ++k) {
+        const float16 d = ST_LDV(1, 16, xr + 16 * k) - m;
+        qv += d * d;
+    }
+    float q = hsum16(qv);
+    for (int k = 16 * nv; k < len; ++k) {
         const float d = ST_LD(1, xr, k) - m;
         q += d * d;
     }
@@ -105,7 +121,20 @@ __kernel void layernorm(__global const ST_T(XH)* restrict x, __global const floa
     mean_out[r] = m;
     inv_out[r] = inv;
 #endif
-    for (int k = 0; k < len; ++k) {
+    int k0 = 0;
+#if XH || YH
+    /* half storage: 16 lanes converted at a time */
+    typedef float16 ln_f16u __attribute__((aligned(4)));
+    for (; k0 + 16 <= len; k0 += 16) {
+        const float16 v = (ST_LDV(XH, 16, xr + k0) - m) * inv * *(const __global ln_f16u*)(scale + k0);
+#ifdef HAS_BIAS
+        ST_STV(YH, 16, yr + k0, v + *(const __global ln_f16u*)(bias + k0));
+#else
+        ST_STV(YH, 16, yr + k0, v);
+#endif
+    }
+#endif
+    for (int k = k0; k < len; ++k) {
 #ifdef HAS_BIAS
         ST_ST(YH, yr, k, (ST_LD(XH, xr, k) - m) * inv * scale[k] + bias[k]);
 #else

@@ -311,13 +311,14 @@ def test_fused_matmul_gemv_with_half_bias():
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("length", [48, 50])
 @pytest.mark.parametrize("op", ["LayerNormalization", "RMSNormalization"])
-def test_layernorm_half_storage(op):
-    """norm.cl's layernorm on half x and y: mean and variance accumulated in float32, scale and
-    bias float32."""
+def test_layernorm_half_storage(op, length):
+    """norm.cl's layernorm on half x and y (16-lane runs and a tail): mean and variance
+    accumulated in float32, scale and bias float32."""
     rng = np.random.default_rng(9)
-    x = (2 + _half(rng, 6, 48)).astype(F16)
-    scale, bias = rng.standard_normal(48).astype(F32), rng.standard_normal(48).astype(F32)
+    x = (2 + _half(rng, 6, length)).astype(F16)
+    scale, bias = rng.standard_normal(length).astype(F32), rng.standard_normal(length).astype(F32)
     xf = x.astype(F32)
     if op == "LayerNormalization":
         node = helper.make_node(op, ["x", "s", "b"], ["y"], axis=-1, epsilon=1e-5)
