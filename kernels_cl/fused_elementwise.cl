@@ -125,6 +125,28 @@ inline float fused_at(const float X0, const float X1, const float X2, const floa
 #define FUSED_ROW_EXPR(j) fused_at(ST_LD(H0, p0, ROW_STEP(0, j)), ST_LD(H1, p1, ROW_STEP(1, j)), ST_LD(H2, p2, ROW_STEP(2, j)), ST_LD(H3, p3, ROW_STEP(3, j)))
 #endif
 
+#define FE_HALF (H0 || H1 || H2 || H3 || HY)
+#if FE_HALF
+/* Half storage: a whole run of ROW_VEC = 16 outputs as vectors (the per-element conversions of
+ * ROW_LOOP do not vectorise: decoder-sized rows 8x slower than float32). Operand k's run is one
+ * vector load (row stride 1), one broadcast element (0), or a gather (anything else). */
+#define FE_DEFINE_RUN(k)                                                                   \
+    inline float16 fe_run_##k(__global const X##k##T* p, const int j0, const int s) {      \
+        if (s == 1)                                                                        \
+            return ST_LDV(H##k, 16, p + j0);                                               \
+        if (s == 0)                                                                        \
+            return (float16)ST_LD(H##k, p, 0);                                             \
+        float t[16] __attribute__((aligned(64)));                                          \
+        for (int c = 0; c < 16; ++c)                                                       \
+            t[c] = ST_LD(H##k, p, (j0 + c) * s);                                           \
+        return *(const float16*)t;                                                         \
+    }
+FE_DEFINE_RUN(0)
+FE_DEFINE_RUN(1)
+FE_DEFINE_RUN(2)
+FE_DEFINE_RUN(3)
+#endif
+
 __kernel void fused_rows(__global const X0T* restrict x0, __global const X1T* restrict x1,
                          __global const X2T* restrict x2, __global const X3T* restrict x3,
                          __global YT* restrict y, const int inner, const int rows,
@@ -144,6 +166,23 @@ __kernel void fused_rows(__global const X0T* restrict x0, __global const X1T* re
     const __global X3T* restrict p3 = x3 + ro[3];
 #endif
     __global YT* restrict py = y + (long)row * inner;
+#if FE_HALF
+    if (j0 + ROW_VEC <= inner) {
+        const float16 X0 = fe_run_0(p0, j0, last[0]);
+#if NIN > 1
+        const float16 X1 = fe_run_1(p1, j0, last[1]);
+#endif
+#if NIN > 2
+        const float16 X2 = fe_run_2(p2, j0, last[2]);
+#endif
+#if NIN > 3
+        const float16 X3 = fe_run_3(p3, j0, last[3]);
+#endif
+        const float16 y_ = EXPR;
+        ST_STV(HY, 16, py + j0, y_);
+        return;
+    }
+#endif
     ROW_LOOP(j0, inner, ST_ST(HY, py, j, FUSED_ROW_EXPR(j)));
 }
 
