@@ -74,3 +74,35 @@ __kernel void roi_align(__global const T* x, __global const T* rois, __global co
 #endif
     y[i] = (T)acc;
 }
+
+/* MaxRoiPool: one work-item per output element (roi, c, ph, pw), as onnxruntime (Caffe's ROI
+ * pooling) computes it: the roi's corners rounded (half away from zero) after spatial_scale, at
+ * least 1 x 1; bin [floor(p * size / P), ceil((p + 1) * size / P)) clipped to the map; the max
+ * over it, 0 for an empty bin.
+ * args: X [N, C, H, W], rois [R, 5] (batch index, x1, y1, x2, y2) */
+__kernel void max_roi_pool(__global const T* x, __global const T* rois, __global T* y, const int R, const int C,
+                           const int H, const int W, const int PH, const int PW, const float scale, const int N) {
+    const int c = get_global_id(0), bin = get_global_id(1), r = get_global_id(2);
+    if (c >= C || bin >= PH * PW || r >= R) return;
+    const int ph = bin / PW, pw = bin - ph * PW;
+    __global const T* roi = rois + (long)r * 5;
+    const int b = (int)roi[0];
+    const int sw = (int)round((float)roi[1] * scale), sh = (int)round((float)roi[2] * scale);
+    const int ew = (int)round((float)roi[3] * scale), eh = (int)round((float)roi[4] * scale);
+    const int rh = max(eh - sh + 1, 1), rw = max(ew - sw + 1, 1);
+    const float bh = (float)rh / (float)PH, bw = (float)rw / (float)PW;
+    const int h0 = min(max((int)floor((float)ph * bh) + sh, 0), H);
+    const int h1 = min(max((int)ceil((float)(ph + 1) * bh) + sh, 0), H);
+    const int w0 = min(max((int)floor((float)pw * bw) + sw, 0), W);
+    const int w1 = min(max((int)ceil((float)(pw + 1) * bw) + sw, 0), W);
+    const long out = (((long)r * C + c) * PH + ph) * PW + pw;
+    if (h1 <= h0 || w1 <= w0 || b < 0 || b >= N) {
+        y[out] = (T)0;
+        return;
+    }
+    __global const T* xc = x + ((long)b * C + c) * H * W;
+    T m = xc[(long)h0 * W + w0];
+    for (int hh = h0; hh < h1; ++hh)
+        for (int ww = w0; ww < w1; ++ww) m = fmax(m, xc[(long)hh * W + ww]);
+    y[out] = m;
+}

@@ -188,3 +188,48 @@ def test_ssd_head_on_the_device_matches_onnxruntime(anchors, classes, per_class,
     for g_, want in zip(got, _ort(model, feeds)):
         np.testing.assert_array_equal(g_, want)
     assert {p.where for p in sess.placement} == {"opencl"}, sess.explain()
+
+
+def _max_roi_pool_numpy(x: np.ndarray, rois: np.ndarray, pooled: tuple, scale: float) -> np.ndarray:
+    """Caffe's ROI max pooling, as onnxruntime defines MaxRoiPool (rounding half away from zero)."""
+    n, c, h, w = x.shape
+    ph_n, pw_n = pooled
+    out = np.zeros((len(rois), c, ph_n, pw_n), x.dtype)
+    rnd = lambda v: int(np.sign(v) * np.floor(np.abs(v) + 0.5))  # noqa: E731
+    for r, roi in enumerate(rois):
+        b = int(roi[0])
+        sw, sh, ew, eh = (rnd(np.float32(v) * np.float32(scale)) for v in roi[1:])
+        rh, rw = max(eh - sh + 1, 1), max(ew - sw + 1, 1)
+        bh, bw = np.float32(rh) / np.float32(ph_n), np.float32(rw) / np.float32(pw_n)
+        for ph in range(ph_n):
+            h0 = min(max(int(np.floor(np.float32(ph) * bh)) + sh, 0), h)
+            h1 = min(max(int(np.ceil(np.float32(ph + 1) * bh)) + sh, 0), h)
+            for pw in range(pw_n):
+                w0 = min(max(int(np.floor(np.float32(pw) * bw)) + sw, 0), w)
+                w1 = min(max(int(np.ceil(np.float32(pw + 1) * bw)) + sw, 0), w)
+                if h1 > h0 and w1 > w0:
+                    out[r, :, ph, pw] = x[b, :, h0:h1, w0:w1].max(axis=(1, 2))
+    return out
+
+
+@pytest.mark.parametrize("pooled,scale", [((2, 2), 1.0), ((7, 5), 0.25)])
+def test_max_roi_pool_matches_onnxruntime_and_numpy(pooled, scale):
+    """MaxRoiPool on OpenCL (onnx.reference has no implementation): rois inside, across and
+    outside the map, corners at .5 after scaling (rounding away from zero), tiny and reversed
+    rois (at least 1 x 1), a second batch image."""
+    T = TensorProto
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 3, 24, 20)).astype(np.float32)
+    rois = np.array([[0, 0, 0, 19, 23], [1, 2.5, 3.5, 10.5, 12.5], [1, -8, -6, 4, 3], [0, 15, 18, 40, 50],
+                     [1, 6, 6, 6, 6], [0, 9, 9, 4, 3], [1, 30, 30, 40, 40]], np.float32)
+    rois[:, 1:] /= np.float32(scale)  # corners in the image's scale: at .5 after spatial_scale
+    node = helper.make_node("MaxRoiPool", ["x", "rois"], ["y"], pooled_shape=list(pooled), spatial_scale=scale)
+    g = helper.make_graph([node], "mrp", [helper.make_tensor_value_info("x", T.FLOAT, list(x.shape)),
+                                          helper.make_tensor_value_info("rois", T.FLOAT, list(rois.shape))],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [len(rois), 3, *pooled])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)])
+    feeds = {"x": x, "rois": rois}
+    sess = clglow.InferenceSession(model.SerializeToString(), clglow.SessionOptions(host_fallback=False))
+    (got,) = sess.run(None, feeds)
+    np.testing.assert_array_equal(got, _ort(model, feeds)[0])
+    np.testing.assert_array_equal(got, _max_roi_pool_numpy(x, rois, pooled, scale))

@@ -1,4 +1,4 @@
-"""Lowering of RoiAlign (opset 10, 16, 22) to OpenCL (see lower/base.py).
+"""Lowering of RoiAlign (opset 10, 16, 22) and MaxRoiPool to OpenCL (see lower/base.py).
 
 One work-item per output element (roialign.cl) samples its bin as onnx.reference and onnxruntime
 do: mode avg or max (the largest weighted tap, their definition), coordinate_transformation_mode
@@ -62,3 +62,29 @@ def lower_roi_align(ctx: LowerCtx) -> list:
     args = [ctx.buf(0), ctx.buf(1), ctx.buf(2), ctx.out(0), i32(r), i32(c), i32(h), i32(w), i32(ph), i32(pw),
             i32(ctx.attr("sampling_ratio", 0)), f32(ctx.attr("spatial_scale", 1.0)), i32(n)]
     return [Launch("roialign", "roi_align", g, args, l, defines, ctx.label())]
+
+
+def _supports_max_roi_pool(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    return check_dtypes(node, graph, floats(target), inputs=[0, 1])
+
+
+@device_op("MaxRoiPool", supports=_supports_max_roi_pool)
+def lower_max_roi_pool(ctx: LowerCtx) -> list:
+    """MaxRoiPool (Caffe's ROI pooling, as onnxruntime runs it; onnx.reference has none)."""
+    x, rois, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    check_int32_sizes(ctx)
+    if len(x.shape) != 4:
+        raise InvalidModel(f"MaxRoiPool X of shape {x.shape}; [N, C, H, W] required", node=ctx.label(), tensor=x.name)
+    if len(rois.shape) != 2 or int(rois.shape[1]) != 5:
+        raise InvalidModel(f"MaxRoiPool rois of shape {rois.shape}; [num_rois, 5] required", node=ctx.label(),
+                           tensor=rois.name)
+    if np.dtype(rois.dtype) != np.dtype(x.dtype):
+        raise InvalidModel("MaxRoiPool rois dtype differs from X", node=ctx.label(), tensor=rois.name)
+    n, c, h, w = (int(d) for d in x.shape)
+    r, ph, pw = int(out.shape[0]), int(out.shape[2]), int(out.shape[3])
+    g, l = grid(ctx.device, (c, ph * pw, r), (64, 1, 1))
+    args = [ctx.buf(0), ctx.buf(1), ctx.out(0), i32(r), i32(c), i32(h), i32(w), i32(ph), i32(pw),
+            f32(ctx.attr("spatial_scale", 1.0)), i32(n)]
+    return [Launch("roialign", "max_roi_pool", g, args, l, type_defines(T=x.dtype), ctx.label())]
