@@ -149,52 +149,10 @@ inline void phase_row(__global float* restrict d, const __global float* restrict
         d[xx] = 0.0f;
 }
 
-/* The operand of an implicit-GEMM convolution (gemm.cl implicit flag): X zero-padded and split
- * into phase images (py, px) < (NPY, NPX) <= (SH, SW), the ones some tap reads, so that every
- * tap of a strided conv reads a plain shifted row:
- *   dst[z*dst_s + (ci*NPH + p)*HPH*WPH + yy*WPH + xx] = X[ci][yy*SH + py - PH][xx*SW + px - PW]
- * (p = py*NPX + px, NPH = NPY*NPX; 0 outside X). A stride-1 conv has one phase: X with a zero
- * border; a strided 1x1 conv one too: X subsampled.
- * Rows are WPH apart with no gap: a GEMM row that runs past a row's end wraps into the next
- * row's left padding (conv.py phase_geometry makes that read zeros), and HPH includes one
- * extra bottom row for the last row's wrap.
- * Each work-item writes RB rows of one (channel, phase) plane; gsize = (ceil(HPH / RB),
- * Cin*NPH rounded up to the group, images), groups of 16 planes (pocl pays per group). The
- * rows are written whole every run, so the scratch holds no stale values. */
-#define RB 8
-__kernel void conv_phases(__global const float* restrict X, int offX, int sX1, int Cin, int H, int W,
-                          __global float* restrict dst, int dst_s, int HPH, int WPH,
-                          int SH, int SW, int PH, int PW, int NPY, int NPX)
-{
-    const int y0 = get_global_id(0) * RB;
-    const int cp = get_global_id(1);
-    const int z = get_global_id(2);
-    const int nph = NPY * NPX;  /* the phases some tap reads: py < NPY, px < NPX */
-    if (cp >= Cin * nph)
-        return;
-    const int ci = cp / nph;
-    const int p = cp - ci * nph;
-    const int py = p / NPX;
-    const int px = p - py * NPX;
-    const __global float* xc = X + offX + z * sX1 + ci * H * W;
-    __global float* d = dst + z * dst_s + cp * HPH * WPH;
-    /* Columns xx with 0 <= xx*SW + px - PW < W come from X, [lo, hi); the others are padding:
-     * the same for every row of the plane, so worked out once per work-item instead of per row
-     * (alone, hot, alternating: 20-25% faster for ResNet-50's 28x28 and 56x56 strided inputs,
-     * 9-11% for the stem's). */
-    const int lo = min(WPH, max(0, (PW - px + SW - 1) / SW));
-    const int last = W - 1 + PW - px;  /* xx <= last / SW reads inside X */
-    const int hi = last < 0 ? lo : max(lo, min(WPH, last / SW + 1));
-    const int s0 = lo * SW + px - PW;
-    const int y1 = min(HPH, y0 + RB);
-    for (int yy = y0; yy < y1; ++yy)
-        phase_row(d + yy * WPH, xc, yy * SH + py - PH, H, W, WPH, SW, s0, lo, hi);
-}
-
 /* One input row into the rows of its two column phases (SW = 2): column c goes to phase
  * p = (c + PW) & 1 at xx = (c + PW - p) / 2, the phases' padding columns [0, lo_p) and
  * [hi_p, WPH) are zeroed. Per 16 columns, the even lanes of two loads one column apart, one
- * 8-wide store into each phase: the row is read once for both (see conv_phases2). (The odd
+ * 8-wide store into each phase: the row is read once for both (see phase_rows_pair). (The odd
  * lanes of one load would do, but Oclgrind's checker reports their store as uninitialised.) */
 inline void phase_row_pair(__global float* restrict d0, __global float* restrict d1, const __global float* restrict xr,
                            bool in, int W, int WPH, int PW, int lo0, int hi0, int lo1, int hi1)
@@ -227,26 +185,29 @@ inline void phase_row_pair(__global float* restrict d0, __global float* restrict
     }
 }
 
-/* conv_phases for a conv whose taps read both column phases of stride 2 (NPX = 2, SW = 2: the
- * usual 3x3/2, the 7x7/2 stem): one work-item writes RB rows of the two planes (ci, py, 0) and
- * (ci, py, 1) from one read of each input row, where conv_phases reads it once per phase and
- * keeps half of each load. Same layout and arguments; gsize = (ceil(HPH / RB), Cin*NPY rounded
- * up to the group, images). */
-__kernel void conv_phases2(__global const float* restrict X, int offX, int sX1, int Cin, int H, int W,
-                           __global float* restrict dst, int dst_s, int HPH, int WPH,
-                           int SH, int SW, int PH, int PW, int NPY, int NPX)
+/* The operand of an implicit-GEMM convolution (gemm.cl implicit flag): X zero-padded and split
+ * into phase images (py, px) < (NPY, NPX) <= (SH, SW), the ones some tap reads, so that every
+ * tap of a strided conv reads a plain shifted row:
+ *   dst[z*dst_s + (ci*NPH + p)*HPH*WPH + yy*WPH + xx] = X[ci][yy*SH + py - PH][xx*SW + px - PW]
+ * (p = py*NPX + px, NPH = NPY*NPX; 0 outside X). A stride-1 conv has one phase: X with a zero
+ * border; a strided 1x1 conv one too: X subsampled.
+ * Rows are WPH apart with no gap: a GEMM row that runs past a row's end wraps into the next
+ * row's left padding (conv.py phase_geometry makes that read zeros), and HPH includes one
+ * extra bottom row for the last row's wrap.
+ * Each work-item writes RB rows of one (channel, phase) plane, or with SW = NPX = 2 of the two
+ * column phases' planes (phase_rows_pair); gsize = (ceil(HPH / RB), Cin*NPH (Cin*NPY with
+ * SW = NPX = 2) rounded up to the group, images), groups of 16 (pocl pays per group). The
+ * rows are written whole every run, so the scratch holds no stale values. */
+#define RB 8
+/* The RB rows from y0 of the planes (ci, py, 0) and (ci, py, 1) of a conv whose taps read both
+ * column phases of stride 2 (NPX = 2, SW = 2: the usual 3x3/2, the 7x7/2 stem), from one read
+ * of each input row, where one plane at a time reads each row once per phase and keeps half of
+ * every load (see conv_phases). */
+inline void phase_rows_pair(const __global float* restrict xc, __global float* restrict d0, int py, int y0, int H,
+                            int W, int HPH, int WPH, int SH, int PH, int PW)
 {
-    const int y0 = get_global_id(0) * RB;
-    const int cq = get_global_id(1);
-    const int z = get_global_id(2);
-    if (cq >= Cin * NPY)
-        return;
-    const int ci = cq / NPY;
-    const int py = cq - ci * NPY;
-    const __global float* xc = X + offX + z * sX1 + ci * H * W;
-    __global float* d0 = dst + z * dst_s + (ci * NPY * 2 + py * 2) * HPH * WPH;
     __global float* d1 = d0 + HPH * WPH;
-    /* the data columns [lo, hi) of each phase, as conv_phases computes them */
+    /* the data columns [lo, hi) of each phase, as conv_phases computes them for one plane */
     const int lo0 = min(WPH, (PW + 1) / 2), lo1 = min(WPH, max(0, PW / 2));
     const int hi0 = max(lo0, min(WPH, (W - 1 + PW) / 2 + 1));
     const int hi1 = W - 1 + PW - 1 < 0 ? lo1 : max(lo1, min(WPH, (W - 2 + PW) / 2 + 1));
@@ -256,6 +217,43 @@ __kernel void conv_phases2(__global const float* restrict X, int offX, int sX1, 
         const bool in = iy >= 0 && iy < H;
         phase_row_pair(d0 + yy * WPH, d1 + yy * WPH, xc + (in ? iy : 0) * W, in, W, WPH, PW, lo0, hi0, lo1, hi1);
     }
+}
+
+__kernel void conv_phases(__global const float* restrict X, int offX, int sX1, int Cin, int H, int W,
+                          __global float* restrict dst, int dst_s, int HPH, int WPH,
+                          int SH, int SW, int PH, int PW, int NPY, int NPX)
+{
+    const int y0 = get_global_id(0) * RB;
+    const int cp = get_global_id(1);
+    const int z = get_global_id(2);
+    const int nph = NPY * NPX;  /* the phases some tap reads: py < NPY, px < NPX */
+    if (SW == 2 && NPX == 2) {  /* cp = ci * NPY + py: both column phases at once */
+        if (cp < Cin * NPY) {
+            const int ci = cp / NPY;
+            phase_rows_pair(X + offX + z * sX1 + ci * H * W, dst + z * dst_s + (cp * 2) * HPH * WPH,
+                            cp - ci * NPY, y0, H, W, HPH, WPH, SH, PH, PW);
+        }
+        return;
+    }
+    if (cp >= Cin * nph)
+        return;
+    const int ci = cp / nph;
+    const int p = cp - ci * nph;
+    const int py = p / NPX;
+    const int px = p - py * NPX;
+    const __global float* xc = X + offX + z * sX1 + ci * H * W;
+    __global float* d = dst + z * dst_s + cp * HPH * WPH;
+    /* Columns xx with 0 <= xx*SW + px - PW < W come from X, [lo, hi); the others are padding:
+     * the same for every row of the plane, so worked out once per work-item instead of per row
+     * (alone, hot, alternating: 20-25% faster for ResNet-50's 28x28 and 56x56 strided inputs,
+     * 9-11% for the stem's). */
+    const int lo = min(WPH, max(0, (PW - px + SW - 1) / SW));
+    const int last = W - 1 + PW - px;  /* xx <= last / SW reads inside X */
+    const int hi = last < 0 ? lo : max(lo, min(WPH, last / SW + 1));
+    const int s0 = lo * SW + px - PW;
+    const int y1 = min(HPH, y0 + RB);
+    for (int yy = y0; yy < y1; ++yy)
+        phase_row(d + yy * WPH, xc, yy * SH + py - PH, H, W, WPH, SW, s0, lo, hi);
 }
 
 /* Pack the rows of row-major matrices (a live GEMM A: rows s_m apart, k contiguous) into panels

@@ -204,10 +204,12 @@ def padded_output(ctx: LowerCtx, geom: ConvGeometry) -> tuple:
 
 def phase_kernel(sw: int, nw: int) -> tuple:
     """(im2col.cl kernel, phase planes per work-item) that splits X into phase images: both column
-    phases of a stride-2 conv from one read of each input row (conv_phases2; A/B in turns on pocl
-    under load, medians of 40: ResNet-50's 56 -> 28 3x3/2 input 0.114 -> 0.081 ms, its 28 -> 14
-    0.100 -> 0.076 ms, the 224 x 224 stem 0.024 -> 0.021 ms), else one plane each."""
-    return ("conv_phases2", 2) if sw == 2 and nw == 2 else ("conv_phases", 1)
+    phases of a stride-2 conv from one read of each input row (conv_phases' phase_rows_pair; A/B
+    in turns on pocl under load, medians of 40: ResNet-50's 56 -> 28 3x3/2 input 0.114 -> 0.081
+    ms, its 28 -> 14 0.100 -> 0.076 ms, the 224 x 224 stem 0.024 -> 0.021 ms), else one plane
+    each. One kernel for both: each kernel's first launch generates its code at a cold start
+    (0.2-0.4 s each on pocl under load)."""
+    return ("conv_phases", 2) if sw == 2 and nw == 2 else ("conv_phases", 1)
 
 
 def phase_pieces(ctx: LowerCtx, geom: ConvGeometry, slack: int, offer: bool = True) -> Iterator[tuple]:

@@ -483,7 +483,7 @@ def test_implicit_conv(x_shape, w_shape, attrs):
     oh, ow = geom[2:4]
     names = [l.kernel for l in lower(node, {"x": x}, {"w": w, "b": b},
                                      {"y": ((x_shape[0], w_shape[0], oh, ow), np.float32)}, device=dev)]
-    assert {"conv_phases", "conv_phases2"} & set(names) and "im2col" not in names, names
+    assert "conv_phases" in names and "im2col" not in names, names
     check(node, {"x": x}, {"w": w, "b": b}, device=dev)
 
 
@@ -501,9 +501,10 @@ PHASE_SPLITS = [  # (x shape, kh, kw, strides, pads, dilations): X split into th
 @pytest.mark.parametrize("x_shape,kh,kw,strides,pads,dil", PHASE_SPLITS,
                          ids=[str(i) for i in range(len(PHASE_SPLITS))])
 def test_phase_images(x_shape, kh, kw, strides, pads, dil):
-    """conv_phases / conv_phases2 (as conv_gemm.phase_kernel picks) write every phase image the
-    implicit GEMM reads: X[ci][yy*SH + py - PH][xx*SW + px - PW], zeros outside X, padding
-    columns and the extra bottom row included (numpy oracle; the scratch starts as NaNs)."""
+    """conv_phases (a plane per work-item, or both column phases: conv_gemm.phase_kernel) writes
+    every phase image the implicit GEMM reads: X[ci][yy*SH + py - PH][xx*SW + px - PW], zeros
+    outside X, padding columns and the extra bottom row included (numpy oracle; the scratch
+    starts as NaNs)."""
     from clglow.lower.base import Launch, i32, round_up
 
     n, c, h, w = x_shape
@@ -521,7 +522,7 @@ def test_phase_images(x_shape, kh, kw, strides, pads, dil):
                     if 0 <= iy < h and 0 <= ix < w:
                         want[:, :, py, px, yy, xx] = x[:, :, iy, ix]
     kernel, per_item = conv_gemm.phase_kernel(strides[1], nw)
-    assert (kernel == "conv_phases2") == (strides[1] == 2 and nw == 2)
+    assert (per_item == 2) == (strides[1] == 2 and nw == 2)
     per_img = c * nh * nw * hph * wph
     args = [Buf("x"), i32(0), i32(c * h * w), i32(c), i32(h), i32(w), Buf("y"), i32(per_img), i32(hph), i32(wph),
             *(i32(v) for v in (*strides, *pads, nh, nw))]
