@@ -23,10 +23,16 @@ from test_oclgrind import oclgrind_env, pytest_args, run_checked  # noqa: E402,F
 pytestmark = [pytest.mark.oclgrind, pytest.mark.slow]
 
 CASES = ("storage_conversions or matmul_half_storage or binary_half or unary_half or moves_and_select "
-         "or softmax_half_storage or layernorm_half")
+         "or softmax_half_storage")
 
 
 @pytest.mark.parametrize("family", ["cpu", "gpu"])
 def test_half_storage_kernels(oclgrind_env, family):  # noqa: F811
     cases = f"({CASES}) and not matmul and not softmax" if family == "gpu" else f"({CASES}) and not 37-50"
     run_checked(dict(oclgrind_env, CLGLOW_TARGET=family), pytest_args("tests/test_precision.py") + ["-k", cases])
+
+
+def test_half_storage_layernorm(oclgrind_env):  # noqa: F811
+    """Bounds and races: Oclgrind's uninitialised-value checker segfaults in norm.cl's layernorm,
+    the float32 one too (its 16-lane row sums), as in global_pool."""
+    run_checked(oclgrind_env, pytest_args("tests/test_precision.py") + ["-k", "layernorm_half"], uninitialized=False)
