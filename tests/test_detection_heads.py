@@ -25,7 +25,8 @@ def test_folded_constant_output_under_zero_copy():
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64]),
                            helper.make_tensor_value_info("c", TensorProto.FLOAT, [64])])
-    sess = clglow.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    sess = clglow.InferenceSession(model.SerializeToString())
     x = np.arange(64, dtype=np.float32)
     for _ in range(2):
         y, c = sess.run(None, {"x": x})
@@ -57,7 +58,8 @@ def _topk_of_count_model(n: int, cap: int) -> object:
                           [helper.make_tensor_value_info("top", T.FLOAT, ["k"]),
                            helper.make_tensor_value_info("idx", T.INT64, ["k"]),
                            helper.make_tensor_value_info("picked", T.FLOAT, ["k", 4])],
-                          [helper.make_tensor("half", T.FLOAT, [], [0.5]), helper.make_tensor("cap", T.INT64, [1], [cap])])
+                          [helper.make_tensor("half", T.FLOAT, [], [0.5]),
+                           helper.make_tensor("cap", T.INT64, [1], [cap])])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 

@@ -58,9 +58,19 @@ def lower_roi_align(ctx: LowerCtx) -> list:
         defines["HALF"] = None
     n, c, h, w = (int(d) for d in x.shape)
     ph, pw = int(out.shape[2]), int(out.shape[3])
-    g, l = grid(ctx.device, (c, ph * pw, r), (64, 1, 1))
+    g, l = grid(ctx.device, (ph * pw, c, r), (64, 1, 1))
+    sampling, scale = int(ctx.attr("sampling_ratio", 0)), f32(ctx.attr("spatial_scale", 1.0))
+    if sampling > 0:  # the taps found once per (roi, bin, sample), weighed per channel
+        taps = r * ph * pw * sampling * sampling
+        pos, wt = ctx.scratch(16 * taps), ctx.scratch(4 * np.dtype(x.dtype).itemsize * taps)
+        d = {**defines, "SR": sampling}
+        tg, tl = grid(ctx.device, (taps,), (64,))
+        return [Launch("roialign", "roi_align_taps", tg, [ctx.buf(1), pos, wt, i32(r), i32(h), i32(w), i32(ph),
+                                                          i32(pw), scale], tl, d, ctx.label()),
+                Launch("roialign", "roi_align_sum", g, [ctx.buf(0), ctx.buf(2), pos, wt, ctx.out(0), i32(r), i32(c),
+                                                        i32(h), i32(w), i32(ph), i32(pw), i32(n)], l, d, ctx.label())]
     args = [ctx.buf(0), ctx.buf(1), ctx.buf(2), ctx.out(0), i32(r), i32(c), i32(h), i32(w), i32(ph), i32(pw),
-            i32(ctx.attr("sampling_ratio", 0)), f32(ctx.attr("spatial_scale", 1.0)), i32(n)]
+            i32(sampling), scale, i32(n)]
     return [Launch("roialign", "roi_align", g, args, l, defines, ctx.label())]
 
 

@@ -28,7 +28,8 @@ def _rois(r: int, h: int, w: int) -> np.ndarray:
 
 @pytest.mark.parametrize("mode", ["avg", "max"])
 @pytest.mark.parametrize("ctm", ["half_pixel", "output_half_pixel"])
-@pytest.mark.parametrize("sampling,scale,out_hw", [(0, 1.0, (3, 3)), (2, 0.5, (5, 4)), (0, 0.25, (2, 6))])
+@pytest.mark.parametrize("sampling,scale,out_hw", [(0, 1.0, (3, 3)), (2, 0.5, (5, 4)), (0, 0.25, (2, 6)),
+                                                   (3, 0.5, (4, 4))])
 def test_roi_align(mode, ctm, sampling, scale, out_hw):
     x = RNG.standard_normal((2, 3, 10, 12)).astype(np.float32)
     rois = _rois(5, int(10 / scale), int(12 / scale))
