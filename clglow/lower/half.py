@@ -33,7 +33,8 @@ def has_half(ctx: LowerCtx) -> bool:
 
 
 def lower_as_float(ctx: LowerCtx, lower: Callable[[LowerCtx], list]) -> list:
-    """`lower` on a view of `ctx` whose half tensors are float32, with the conversions around it."""
+    """`lower` on a view of `ctx` whose half tensors are float32, with the conversions around it.
+    The view allocates the scratch slots from here on: call it as the lowering's last step."""
     before: list = []
     fctx = copy.copy(ctx)
     fctx.inputs, fctx.outputs = list(ctx.inputs), list(ctx.outputs)
@@ -47,14 +48,13 @@ def lower_as_float(ctx: LowerCtx, lower: Callable[[LowerCtx], list]) -> list:
         if c is not None:  # read in place (a bias): a float32 copy uploaded with the plan
             ins[i] = ctx.const_buffer(c.astype(np.float32), key=f"{ctx.node.inputs[i]}@{id(c):x}#f32")
         elif t.size:
-            ins[i] = ctx.scratch(4 * t.size)
+            ins[i] = fctx.scratch(4 * t.size)  # the copy's slots: the lowering's follow them
             before.append(half_cast_launch(ctx, ctx.buf(i), ins[i], t.size, to_half=False))
     outs: dict = {}
     for j, t in enumerate(ctx.outputs):
         if np.dtype(t.dtype) == F16:
             fctx.outputs[j] = TensorInfo(t.name, F32, t.shape)
-            outs[j] = ctx.scratch(4 * max(t.size, 1))
-    fctx._scratch_slots = ctx._scratch_slots
+            outs[j] = fctx.scratch(4 * max(t.size, 1))
 
     def const(i: int):
         c = ctx.const(i)
@@ -64,7 +64,6 @@ def lower_as_float(ctx: LowerCtx, lower: Callable[[LowerCtx], list]) -> list:
     fctx.buf = lambda i: ins.get(i) or Buf(ctx.node.inputs[i])
     fctx.out = lambda j=0: outs.get(j) or Buf(ctx.node.outputs[j])
     launches = before + lower(fctx)
-    ctx._scratch_slots = fctx._scratch_slots
     for j, s in outs.items():
         if ctx.outputs[j].size:
             launches.append(half_cast_launch(ctx, s, ctx.out(j), ctx.outputs[j].size, to_half=True))
