@@ -92,11 +92,20 @@
 #endif
 #if B_CONV
 /* The conv's shapes: input H x W, KH x KW taps (KHW = KH*KW) with strides, begin pads and
- * dilations; OW output columns. */
-#define CONV_ARGS , int cH, int cW, int cKW, int cKHW, int cOW, int cSH, int cSW, int cPH, int cPW, int cDH, int cDW
-/* Each work-item stages the same B columns at every k-step (element e = tid + i*THREADS of the
- * KWG x NWG slice, N fastest): their top-left input coordinates are computed once. */
-#define BPT ((KWG * NWG + THREADS - 1) / THREADS)
+ * dilations; OW output columns; the float reciprocals of KW, KHW and OW (DIV_BY's). */
+#define CONV_ARGS , int cH, int cW, int cKW, int cKHW, int cOW, int cSH, int cSW, int cPH, int cPW, int cDH, int cDW, \
+    float cInvKW, float cInvKHW, float cInvOW
+/* a / d for 0 <= a < 2^22 from inv = 1 / d rounded to float: (a + 0.5) / d lies at least 0.5 / d
+ * from an integer, and the two roundings move it by less than (a + 0.5) / d * 2^-23 < 0.5 / d, so
+ * the truncation is the quotient (lower/gpu_conv.py takes K and N below 2^22). No integer
+ * division: a multiply on a GPU, and no LLVM `freeze` (which stops Oclgrind's uninitialised-value
+ * checker) from a division paired with its remainder. */
+#define DIV_BY(a, inv) ((int)(((float)(a) + 0.5f) * (inv)))
+/* Each work-item stages one column of every KWG x NWG slice of B (rows THREADS / NWG apart), so
+ * its output pixel's top-left input coordinates are computed once. */
+#if THREADS % NWG
+#error "B_CONV: the work-group's THREADS must be a multiple of NWG (whole columns per work-item)"
+#endif
 #define CONV_OUTSIDE (-(1 << 28)) /* a column past N: every tap row reads as padding */
 #else
 #define CONV_ARGS
@@ -194,14 +203,9 @@ void xgemm(
         for (int j = 0; j < NWI; ++j)
             acc[i][j] = 0.0f;
 #if B_CONV
-    int iy0[BPT], ix0[BPT];
-#pragma unroll
-    for (int i = 0; i < BPT; ++i) {
-        const int gn = n0 + (tid + i * THREADS) % NWG;
-        const int oh = gn / cOW;
-        iy0[i] = gn < N ? oh * cSH - cPH : CONV_OUTSIDE;
-        ix0[i] = (gn - oh * cOW) * cSW - cPW;
-    }
+    const int bk = DIV_BY(tid, 1.0f / NWG), bn = tid - bk * NWG; /* this work-item's first row, column */
+    const int gn = n0 + bn, oh = DIV_BY(gn, cInvOW);
+    const int iy0 = gn < N ? oh * cSH - cPH : CONV_OUTSIDE, ix0 = (gn - oh * cOW) * cSW - cPW;
 #endif
 
     for (int k0 = 0; k0 < K; k0 += KWG) {
@@ -217,21 +221,17 @@ void xgemm(
         }
 #if B_CONV
 #pragma unroll
-        for (int i = 0; i < BPT; ++i) {
-            const int e = tid + i * THREADS;
-            if (BPT * THREADS == KWG * NWG || e < KWG * NWG) {
-                const int kk = e / NWG, nn = e - kk * NWG;
-                const int gk = k0 + kk;
-                float v = 0.0f;
-                if (gk < K) {
-                    const int ci = gk / cKHW, r = gk - ci * cKHW;
-                    const int th = r / cKW;
-                    const int iy = iy0[i] + th * cDH, ix = ix0[i] + (r - th * cKW) * cDW;
-                    if (iy >= 0 && iy < cH && ix >= 0 && ix < cW)
-                        v = pb[(ci * cH + iy) * cW + ix];
-                }
-                Bl[kk * LDBL + nn] = v;
+        for (int kk = bk; kk < KWG; kk += THREADS / NWG) {
+            const int gk = k0 + kk;
+            float v = 0.0f;
+            if (gk < K) {
+                const int ci = DIV_BY(gk, cInvKHW), r = gk - ci * cKHW;
+                const int th = DIV_BY(r, cInvKW);
+                const int iy = iy0 + th * cDH, ix = ix0 + (r - th * cKW) * cDW;
+                if (iy >= 0 && iy < cH && ix >= 0 && ix < cW)
+                    v = pb[(ci * cH + iy) * cW + ix];
             }
+            Bl[kk * LDBL + bn] = v;
         }
 #else
         for (int e = tid; e < NWG * KWG; e += THREADS) {

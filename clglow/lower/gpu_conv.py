@@ -9,8 +9,9 @@ so a conv of any stride, dilation and groups is one launch with the weights read
 ([Cout/G, Cin/G*KH*KW] per group) and the epilogue (bias, residual, activation) of every GEMM.
 
 Its tile is a point of xgemm's search space (`gpu_gemm.search_space`: work-group size and local
-memory within the device's limits), chosen per conv shape by the tunable family "xgemm_conv"
-(lower/tunable.py: the tuning database's entry for the conv's geometry, else xgemm's default).
+memory within the device's limits; `gathers`: whole B columns per work-item), chosen per conv
+shape by the tunable family "xgemm_conv" (lower/tunable.py: the tuning database's entry for the
+conv's geometry, else xgemm's default).
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from ..target import Target
 from .base import Buf, Launch, LowerCtx
 from .common import ConvGeometry
 from .gemm_kernel import Bias, Operand
-from .gpu_gemm import ConvGather, XgemmConfig, search_space, tiled_launch, xgemm_applicable, xgemm_config
+from .gpu_gemm import (MAX_GATHER_INDEX, SEARCH_SPACE, ConvGather, XgemmConfig, search_space, tiled_launch,
+                       xgemm_applicable, xgemm_config)
 from .tunable import Family, Params, ShapeKey, choose, register
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,7 +38,22 @@ def implicit_applicable(c: "ConvCase") -> Optional[str]:
         return why
     if not isinstance(c.geom, ConvGeometry):
         return "not a 1-D or 2-D conv"
+    if not gather_space(c.target):
+        return "no xgemm configuration the device runs stages whole B columns per work-item"
+    if max(c.geom.kk, c.geom.npix) >= MAX_GATHER_INDEX:
+        return f"K or N of {MAX_GATHER_INDEX} or more (the gather's index arithmetic is exact below)"
     return "a 1x1 stride-1 unpadded conv (xgemm pointwise reads X in place)" if c.geom.pointwise else None
+
+
+def gathers(cfg: XgemmConfig) -> bool:
+    """Whether xgemm.cl's B_CONV staging runs on `cfg`: whole B columns per work-item (its
+    work-group a multiple of NWG; every point of SEARCH_SPACE is)."""
+    return cfg.threads % cfg.nwg == 0
+
+
+def gather_space(target: Target) -> List[XgemmConfig]:
+    """The configurations of xgemm's search space that the device runs and that gather B."""
+    return [c for c in search_space(target) if gathers(c)]
 
 
 def gather(g: ConvGeometry) -> ConvGather:
@@ -74,14 +91,16 @@ def conv_key(g: ConvGeometry) -> ShapeKey:
 
 
 def _space(target: Target, key: ShapeKey = ()) -> List[Params]:
-    first = xgemm_config(target)
-    out = [{"cfg": first.as_tuple()}] if first is not None else []
-    return out + [{"cfg": c.as_tuple()} for c in search_space(target) if {"cfg": c.as_tuple()} not in out]
+    first = _default(target, key)
+    return [first] + [{"cfg": c.as_tuple()} for c in gather_space(target) if {"cfg": c.as_tuple()} != first]
 
 
 def _default(target: Target, key: ShapeKey) -> Params:
+    """xgemm's configuration for the device (its tuned one) when it gathers, else the first that does."""
     cfg = xgemm_config(target)
-    return {"cfg": (cfg if cfg is not None else search_space(target)[0]).as_tuple()}
+    if cfg is None or not gathers(cfg):
+        cfg = (gather_space(target) or list(SEARCH_SPACE))[0]
+    return {"cfg": cfg.as_tuple()}
 
 
 def _bench(target: Target, key: ShapeKey, p: Params) -> Tuple[Launch, dict]:
@@ -107,7 +126,8 @@ def tuned_conv_config(target: Target, g: ConvGeometry, label: str = "") -> Xgemm
     xgemm's default (callers check `implicit_applicable` first: some configuration fits)."""
     def ok(p: Params) -> bool:
         try:
-            return XgemmConfig.from_tuple(p["cfg"]).why_not(target) is None
+            cfg = XgemmConfig.from_tuple(p["cfg"])
+            return cfg.why_not(target) is None and gathers(cfg)
         except (KeyError, TypeError, ValueError):
             return False
 
@@ -115,4 +135,5 @@ def tuned_conv_config(target: Target, g: ConvGeometry, label: str = "") -> Xgemm
     return XgemmConfig.from_tuple(p["cfg"])
 
 
-__all__ = ["implicit_applicable", "implicit_launch", "lower_implicit", "tuned_conv_config", "XGEMM_CONV_FAMILY"]
+__all__ = ["gathers", "gather_space", "implicit_applicable", "implicit_launch", "lower_implicit", "tuned_conv_config",
+           "XGEMM_CONV_FAMILY"]

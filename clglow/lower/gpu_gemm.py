@@ -175,9 +175,15 @@ class ConvGather:
     dw: int = 1
 
     def args(self) -> list:
-        """The kernel's trailing CONV_ARGS, in its order."""
-        return [i32(v) for v in (self.h, self.w, self.kw, self.kh * self.kw, self.ow, self.sh, self.sw, self.ph,
-                                 self.pw, self.dh, self.dw)]
+        """The kernel's trailing CONV_ARGS, in its order (the divisors' float reciprocals last:
+        xgemm.cl's DIV_BY, exact below MAX_GATHER_INDEX)."""
+        ints = (self.h, self.w, self.kw, self.kh * self.kw, self.ow, self.sh, self.sw, self.ph, self.pw, self.dh,
+                self.dw)
+        return [i32(v) for v in ints] + [f32(1.0 / d) for d in (self.kw, self.kh * self.kw, self.ow)]
+
+
+# xgemm.cl's B_CONV divides K and N indices by float reciprocals (DIV_BY): exact below 2^22.
+MAX_GATHER_INDEX = 1 << 22
 
 
 def xgemm_defines(cfg: XgemmConfig, *, a_kfast: bool, b_nfast: bool, b_panel: bool, act_code: int = 0,
@@ -298,5 +304,5 @@ def tuned_xgemm(target: Target, key: ShapeKey, label: str = "") -> Optional[Xgem
     return XgemmConfig.from_tuple(p["cfg"])
 
 
-__all__ = ["ConvGather", "XgemmConfig", "tuned_xgemm", "XGEMM_FAMILY", "SEARCH_SPACE", "search_space", "xgemm_config",
-           "xgemm_applicable", "xgemm_defines", "xgemm_launch", "tiled_launch"]
+__all__ = ["ConvGather", "MAX_GATHER_INDEX", "XgemmConfig", "tuned_xgemm", "XGEMM_FAMILY", "SEARCH_SPACE",
+           "search_space", "xgemm_config", "xgemm_applicable", "xgemm_defines", "xgemm_launch", "tiled_launch"]

@@ -87,6 +87,33 @@ def test_implicit_conv(xs, ws, attrs):
     check(node, feeds, consts, device=gpu_local())
 
 
+def test_gather_division_is_exact_below_its_bound():
+    """xgemm.cl's DIV_BY(a, 1/d) = int((float(a) + 0.5f) * float32(1/d)) in float32 arithmetic (IEEE,
+    as OpenCL's +, * and conversions are) equals a // d for a < MAX_GATHER_INDEX: both ends of the
+    range, divisors of taps, tap counts and output widths (numpy's float32 ops round as the device's)."""
+    from clglow.lower.gpu_gemm import MAX_GATHER_INDEX
+
+    top = MAX_GATHER_INDEX
+    a = np.concatenate([np.arange(0, 1 << 16), np.arange(top - (1 << 16), top)]).astype(np.int64)
+    for d in list(range(1, 65)) + [9 * c for c in (3, 16, 17, 64, 512, 2048)] + [25, 49, 112, 224, 1000, 4095, 65537]:
+        inv = np.float32(1.0 / d)
+        q = ((a.astype(np.float32) + np.float32(0.5)) * inv).astype(np.int64)
+        assert (q == a // d).all(), (d, a[q != a // d][:5])
+
+
+def test_implicit_conv_refused_past_the_index_bound():
+    from clglow.config import PlanOptions
+    from clglow.lower.common import Epilogue
+    from clglow.lower.conv import ConvCase
+    from clglow.lower.gpu_conv import implicit_applicable
+
+    def why(g: ConvGeometry):
+        return implicit_applicable(ConvCase(gpu_local(), PlanOptions(), g, Epilogue(""), True))
+
+    assert why(_geom((1, 8, 64, 64), (8, 8, 3, 3), pad=1)) is None
+    assert why(_geom((1, 1, 2050, 2050), (1, 1, 3, 3), pad=1)) is not None  # N = 2050^2 > 2^22
+
+
 def test_implicit_conv_weights_not_constant():
     """Weights fed at run time (read in place as A: no packing either way)."""
     node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])
@@ -305,6 +332,8 @@ def test_spaces_within_a_small_device():
     wide = _geom((1, 8, 200, 200), (8, 1, 3, 3), pad=40, dil=40, groups=8)
     assert dw_space(small, wide) == []
     assert all(c.threads <= 64 and c.local_bytes <= 4096 for c in xg_space(small))
+    from clglow.lower.gpu_conv import gathers
+    assert all(gathers(c) for c in XG_SPACE)  # every xgemm point stages whole B columns (B_CONV's #error)
     key = dataclasses.astuple(g)
     for fam in ("gpu_dwconv", "xgemm_conv"):
         space = FAMILIES[fam].space(small, key)

@@ -13,8 +13,9 @@ tests below, which fail once an Oclgrind release stops reporting them):
     reported uninitialised (`(lo.even, lo.even)`, selects and max are not): im2col.cl's stride-2
     runs and pool2d_rows' stride-2 paths. Replacing the shuffle by 16 scalar loads silences it
     (the inputs those loads read are all written), but costs pocl its vector code. A conv's
-    poisoned panel is reported again in every GEMM that reads it, so the convs (and the model)
-    run with the checker off; so does pooling (its checker also crashed Oclgrind).
+    poisoned panel is reported again in every GEMM that reads it, so the convs on im2col panels
+    (and the model) run with the checker off; so does pooling (its checker also crashed Oclgrind).
+    The GPU family's convs on xgemm (its implicit GEMM, no panels) run with it on.
   * after a buffer is released and a larger one takes its place, what a kernel stores past the
     old size reads back as uninitialised (softmax_last of [1, 30] alone is clean, after one of
     [1, 20]-sized buffers it is not): softmax_last and softmax_cols store exp() into y and read it
@@ -144,10 +145,10 @@ def test_xgemm_kernels(oclgrind_env):
 
 
 def test_xgemm_convs(oclgrind_env):
-    """Convs on xgemm: the uninitialised-value checker is off here: Oclgrind reports im2col.cl's
-    stride-2 runs (a two-operand shuffle, a false positive: see the module docstring) and then every
-    GEMM reading those panels; races and bounds are checked."""
-    run_checked(oclgrind_env, pytest_args("tests/kernels/test_xgemm.py", "-k", "conv"), uninitialized=False)
+    """Convs on xgemm, every checker on: they run as its implicit GEMM (B gathered from X per tile,
+    lower/gpu_conv.py), so no im2col.cl panels (whose stride-2 shuffles the checker misreports) are
+    read."""
+    run_checked(oclgrind_env, pytest_args("tests/kernels/test_xgemm.py", "-k", "conv"))
 
 
 def test_gemm_kernels(oclgrind_env):
