@@ -235,3 +235,17 @@ def test_max_roi_pool_matches_onnxruntime_and_numpy(pooled, scale):
     (got,) = sess.run(None, feeds)
     np.testing.assert_array_equal(got, _ort(model, feeds)[0])
     np.testing.assert_array_equal(got, _max_roi_pool_numpy(x, rois, pooled, scale))
+
+
+def test_topk_with_a_k_from_data_past_the_axis_is_a_clear_error():
+    """A k the device computes larger than the axis (the spec's error; onnxruntime fails too) is
+    refused naming the node, not read past the outputs' buffers."""
+    model = _topk_of_count_model(20, 10)
+    for node in model.graph.node:  # k = count + 25: always more than the 20 entries
+        if node.op_type == "Min":
+            node.op_type, node.input[1] = "Add", "cap"
+    model.graph.initializer[1].int64_data[:] = [25]
+    feeds = {"scores": np.ones(20, np.float32), "boxes": np.zeros((20, 4), np.float32)}
+    sess = clglow.InferenceSession(model.SerializeToString(), clglow.SessionOptions(host_fallback=False))
+    with pytest.raises(clglow.errors.DeviceError, match="TopK"):
+        sess.run(None, feeds)
