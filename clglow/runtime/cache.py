@@ -238,7 +238,7 @@ class ProgramCache:
         generates code: ~1 s of CPU per GEMM variant, so compile helpers do it when idle).
         False when nothing was written."""
         directory = self.read_directory
-        if directory is None:
+        if directory is None or not directory.parent.is_dir():  # the cache folder was removed: not again
             return False
         path = directory / (disk_key(source, tuple(options), self.device, extra_key) + _SUFFIX)
         if path.exists():
