@@ -249,3 +249,26 @@ def test_topk_with_a_k_from_data_past_the_axis_is_a_clear_error():
     sess = clglow.InferenceSession(model.SerializeToString(), clglow.SessionOptions(host_fallback=False))
     with pytest.raises(clglow.errors.DeviceError, match="TopK"):
         sess.run(None, feeds)
+
+
+def test_if_on_a_condition_from_data_runs_on_the_device():
+    """An If whose condition a device node computes from the data (not from shapes): staging ends
+    there, reads the one condition byte, and inlines the branch taken in the next stage; with host
+    fallback off every node runs on OpenCL, each branch as onnxruntime computes it."""
+    T = TensorProto
+    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [],
+                               [helper.make_tensor_value_info("t", T.FLOAT, [16])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"]), helper.make_node("Mul", ["e", "x"], ["e2"])],
+                               "else", [], [helper.make_tensor_value_info("e2", T.FLOAT, [16])])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["cond"]),
+             helper.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g)]
+    g = helper.make_graph(nodes, "if_data", [helper.make_tensor_value_info("x", T.FLOAT, [16])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [16])],
+                          [helper.make_tensor("zero", T.FLOAT, [], [0.0])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    sess = clglow.InferenceSession(model.SerializeToString(), clglow.SessionOptions(host_fallback=False))
+    x = np.linspace(-1, 2, 16, dtype=np.float32)
+    for feeds in ({"x": x}, {"x": -x}):
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], _ort(model, feeds)[0])
+        assert {p.where for p in sess.placement} == {"opencl"}, sess.explain()
