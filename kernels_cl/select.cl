@@ -115,10 +115,9 @@ inline void corners(__global const float* b, float* x0, float* x1, float* y0, fl
 #endif
 }
 
-inline int overlaps(__global const float* a, __global const float* b, const float thr) {
-    float ax0, ax1, ay0, ay1, bx0, bx1, by0, by1;
-    corners(a, &ax0, &ax1, &ay0, &ay1);
-    corners(b, &bx0, &bx1, &by0, &by1);
+/* IoU of two boxes given by corners above `thr`; 0 for empty or degenerate boxes (the reference's rule). */
+inline int iou_above(const float ax0, const float ax1, const float ay0, const float ay1,
+                     const float bx0, const float bx1, const float by0, const float by1, const float thr) {
     const float ix0 = fmax(ax0, bx0), ix1 = fmin(ax1, bx1);
     const float iy0 = fmax(ay0, by0), iy1 = fmin(ay1, by1);
     const float w = ix1 - ix0, h = iy1 - iy0;
@@ -130,6 +129,13 @@ inline int overlaps(__global const float* a, __global const float* b, const floa
     const float uni = sum - inter;
     if (!(ix1 > ix0 && iy1 > iy0 && inter > 0.0f && area_a > 0.0f && area_b > 0.0f && uni > 0.0f)) return 0;
     return inter / uni > thr;
+}
+
+inline int overlaps(__global const float* a, __global const float* b, const float thr) {
+    float ax0, ax1, ay0, ay1, bx0, bx1, by0, by1;
+    corners(a, &ax0, &ax1, &ay0, &ay1);
+    corners(b, &bx0, &bx1, &by0, &by1);
+    return iou_above(ax0, ax1, ay0, ay1, bx0, bx1, by0, by1, thr);
 }
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
@@ -459,20 +465,9 @@ __kernel void nms_ranks(__global const int* sidx, __global const int* xplace, co
     deadx[g] = 0;
 }
 
+/* overlaps() on boxes already in corner form (x0, x1, y0, y1) */
 inline int overlaps_c(__global const float* a, __global const float* b, const float thr) {
-    const float ax0 = a[0], ax1 = a[1], ay0 = a[2], ay1 = a[3];
-    const float bx0 = b[0], bx1 = b[1], by0 = b[2], by1 = b[3];
-    const float ix0 = fmax(ax0, bx0), ix1 = fmin(ax1, bx1);
-    const float iy0 = fmax(ay0, by0), iy1 = fmin(ay1, by1);
-    const float w = ix1 - ix0, h = iy1 - iy0;
-    const float inter = w * h;
-    const float wa = ax1 - ax0, ha = ay1 - ay0, wb = bx1 - bx0, hb = by1 - by0;
-    const float area_a = wa * ha;
-    const float area_b = wb * hb;
-    const float sum = area_a + area_b;
-    const float uni = sum - inter;
-    if (!(ix1 > ix0 && iy1 > iy0 && inter > 0.0f && area_a > 0.0f && area_b > 0.0f && uni > 0.0f)) return 0;
-    return inter / uni > thr;
+    return iou_above(a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3], thr);
 }
 
 /* the first x place in [0, n) whose x_min is >= v (xc: corners in x order) */
