@@ -13,6 +13,24 @@
 #define TI long
 #endif
 
+/* A roi's start (sw, sh) and size (rw, rh) on the feature map: half_pixel shifts by half a
+ * pixel, output_half_pixel (the legacy mode) instead clamps the size to at least one pixel. */
+inline void roi_window(__global const T* roi, const float scale, T* sw, T* sh, T* rw, T* rh) {
+#ifdef HALF
+    const T off = (T)0.5f;
+#else
+    const T off = (T)0;
+#endif
+    *sw = (T)roi[0] * scale - off;
+    *sh = (T)roi[1] * scale - off;
+    *rw = (T)roi[2] * scale - off - *sw;
+    *rh = (T)roi[3] * scale - off - *sh;
+#ifndef HALF
+    *rw = fmax(*rw, (T)1);
+    *rh = fmax(*rh, (T)1);
+#endif
+}
+
 __kernel void roi_align(__global const T* x, __global const T* rois, __global const TI* bidx, __global T* y,
                         const int R, const int C, const int H, const int W, const int PH, const int PW,
                         const int sampling, const float scale, const int N) {
@@ -23,18 +41,8 @@ __kernel void roi_align(__global const T* x, __global const T* rois, __global co
     if (c >= C || bin >= PH * PW || r >= R) return;
     const int ph = bin / PW, pw = bin - ph * PW;
     const int i = ((r * C + c) * PH + ph) * PW + pw;
-    __global const T* roi = rois + (long)r * 4;
-#ifdef HALF
-    const T off = (T)0.5f;
-#else
-    const T off = (T)0;
-#endif
-    const T sw = (T)roi[0] * scale - off, sh = (T)roi[1] * scale - off;
-    T rw = (T)roi[2] * scale - off - sw, rh = (T)roi[3] * scale - off - sh;
-#ifndef HALF
-    rw = fmax(rw, (T)1);
-    rh = fmax(rh, (T)1);
-#endif
+    T sw, sh, rw, rh;
+    roi_window(rois + (long)r * 4, scale, &sw, &sh, &rw, &rh);
     const T bh = rh / PH, bw = rw / PW;
     const int gh = sampling > 0 ? sampling : (int)ceil(rh / PH);
     const int gw = sampling > 0 ? sampling : (int)ceil(rw / PW);
@@ -120,18 +128,8 @@ __kernel void roi_align_taps(__global const T* rois, __global int* pos, __global
     const int s = g % (SR * SR), rb = g / (SR * SR);
     const int r = rb / (PH * PW), bin = rb - r * PH * PW;
     const int ph = bin / PW, pw = bin - ph * PW, iy = s / SR, ix = s - iy * SR;
-    __global const T* roi = rois + (long)r * 4;
-#ifdef HALF
-    const T off = (T)0.5f;
-#else
-    const T off = (T)0;
-#endif
-    const T sw = (T)roi[0] * scale - off, sh = (T)roi[1] * scale - off;
-    T rw = (T)roi[2] * scale - off - sw, rh = (T)roi[3] * scale - off - sh;
-#ifndef HALF
-    rw = fmax(rw, (T)1);
-    rh = fmax(rh, (T)1);
-#endif
+    T sw, sh, rw, rh;
+    roi_window(rois + (long)r * 4, scale, &sw, &sh, &rw, &rh);
     const T bh = rh / PH, bw = rw / PW;
     const int gh = SR, gw = SR;
     const T yy = sh + ph * bh + (iy + (T)0.5f) * bh / gh;
