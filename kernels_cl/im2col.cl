@@ -23,6 +23,14 @@ typedef float floatp;
 #endif
 typedef floatp floatp_u __attribute__((aligned(4)));
 
+/* X_HALF: the input read (X of im2col and conv_phases, src of pack_b) is stored as half
+ * (storage.h; 0: float, the plain loads). The panels and phase images written stay float. */
+#ifndef X_HALF
+#define X_HALF 0
+#endif
+#include "storage.h"
+#define X_T ST_T(X_HALF)
+
 /* im2col for a 2-D convolution (1-D convs pass H = 1), written straight into panels.
  * Row k = ci*KHW + r (r = kh*KW + kw: the [Cout, Cin/G*KH*KW] weight layout), column
  * n = oh*OW + ow. The geometry (pads, strides, dilations) lives in a per-layer table
@@ -35,7 +43,7 @@ typedef floatp floatp_u __attribute__((aligned(4)));
  * table written as panel q of dst (a conv is packed piece by piece):
  * gsize = (panels, round_up(Cin_g, lsize), images*G).
  * z = image*G + group: the input channel block of z is at offX + (z / G)*sX1 + (z % G)*sX2. */
-__kernel void im2col(__global const float* restrict X, int offX, int sX1, int sX2, int G,
+__kernel void im2col(__global const X_T* restrict X, int offX, int sX1, int sX2, int G,
                      __global const int* restrict tab, __global float* restrict dst, int dst_s,
                      int HW, int KHW, int Np, int Cg, int q0)
 {
@@ -46,7 +54,7 @@ __kernel void im2col(__global const float* restrict X, int offX, int sX1, int sX
         return;
     const int zi = z / G;
     const int zg = z - zi * G;
-    const __global float* xc = X + offX + zi * sX1 + zg * sX2 + ci * HW;
+    const __global X_T* xc = X + offX + zi * sX1 + zg * sX2 + ci * HW;
     const int K = Cg * KHW;
     __global float* d = dst + z * dst_s + (q * K + ci * KHW) * NR;
     const __global int* tq = tab + (q0 + q) * NR;
@@ -60,12 +68,12 @@ __kernel void im2col(__global const float* restrict X, int offX, int sX1, int sX
         for (int j = 0; j < NR / PV; ++j) {
             const int o = fr[j];
             if (o >= 0) {
-                dv[j] = *(const __global floatp_u*)(xc + o);
+                dv[j] = ST_LDV(X_HALF, PV, xc + o);
 #if PV > 1
             } else if (o <= -2) {  /* every other input from -(o + 2): a stride-2 conv */
-                const __global float* src = xc - o - 2;
-                const floatp lo = *(const __global floatp_u*)src;
-                const floatp hi = *(const __global floatp_u*)(src + PV);
+                const __global X_T* src = xc - o - 2;
+                const floatp lo = ST_LDV(X_HALF, PV, src);
+                const floatp hi = ST_LDV(X_HALF, PV, src + PV);
                 dv[j] = (floatp)(lo.even, hi.even);
 #endif
             } else {
@@ -73,7 +81,7 @@ __kernel void im2col(__global const float* restrict X, int offX, int sX1, int sX
 #pragma unroll
                 for (int c = 0; c < PV; ++c) {
                     const int oc = tr[j * PV + c];
-                    const float v = xc[oc < 0 ? 0 : oc];
+                    const float v = ST_LD(X_HALF, xc, oc < 0 ? 0 : oc);
                     t[c] = oc < 0 ? 0.0f : v;
                 }
                 dv[j] = *(const floatp*)t;
@@ -85,7 +93,7 @@ __kernel void im2col(__global const float* restrict X, int offX, int sX1, int sX
 /* Pack strided [K, N] matrices (per batch z) into panels:
  *   dst[z*dst_s + (q*K + k)*NR + c] = src[off + z1*s1 + z2*s2 + k*s_k + n*s_n], n = q*NR + c
  * with z1 = z / D2, z2 = z % D2. gsize = (ceil(N / NR), K rounded up to the local size, batches). */
-__kernel void pack_b(__global const float* restrict src, int off, int s1, int s2, int s_k, int s_n,
+__kernel void pack_b(__global const X_T* restrict src, int off, int s1, int s2, int s_k, int s_n,
                      __global float* restrict dst, int dst_s, int N, int K, int D2)
 {
     const int q = get_global_id(0);
@@ -97,15 +105,15 @@ __kernel void pack_b(__global const float* restrict src, int off, int s1, int s2
     const int z2 = z - z1 * D2;
     const int n0 = q * NR;
     const int nn = min(NR, N - n0);
-    const __global float* s = src + off + z1 * s1 + z2 * s2 + k * s_k + n0 * s_n;
+    const __global X_T* s = src + off + z1 * s1 + z2 * s2 + k * s_k + n0 * s_n;
     float t[NR] __attribute__((aligned(64)));
     if (nn == NR && s_n == 1) {
 #pragma unroll
         for (int c = 0; c < NR; ++c)
-            t[c] = s[c];
+            t[c] = ST_LD(X_HALF, s, c);
     } else {
         for (int c = 0; c < NR; ++c)
-            t[c] = c < nn ? s[c * s_n] : 0.0f;
+            t[c] = c < nn ? ST_LD(X_HALF, s, c * s_n) : 0.0f;
     }
     __global floatp* d = (__global floatp*)(dst + z * dst_s + (q * K + k) * NR);
     const floatp* tv = (const floatp*)t;
@@ -119,7 +127,7 @@ typedef float8 float8_u __attribute__((aligned(4)));
 
 /* One row of a phase image: WPH floats, X's row iy (every SW-th input, from column s0 on) in
  * columns [lo, hi), zeros elsewhere (see conv_phases). */
-inline void phase_row(__global float* restrict d, const __global float* restrict xr, int iy, int H, int W,
+inline void phase_row(__global float* restrict d, const __global X_T* restrict xr, int iy, int H, int W,
                       int WPH, int SW, int s0, int lo, int hi)
 {
     if (iy < 0 || iy >= H) {
@@ -127,23 +135,23 @@ inline void phase_row(__global float* restrict d, const __global float* restrict
             d[xx] = 0.0f;
         return;
     }
-    const __global float* s = xr + iy * W + s0;  /* the input of column lo */
+    const __global X_T* s = xr + iy * W + s0;  /* the input of column lo */
     for (int xx = 0; xx < lo; ++xx)
         d[xx] = 0.0f;
     if (SW == 1) {
         for (int xx = lo; xx < hi; ++xx)
-            d[xx] = s[xx - lo];
+            d[xx] = ST_LD(X_HALF, s, xx - lo);
     } else if (SW == 2) {  /* every other input: 16 loaded, the even 8 stored */
         int xx = lo;
         for (; xx + 8 <= hi && s0 + 2 * (xx - lo) + 16 <= W; xx += 8) {
-            const float16 v = *(const __global float16_u*)(s + 2 * (xx - lo));
+            const float16 v = ST_LDV(X_HALF, 16, s + 2 * (xx - lo));
             *(__global float8_u*)(d + xx) = v.even;
         }
         for (; xx < hi; ++xx)
-            d[xx] = s[2 * (xx - lo)];
+            d[xx] = ST_LD(X_HALF, s, 2 * (xx - lo));
     } else {
         for (int xx = lo; xx < hi; ++xx)
-            d[xx] = s[(xx - lo) * SW];
+            d[xx] = ST_LD(X_HALF, s, (xx - lo) * SW);
     }
     for (int xx = hi; xx < WPH; ++xx)
         d[xx] = 0.0f;
@@ -154,7 +162,7 @@ inline void phase_row(__global float* restrict d, const __global float* restrict
  * [hi_p, WPH) are zeroed. Per 16 columns, the even lanes of two loads one column apart, one
  * 8-wide store into each phase: the row is read once for both (see phase_rows_pair). (The odd
  * lanes of one load would do, but Oclgrind's checker reports their store as uninitialised.) */
-inline void phase_row_pair(__global float* restrict d0, __global float* restrict d1, const __global float* restrict xr,
+inline void phase_row_pair(__global float* restrict d0, __global float* restrict d1, const __global X_T* restrict xr,
                            bool in, int W, int WPH, int PW, int lo0, int hi0, int lo1, int hi1)
 {
     for (int xx = 0; xx < lo0; ++xx)
@@ -169,8 +177,8 @@ inline void phase_row_pair(__global float* restrict d0, __global float* restrict
         return;
     int c = 0;
     for (; c + 17 <= W; c += 16) {
-        const float8 ve = (*(const __global float16_u*)(xr + c)).even;      /* columns c, c + 2, ... */
-        const float8 vo = (*(const __global float16_u*)(xr + c + 1)).even;  /* c + 1, c + 3, ... */
+        const float8 ve = ST_LDV(X_HALF, 16, xr + c).even;      /* columns c, c + 2, ... */
+        const float8 vo = ST_LDV(X_HALF, 16, xr + c + 1).even;  /* c + 1, c + 3, ... */
         if ((c + PW) & 1) {  /* the even columns are phase 1's */
             *(__global float8_u*)(d1 + ((c + PW - 1) >> 1)) = ve;
             *(__global float8_u*)(d0 + ((c + PW + 1) >> 1)) = vo;
@@ -181,7 +189,7 @@ inline void phase_row_pair(__global float* restrict d0, __global float* restrict
     }
     for (; c < W; ++c) {
         const int p = (c + PW) & 1;
-        (p ? d1 : d0)[(c + PW - p) >> 1] = xr[c];
+        (p ? d1 : d0)[(c + PW - p) >> 1] = ST_LD(X_HALF, xr, c);
     }
 }
 
@@ -203,7 +211,7 @@ inline void phase_row_pair(__global float* restrict d0, __global float* restrict
  * column phases of stride 2 (NPX = 2, SW = 2: the usual 3x3/2, the 7x7/2 stem), from one read
  * of each input row, where one plane at a time reads each row once per phase and keeps half of
  * every load (see conv_phases). */
-inline void phase_rows_pair(const __global float* restrict xc, __global float* restrict d0, int py, int y0, int H,
+inline void phase_rows_pair(const __global X_T* restrict xc, __global float* restrict d0, int py, int y0, int H,
                             int W, int HPH, int WPH, int SH, int PH, int PW)
 {
     __global float* d1 = d0 + HPH * WPH;
@@ -219,7 +227,7 @@ inline void phase_rows_pair(const __global float* restrict xc, __global float* r
     }
 }
 
-__kernel void conv_phases(__global const float* restrict X, int offX, int sX1, int Cin, int H, int W,
+__kernel void conv_phases(__global const X_T* restrict X, int offX, int sX1, int Cin, int H, int W,
                           __global float* restrict dst, int dst_s, int HPH, int WPH,
                           int SH, int SW, int PH, int PW, int NPY, int NPX)
 {
@@ -241,7 +249,7 @@ __kernel void conv_phases(__global const float* restrict X, int offX, int sX1, i
     const int p = cp - ci * nph;
     const int py = p / NPX;
     const int px = p - py * NPX;
-    const __global float* xc = X + offX + z * sX1 + ci * H * W;
+    const __global X_T* xc = X + offX + z * sX1 + ci * H * W;
     __global float* d = dst + z * dst_s + cp * HPH * WPH;
     /* Columns xx with 0 <= xx*SW + px - PW < W come from X, [lo, hi); the others are padding:
      * the same for every row of the plane, so worked out once per work-item instead of per row

@@ -3,6 +3,8 @@
  *   POOL_MAX / POOL_AVG
  *   COUNT_INCLUDE_PAD   AveragePool divides by the window clipped to the padded extent
  *   WITH_INDICES    MaxPool also writes the flat (row-major, whole tensor) argmax as long
+ *   XH / YH         x / y stored as half (storage.h; T is float then): read and written through
+ *                   the storage macros, the arithmetic in float (0: the plain loads and stores)
  * The window geometry comes as by-value arguments (uniform across work-items, so pocl keeps the
  * window loops scalar and vectorises across output columns); padded taps read a clamped, valid
  * address and are masked with a select, no branches.
@@ -11,13 +13,30 @@
 #ifndef T
 #define T float
 #endif
+#ifndef XH
+#define XH 0
+#endif
+#ifndef YH
+#define YH 0
+#endif
 #include "lanes.h"
+#include "storage.h"
+#if XH
+#define XT half
+#else
+#define XT T
+#endif
+#if YH
+#define YT half
+#else
+#define YT T
+#endif
 
 #define POOL_GEOM int ID, int IH, int IW, int OD, int OH, int OW, int KD, int KH, int KW, \
                   int SD, int SH, int SW, int PD, int PH, int PW, int ED, int EH, int EW,   \
                   int DD, int DH, int DW
 
-__kernel void pool(__global const T* restrict x, __global T* restrict y,
+__kernel void pool(__global const XT* restrict x, __global YT* restrict y,
 #ifdef WITH_INDICES
                    __global long* restrict ind,
 #endif
@@ -30,7 +49,7 @@ __kernel void pool(__global const T* restrict x, __global T* restrict y,
     const int od = z - nc * OD;
     const int d0 = od * SD - PD, h0 = oh * SH - PH, w0 = ow * SW - PW;
     const int plane = ID * IH * IW;
-    __global const T* xc = x + (long)nc * plane;
+    __global const XT* xc = x + (long)nc * plane;
 #ifdef POOL_MAX
     T best = -INFINITY;
 #ifdef WITH_INDICES
@@ -58,7 +77,7 @@ __kernel void pool(__global const T* restrict x, __global T* restrict y,
                 const int iw = w0 + kw * DW;
                 const bool inside = hin && iw >= 0 && iw < IW;
                 const int off = row + clamp(iw, 0, IW - 1);
-                const T v = xc[off];
+                const T v = ST_LD(XH, xc, off);
 #ifdef POOL_MAX
 #ifdef WITH_INDICES
                 const bool take = inside && (v > best || arg < 0);
@@ -80,12 +99,12 @@ __kernel void pool(__global const T* restrict x, __global T* restrict y,
     }
     const int i = (z * OH + oh) * OW + ow;
 #ifdef POOL_MAX
-    y[i] = best;
+    ST_ST(YH, y, i, best);
 #ifdef WITH_INDICES
     ind[i] = arg < 0 ? 0 : (long)nc * plane + arg;
 #endif
 #else
-    y[i] = cnt > 0 ? acc / (float)cnt : 0.0f;
+    ST_ST(YH, y, i, cnt > 0 ? acc / (float)cnt : 0.0f);
 #endif
 }
 
@@ -109,7 +128,7 @@ typedef float16 float16_u __attribute__((aligned(4)));
 #define P_OP(a, b) ((a) + (b))
 #endif
 
-__kernel void pool2d_rows(__global const float* restrict x, __global float* restrict y, int IH, int IW, int OH,
+__kernel void pool2d_rows(__global const XT* restrict x, __global YT* restrict y, int IH, int IW, int OH,
                           int OW, int KH, int KW, int SH, int SW, int PH, int PW, int EH, int EW) {
     const int oh = get_global_id(0);
     const int z = get_global_id(1);
@@ -117,21 +136,21 @@ __kernel void pool2d_rows(__global const float* restrict x, __global float* rest
         return;
     /* row[16 + i] = the reduction over the window's rows of x[.][i]; P_PAD at 0 .. 15 and past IW */
     float row[16 + MP_MAXW + 96] __attribute__((aligned(64)));
-    __global const float* xc = x + (long)z * IH * IW;
+    __global const XT* xc = x + (long)z * IH * IW;
     const int h0 = oh * SH - PH;
     const int r0 = max(h0, 0);
     const int r1 = min(h0 + KH, IH);
     const int nv = r0 < r1 ? IW / 16 : 0;
     for (int i = 0; i < nv; ++i) {
-        float16 m = *(const __global float16_u*)(xc + r0 * IW + 16 * i);
+        float16 m = ST_LDV(XH, 16, xc + r0 * IW + 16 * i);
         for (int r = r0 + 1; r < r1; ++r)
-            m = P_OP(m, *(const __global float16_u*)(xc + r * IW + 16 * i));
+            m = P_OP(m, ST_LDV(XH, 16, xc + r * IW + 16 * i));
         *(float16*)(row + 16 + 16 * i) = m;
     }
     for (int i = nv * 16; i < IW; ++i) {
         float m = P_PAD;
         for (int r = r0; r < r1; ++r)
-            m = P_OP(m, xc[r * IW + i]);
+            m = P_OP(m, ST_LD(XH, xc, r * IW + i));
         row[16 + i] = m;
     }
     *(float16*)row = (float16)(P_PAD);
@@ -139,7 +158,7 @@ __kernel void pool2d_rows(__global const float* restrict x, __global float* rest
     for (int i = 0; i < 6; ++i)
         *(float16_u*)(row + 16 + IW + 16 * i) = (float16)(P_PAD);
     const float* base = row + 16 - PW;
-    __global float* yr = y + ((long)z * OH + oh) * OW;
+    __global YT* yr = y + ((long)z * OH + oh) * OW;
 #ifdef POOL_AVG
     /* rows of the window counted, then columns per lane */
 #ifdef COUNT_INCLUDE_PAD
@@ -199,23 +218,53 @@ __kernel void pool2d_rows(__global const float* restrict x, __global float* rest
         res = cnt > 0.0f ? res / cnt : (float16)0.0f;
 #endif
         if (o0 + 16 <= OW) {
-            *(__global float16_u*)(yr + o0) = res;
+            ST_STV(YH, 16, yr + o0, res);
         } else {
             const float* o = (const float*)&res;
             for (int c = 0; c < OW - o0; ++c)
-                yr[o0 + c] = o[c];
+                ST_ST(YH, yr, o0 + c, o[c]);
         }
     }
 }
 
+#if XH
+/* A half plane's max or sum in float: 16 lanes converted at a time, then the tail. */
+inline float half_plane(__global const half* restrict xc, const int len) {
+#ifdef POOL_MAX
+    float16 a = (float16)(-INFINITY);
+#define HP_OP(a, b) fmax((a), (b))
+#else
+    float16 a = (float16)(0.0f);
+#define HP_OP(a, b) ((a) + (b))
+#endif
+    int j = 0;
+    for (; j + 16 <= len; j += 16)
+        a = HP_OP(a, ST_LDV(1, 16, xc + j));
+    float8 b = HP_OP(a.lo, a.hi);
+    float4 c = HP_OP(b.lo, b.hi);
+    float2 d = HP_OP(c.lo, c.hi);
+    float r = HP_OP(d.lo, d.hi);
+    for (; j < len; ++j)
+        r = HP_OP(r, ST_LD(1, xc, j));
+    return r;
+}
+#endif
+
 /* Global pooling: one work-item per (n, c) plane of `len` elements. */
-__kernel void global_pool(__global const T* restrict x, __global T* restrict y, const int nc, const int len) {
+__kernel void global_pool(__global const XT* restrict x, __global YT* restrict y, const int nc, const int len) {
     const int i = get_global_id(0);
     if (i >= nc) return;
-    __global const T* restrict xc = x + (long)i * len;
-#ifdef POOL_MAX
-    y[i] = lanes_max(xc, len);
+    __global const XT* restrict xc = x + (long)i * len;
+#if XH
+    const float r = half_plane(xc, len);
+#elif defined(POOL_MAX)
+    const T r = lanes_max(xc, len);
 #else
-    y[i] = lanes_sum(xc, len) / (float)len;
+    const T r = lanes_sum(xc, len);
+#endif
+#ifdef POOL_MAX
+    ST_ST(YH, y, i, r);
+#else
+    ST_ST(YH, y, i, r / (float)len);
 #endif
 }

@@ -341,3 +341,104 @@ def test_backend_prepare_takes_precision():
     got = rep.run([x])
     assert rep.session.precision == "fp16" and got[0].dtype == np.float32
     np.testing.assert_allclose(got[0], ref[0], rtol=2e-3, atol=1e-4)
+
+
+# --- convolutions and pools on half storage (lower/conv.py HALF_PATHS, im2col.cl X_HALF) ---------------
+def _cpu_tiles():
+    """The test device with the AVX-512 CPU tile defaults (as tests/kernels/test_conv.py): the
+    paths below are forced through conv family database entries for these tiles."""
+    import dataclasses
+
+    from run_launches import device_info
+
+    info = dataclasses.replace(device_info(), gemm_tiles=None, preferred_vector_width_float=16)
+    if not info.is_cpu_family:
+        pytest.skip("the conv paths forced here are the CPU family's")
+    return info
+
+
+def _conv_forced(x_shape, w_shape, attrs: dict, path: str, act: str, residual: bool):
+    """(device with a database entry choosing `path`, the FusedConv node) for this conv."""
+    import dataclasses
+
+    from clglow.lower import tunable
+    from clglow.lower.common import ConvGeometry
+
+    dev = _cpu_tiles()
+    (ph, pw, _, _), (sh, sw) = attrs.get("pads", (0,) * 4), attrs.get("strides", (1, 1))
+    (n, c, h, w), (m, cg, kh, kw) = x_shape, w_shape
+    oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    g = ConvGeometry(h, w, oh, ow, kh, kw, sh, sw, ph, pw, 1, 1, n, c, m, c // cg)
+    key = dataclasses.astuple(g) + (act, True, residual)
+    point = {"path": path, "variant": "F2" if path == "winograd" else ""}
+    dev = dataclasses.replace(dev, tuned=(("conv", tunable.key_str(key), tunable.params_items(point)),))
+    node = helper.make_node("FusedConv", ["x", "w", "b", "z" if residual else ""], ["y"], domain="clglow",
+                            activation=act, group=c // cg, **attrs)
+    return dev, node
+
+
+CONV_HALF = [  # (X, W, attributes, path forced, kernels on float32 copies expected)
+    ((1, 16, 8, 12), (40, 16, 1, 1), {}, "pointwise", False),
+    ((1, 5, 20, 40), (13, 5, 3, 3), dict(pads=[1, 1, 1, 1]), "implicit", False),
+    ((2, 6, 15, 17), (24, 6, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2]), "implicit", False),
+    ((1, 6, 11, 13), (20, 6, 3, 3), dict(pads=[1, 0, 1, 0], strides=[2, 2]), "im2col", False),
+    ((2, 6, 12, 12), (40, 6, 3, 3), dict(pads=[1, 1, 1, 1]), "transposed", False),
+    ((1, 8, 7, 7), (64, 8, 1, 1), {}, "transposed", False),
+    ((1, 8, 40, 40), (64, 8, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2]), "transposed rows", False),
+    ((1, 16, 24, 24), (16, 16, 3, 3), dict(pads=[1, 1, 1, 1]), "winograd", True),
+    ((1, 12, 10, 10), (12, 1, 3, 3), dict(pads=[1, 1, 1, 1]), "depthwise", True),
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs,path,copies", CONV_HALF, ids=[c[3] + str(i) for i, c in
+                                                                               enumerate(CONV_HALF)])
+@pytest.mark.parametrize("act,residual", [("", False), ("Relu", True)])
+def test_conv_half_storage(x_shape, w_shape, attrs, path, copies, act, residual):
+    """FusedConv with X, the residual and Y in half on each CPU-family conv path, vs onnx.reference
+    on the half values in float32 (Y rounded to half): the HALF_PATHS rows read and write half
+    themselves (no float32 copies: no cast kernels), the others go through copies. Bound: 2e-3
+    relative with atol 2e-3 x max|Y| (a half store rounds by 2^-11; accumulation is fp32)."""
+    from harness import lower
+    from run_launches import reference
+
+    dev, node = _conv_forced(x_shape, w_shape, attrs, path, act, residual)
+    rng = np.random.default_rng(len(path))
+    x, w, b = _half(rng, *x_shape), rng.standard_normal(w_shape).astype(F32) * 0.3, rng.standard_normal(w_shape[0]).astype(F32)
+    y = reference(helper.make_node("Conv", ["x", "w", "b"], ["y"], group=x_shape[1] // w_shape[1], **attrs),
+                  {"x": x.astype(F32)}, {"w": w, "b": b}, 17)[0]
+    feeds = {"x": x}
+    if residual:
+        feeds["z"] = _half(rng, *y.shape)
+        y = np.maximum(y + feeds["z"].astype(F32), 0)
+    launches = lower(node, feeds, {"w": w, "b": b}, {"y": (y.shape, F16)}, device=dev)
+    kernels = [ln.kernel for ln in launches]
+    assert any(k.startswith("cast_") for k in kernels) == copies, kernels
+    (got,), _ = run(node, feeds, {"w": w, "b": b}, expected=[y.astype(F16)], device=dev)
+    assert got.dtype == F16
+    np.testing.assert_allclose(got.astype(F32), y.astype(F16).astype(F32), rtol=2e-3,
+                               atol=2e-3 * float(np.abs(y).max()))
+
+
+POOL_HALF = [  # (op, X, attributes): pool2d_rows (3x3/2, 2x2/2, 3x3/1 average), the general kernel, global
+    ("MaxPool", (1, 5, 23, 40), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("AveragePool", (2, 3, 17, 19), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])),
+    ("MaxPool", (1, 4, 16, 16), dict(kernel_shape=[2, 2], strides=[2, 2])),
+    ("AveragePool", (1, 3, 9, 300), dict(kernel_shape=[2, 3], strides=[1, 2], count_include_pad=1,
+                                         pads=[0, 1, 0, 1])),
+    ("MaxPool", (1, 2, 12, 13), dict(kernel_shape=[3, 3], dilations=[2, 2])),
+    ("GlobalAveragePool", (2, 7, 7, 7), {}),
+    ("GlobalAveragePool", (1, 5, 3, 11), {}),
+    ("GlobalMaxPool", (1, 6, 5, 5), {}),
+]
+
+
+@pytest.mark.parametrize("op,shape,attrs", POOL_HALF, ids=[f"{p[0]}{i}" for i, p in enumerate(POOL_HALF)])
+def test_pool_half_storage(op, shape, attrs):
+    """pool.cl (pool2d_rows, pool, global_pool) with X and Y in half vs onnx.reference on the half
+    values in float32, Y rounded to half: a max is exact, a mean within 1e-3 relative."""
+    from run_launches import reference
+
+    x = _half(np.random.default_rng(len(shape) + sum(shape)), *shape)
+    node = helper.make_node(op, ["x"], ["y"], **attrs)
+    y = reference(node, {"x": x.astype(F32)}, {}, 17)[0]
+    _check_half(node, {"x": x}, {}, y, rtol=1e-3)

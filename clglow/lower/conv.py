@@ -60,6 +60,12 @@ shape tests are in lower/conv_gemm.py and lower/winograd.py, the tiles come from
               piece by piece, then the GEMM. Any family (the GPU family's path for most convs).
 A new device family is a new row or a new gate in its `applicable`, not an `if` in the lowering.
 
+Half storage (SessionOptions.precision, passes/precision.py): X, the residual Z and Y may be
+stored as half (HalfIO (0, 3) -> (0,)); weights and bias stay float32 (packed once). The GEMM
+paths reading X in place or through im2col / conv_phases (HALF_PATHS) read and write it there
+(gemm.cl A_HALF / B_HALF / C_HALF, im2col.cl X_HALF; panels and phase images stay float); the
+others run on float32 copies (lower/half.py), as Casts around the node would.
+
 Between two convs (LowerCtx offers, fixed by the planner, runtime/executor.py): a stride-1 conv
 offers to read its input as its zero-padded phase image directly (offer_padded_in), a 1x1 conv
 without residual to write its output in such a layout (offer_padded_out: the same GEMM, stored
@@ -80,8 +86,8 @@ from ..config import PlanOptions
 from ..errors import InvalidModel
 from ..ir import Graph, Node
 from ..target import Target
-from .base import Launch, LowerCtx, device_op, f32, i32, round_up
-from .common import AUTO_PADS, ConvGeometry, Epilogue, attr_str, float32_only, grid, resolve_conv
+from .base import HalfIO, Launch, LowerCtx, device_op, f32, i32, round_up
+from .common import AUTO_PADS, F16, F32, ConvGeometry, Epilogue, attr_str, check_dtypes, grid, resolve_conv
 from .conv_depthwise import depthwise_applicable, lower_depthwise
 from .conv_gemm import (fit_tiles, implicit_ok, implicit_rows_ok, padded_output, phase_geometry, phase_pieces,
                         pixel_panels, pixel_row_pieces, transposed_rows_config)
@@ -96,6 +102,7 @@ from .gpu_gemm import tuned_xgemm, xgemm_applicable, xgemm_launch
 from .gpu_conv import implicit_applicable as xgemm_implicit_applicable, lower_implicit as lower_xgemm_implicit
 from .gpu_dwconv import depthwise_applicable as gpu_depthwise_applicable, lower_depthwise as lower_gpu_depthwise
 from .gpu_winograd import lower_gpu_winograd, winograd_applicable as gpu_winograd_applicable
+from .half import has_half, lower_as_float
 from .tunable import Family, forget, note_request, record_decision, register, stored
 from .winograd import lower_winograd, variant_name, winograd_variant
 
@@ -115,8 +122,9 @@ def _spatial_rank(node: Node, graph: Graph) -> Optional[int]:
 
 
 def supports_conv(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    """Float32 1-D, 2-D and 3-D convolutions with any pads/strides/dilations/groups/auto_pad."""
-    why = float32_only(node, graph)
+    """Float32 1-D, 2-D and 3-D convolutions with any pads/strides/dilations/groups/auto_pad (X,
+    the residual and Y may be stored as half: see HalfIO below)."""
+    why = check_dtypes(node, graph, {F32}, [1, 2]) or check_dtypes(node, graph, {F32, F16}, [0, 3], outputs=True)
     if why:
         return why
     rank = _spatial_rank(node, graph)
@@ -245,6 +253,33 @@ class ConvPath:
     gemm: bool = True
 
 
+# --- half storage -----------------------------------------------------------------------------------------
+_HALF_IO = HalfIO((0, 3), (0,))
+# The paths that read and write half storage themselves (the rest run on float32 copies).
+HALF_PATHS = frozenset({"pointwise", "implicit", "im2col", "transposed", "transposed rows"})
+
+
+def _half(ctx: LowerCtx, i: int) -> bool:
+    """Whether input i of the conv is present and stored as half."""
+    return ctx.has_input(i) and bool(ctx.node.input(i)) and ctx.inputs[i].dtype == F16
+
+
+def _y_half(ctx: LowerCtx) -> bool:
+    return ctx.outputs[0].dtype == F16
+
+
+def half_native(ctx: LowerCtx, c: ConvCase, path: ConvPath) -> bool:
+    """Whether `path` lowers the node on its tensors as stored: a HALF_PATHS row whose pixel
+    operand is not a 1x1's pack (pack_b reads float32), with the residual stored as Y (gemm.cl
+    C_HALF covers both)."""
+    g = c.geom
+    if path.name not in HALF_PATHS or isinstance(g, NdGeometry) or _half(ctx, 3) != (c.epi.has_res and _y_half(ctx)):
+        return False
+    if path.name == "transposed" and not implicit_rows_ok(c.target, c.transposed, g):
+        return not g.pointwise  # im2col panels of MR pixels: im2col reads half, pack_b does not
+    return path.name != "im2col" or not g.pointwise
+
+
 # --- Winograd -------------------------------------------------------------------------------------------
 def _winograd_applicable(c: ConvCase) -> Optional[str]:
     return None if c.winograd is not None else "not a Winograd conv on this Target (see winograd_variant)"
@@ -282,11 +317,12 @@ def _lower_transposed(ctx: LowerCtx, c: ConvCase, cfg: Optional[GemmConfig] = No
                 packed=True, s2=mp * kk)
     bias = Bias(ctx.buf(2), sm=0, sn=1, s2=m) if e.has_bias else None
     c_s1, c_s2 = g.cout * npix, m * npix
+    xh, yh = _half(ctx, 0), _y_half(ctx)
 
     def gemm(a: Operand, off: int, rows: int, batch: int, cop: Optional[Operand] = None,
              implicit: Optional[Implicit] = None) -> Launch:
-        res = Operand(ctx.buf(3), off=off, s1=c_s1, s2=c_s2) if e.has_res else None
-        cop = cop if cop is not None else Operand(ctx.out(0), off=off, ld=npix, s1=c_s1, s2=c_s2)
+        res = Operand(ctx.buf(3), off=off, s1=c_s1, s2=c_s2, half=yh) if e.has_res else None
+        cop = cop if cop is not None else Operand(ctx.out(0), off=off, ld=npix, s1=c_s1, s2=c_s2, half=yh)
         return gemm_launch(cfg, m=rows, n=m, k=kk, batch=batch, d2=groups, a=a, b=b, c=cop, bias=bias, res=res,
                            act=e.act, act_alpha=e.alpha, act_beta=e.beta, c_trans=True, implicit=implicit,
                            label=label)
@@ -294,7 +330,7 @@ def _lower_transposed(ctx: LowerCtx, c: ConvCase, cfg: Optional[GemmConfig] = No
     launches: list = []
     if implicit_rows_ok(c.target, cfg, g):
         # A read in place: X itself for a 1x1 (one launch, no pack), else the phase images.
-        for producer, a, koff, wph, i0, ni in pixel_row_pieces(ctx, g, slack=phase_geometry(g)[3] + cfg.mr):
+        for producer, a, koff, wph, i0, ni in pixel_row_pieces(ctx, g, phase_geometry(g)[3] + cfg.mr, xh):
             if producer is not None:
                 launches.append(producer)
             off = i0 * c_s1  # C^T: pixels are the rows, stored contiguously per channel
@@ -302,12 +338,12 @@ def _lower_transposed(ctx: LowerCtx, c: ConvCase, cfg: Optional[GemmConfig] = No
             if g.pointwise:
                 ctx.offer_padded_out = groups == 1 and not e.has_res
                 if ctx.out_layout is not None:  # Y straight into the next conv's padded input
-                    cop, pitch, ooff = padded_output(ctx, g)
+                    cop, pitch, ooff = padded_output(ctx, g, yh)
             launches.append(gemm(a, off, npix, ni * groups, cop, Implicit(koff, wph, g.ow, pitch, ooff)))
         return launches
     # Else the pixel panels of A: im2col panels of MR pixels (the waste of the padding rows of
     # phase images too high).
-    for producer, a, i0, ni, p0, pn in pixel_panels(ctx, cfg.mr, g):
+    for producer, a, i0, ni, p0, pn in pixel_panels(ctx, cfg.mr, g, xh):
         launches.append(producer)
         launches.append(gemm(a, i0 * c_s1 + p0, pn, ni * groups))
     return launches
@@ -343,21 +379,22 @@ def _lower_pointwise(ctx: LowerCtx, c: ConvCase) -> list:
     a, bias = _weights_a(ctx, c), _bias(ctx, c)
     c_s1, c_s2 = g.cout * g.npix, g.m * g.npix
     x_s1, x_s2 = g.cin * g.hw, g.cin_g * g.hw
+    xh, yh = _half(ctx, 0), _y_half(ctx)
     ctx.offer_padded_out = g.groups == 1 and not e.has_res
     if ctx.out_layout is not None:
         # Y straight into the next conv's zero-padded input: the same GEMM read as an
         # implicit one over X (row k at k*H*W, no padding columns), stored remapped.
         koff = ctx.const_buffer((np.arange(g.cin_g) * g.hw).astype(np.int32))
-        cop, pitch, ooff = padded_output(ctx, g)
+        cop, pitch, ooff = padded_output(ctx, g, yh)
         return [gemm_launch(cfg, m=g.m, n=g.npix, k=g.kk, batch=g.n_img, d2=1, a=a,
-                            b=Operand(ctx.buf(0), s1=x_s1, s2=x_s2), c=cop, bias=bias, act=e.act,
+                            b=Operand(ctx.buf(0), s1=x_s1, s2=x_s2, half=xh), c=cop, bias=bias, act=e.act,
                             act_alpha=e.alpha, act_beta=e.beta, implicit=Implicit(koff, g.w, g.w, pitch, ooff),
                             label=label)]
     # B is X itself, [Cin_g, H*W] per (image, group).
-    b = Operand(ctx.buf(0), ld=g.hw, s1=x_s1, s2=x_s2)
-    res = Operand(ctx.buf(3), s1=c_s1, s2=c_s2) if e.has_res else None
+    b = Operand(ctx.buf(0), ld=g.hw, s1=x_s1, s2=x_s2, half=xh)
+    res = Operand(ctx.buf(3), s1=c_s1, s2=c_s2, half=yh) if e.has_res else None
     return [gemm_launch(cfg, m=g.m, n=g.npix, k=g.kk, batch=g.n_img * g.groups, d2=g.groups, a=a, b=b,
-                        c=Operand(ctx.out(0), ld=g.npix, s1=c_s1, s2=c_s2), bias=bias, res=res,
+                        c=Operand(ctx.out(0), ld=g.npix, s1=c_s1, s2=c_s2, half=yh), bias=bias, res=res,
                         act=e.act, act_alpha=e.alpha, act_beta=e.beta, label=label)]
 
 
@@ -374,14 +411,15 @@ def _lower_implicit(ctx: LowerCtx, c: ConvCase) -> list:
     a, bias = _weights_a(ctx, c), _bias(ctx, c)
     c_s1, c_s2 = g.cout * g.npix, g.m * g.npix
     launches: list = []
+    yh = _y_half(ctx)
     # slack: the last tile's padding columns read up to WPH floats past the last phase image
-    for producer, b, koff, wph, i0, ni in phase_pieces(ctx, g, slack=phase_geometry(g)[3] + cfg.nr):
+    for producer, b, koff, wph, i0, ni in phase_pieces(ctx, g, phase_geometry(g)[3] + cfg.nr, x_half=_half(ctx, 0)):
         if producer is not None:  # None: X is already the padded image (PaddedLayout)
             launches.append(producer)
         off = i0 * c_s1
-        res = Operand(ctx.buf(3), off=off, s1=c_s1, s2=c_s2) if e.has_res else None
+        res = Operand(ctx.buf(3), off=off, s1=c_s1, s2=c_s2, half=yh) if e.has_res else None
         launches.append(gemm_launch(cfg, m=g.m, n=g.oh * wph, k=g.kk, batch=ni * g.groups, d2=g.groups, a=a, b=b,
-                                    c=Operand(ctx.out(0), off=off, ld=g.npix, s1=c_s1, s2=c_s2), bias=bias,
+                                    c=Operand(ctx.out(0), off=off, ld=g.npix, s1=c_s1, s2=c_s2, half=yh), bias=bias,
                                     res=res, act=e.act, act_alpha=e.alpha, act_beta=e.beta,
                                     implicit=Implicit(koff, wph, g.ow), label=label))
     return launches
@@ -394,12 +432,13 @@ def _lower_im2col(ctx: LowerCtx, c: ConvCase) -> list:
     a, bias = _weights_a(ctx, c), _bias(ctx, c)
     c_s1, c_s2 = g.cout * g.npix, g.m * g.npix
     launches: list = []
-    for producer, b, i0, ni, n0, nn in pixel_panels(ctx, cfg.nr, g):
+    yh = _y_half(ctx)
+    for producer, b, i0, ni, n0, nn in pixel_panels(ctx, cfg.nr, g, _half(ctx, 0)):
         launches.append(producer)
         off = i0 * c_s1 + n0
-        res = Operand(ctx.buf(3), off=off, s1=c_s1, s2=c_s2) if e.has_res else None
+        res = Operand(ctx.buf(3), off=off, s1=c_s1, s2=c_s2, half=yh) if e.has_res else None
         launches.append(gemm_launch(cfg, m=g.m, n=nn, k=g.kk, batch=ni * g.groups, d2=g.groups, a=a, b=b,
-                                    c=Operand(ctx.out(0), off=off, ld=g.npix, s1=c_s1, s2=c_s2),
+                                    c=Operand(ctx.out(0), off=off, ld=g.npix, s1=c_s1, s2=c_s2, half=yh),
                                     bias=bias, res=res, act=e.act, act_alpha=e.alpha, act_beta=e.beta,
                                     label=label))
     return launches
@@ -573,6 +612,7 @@ def _lower(ctx: LowerCtx) -> list:
     case = conv_case(ctx)
     if case is None:
         return []
+    stored_ctx = ctx
     ctx, case = drop_dead_taps(ctx, case)  # exact (lower/conv_taps.py)
     path = tuned_path(case)
     if path is None:
@@ -580,17 +620,20 @@ def _lower(ctx: LowerCtx) -> list:
         key = conv_key(case)
         if key is not None:
             record_decision(ctx.label(), "conv", key, _path_params(case, path), "default")
+    if has_half(stored_ctx) and not half_native(ctx, case, path):
+        log.debug("%s: conv path %s on float32 copies", ctx.label(), path.name)
+        return lower_as_float(stored_ctx, _lower)
     if path.gemm and case.epi.has_res:  # every GEMM path reads Z[i] before writing Y[i], in one work-item
         ctx.may_update(0, 3)
     log.debug("%s: conv path %s", ctx.label(), path.name)
     return path.lower(ctx, case)
 
 
-@device_op("Conv", supports=supports_conv)
+@device_op("Conv", supports=supports_conv, half=_HALF_IO)
 def lower_conv(ctx: LowerCtx) -> list:
     return _lower(ctx)
 
 
-@device_op("FusedConv", domain="clglow", supports=supports_conv)
+@device_op("FusedConv", domain="clglow", supports=supports_conv, half=_HALF_IO)
 def lower_fused_conv(ctx: LowerCtx) -> list:
     return _lower(ctx)

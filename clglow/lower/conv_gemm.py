@@ -89,12 +89,21 @@ def table_of_reads(ih: np.ndarray, iw: np.ndarray, real: np.ndarray, h: int, w: 
     return np.concatenate([tab.ravel(), fast.ravel()])
 
 
-def pixel_panels(ctx: LowerCtx, width: int, geom: ConvGeometry) -> Iterator[tuple]:
+def x_defines(x_half: bool) -> dict:
+    """im2col.cl's define for an input X stored as half (none for float: the fp32 programs keep
+    their keys)."""
+    return {"X_HALF": 1} if x_half else {}
+
+
+def pixel_panels(ctx: LowerCtx, width: int, geom: ConvGeometry, x_half: bool = False) -> Iterator[tuple]:
     """A conv's input as GEMM panels of `width` output pixels (K = Cin/G*KH*KW rows), made piece
     by piece into one scratch buffer: im2col, or for a 1x1 a pack of X's columns. The panels are
     B of the GEMM (width NR) or, transposed, its A (width MR). Yields (producer launch, packed
-    operand, first image, images, first pixel, pixels) per piece."""
+    operand, first image, images, first pixel, pixels) per piece. `x_half`: X is stored as half
+    (im2col reads it so; the panels are float), not taken by a 1x1's pack."""
     g, label = geom, ctx.label()
+    if x_half and g.pointwise:
+        raise ValueError("pack_b reads float32 X; a half 1x1 input is widened first (lower/half.py)")
     x_s1, x_s2 = g.cin * g.hw, g.cin_g * g.hw
     np_ = max(round_up(g.npix, width), width)
     parts, nbytes = pieces(g.n_img, np_ // width, 4 * width * g.kk * g.groups)
@@ -112,7 +121,8 @@ def pixel_panels(ctx: LowerCtx, width: int, geom: ConvGeometry) -> Iterator[tupl
             head = [unaligned(ctx.buf(0)), i32(i0 * x_s1), i32(x_s1), i32(x_s2), i32(g.groups), tab, scratch,
                     i32(pstride), i32(g.hw), i32(g.kh * g.kw), i32(np_)]
             gsize, ls = grid(ctx.device, (nq, g.cin_g, ni * g.groups), (1, ly, 1))
-            producer = Launch("im2col", "im2col", gsize, head + [i32(g.cin_g), i32(q0)], ls, {"NR": width}, label,
+            producer = Launch("im2col", "im2col", gsize, head + [i32(g.cin_g), i32(q0)], ls,
+                              {"NR": width, **x_defines(x_half)}, label,
                               noop_args=head + [i32(0), i32(q0)])  # Cg = 0: returns at once
         yield producer, Operand(scratch, packed=True, s1=g.groups * pstride, s2=pstride), i0, ni, p0, pn
 
@@ -192,13 +202,14 @@ def implicit_offsets(geom: ConvGeometry) -> np.ndarray:
     return (ci + tap[None]).astype(np.int32).ravel()
 
 
-def padded_output(ctx: LowerCtx, geom: ConvGeometry) -> tuple:
+def padded_output(ctx: LowerCtx, geom: ConvGeometry, half: bool = False) -> tuple:
     """(C operand, row pitch, offset of pixel (0, 0)) for writing Y in the PaddedLayout the
-    planner fixed for it (ctx.out_layout): planes of rows x pitch, one image after another."""
+    planner fixed for it (ctx.out_layout): planes of rows x pitch, one image after another;
+    `half`: Y stored as half."""
     lay = ctx.out_layout
     if lay is None or geom.groups != 1:
         raise InvalidModel("a padded output needs a single-group conv", node=ctx.label())
-    return (Operand(ctx.out(0), ld=lay.plane, s1=geom.cout * lay.plane, s2=geom.m * lay.plane), lay.pitch,
+    return (Operand(ctx.out(0), ld=lay.plane, s1=geom.cout * lay.plane, s2=geom.m * lay.plane, half=half), lay.pitch,
             lay.top * lay.pitch + lay.left)
 
 
@@ -212,16 +223,18 @@ def phase_kernel(sw: int, nw: int) -> tuple:
     return ("conv_phases", 2) if sw == 2 and nw == 2 else ("conv_phases", 1)
 
 
-def phase_pieces(ctx: LowerCtx, geom: ConvGeometry, slack: int, offer: bool = True) -> Iterator[tuple]:
+def phase_pieces(ctx: LowerCtx, geom: ConvGeometry, slack: int, offer: bool = True,
+                 x_half: bool = False) -> Iterator[tuple]:
     """The input of an implicit GEMM: X copied into zero-padded phase images (conv_phases, about
     1.1 x X where im2col writes KH*KW x X), images in pieces within the scratch cap. A stride-1
     1x1 conv reads X itself (no copy, one piece). `offer`: whether a one-phase image is offered
-    to X's producer (LowerCtx.offer_padded_in). Yields (producer launch or None, pixel operand
+    to X's producer (LowerCtx.offer_padded_in). `x_half`: X stored as half (read so by
+    conv_phases, or the operand when X is read in place; the phase images are float). Yields (producer launch or None, pixel operand
     (stride per image and per group), offset table, WPH, first image, images)."""
     g, label = geom, ctx.label()
     if g.pointwise:
         koff = ctx.const_buffer((np.arange(g.cin_g) * g.hw).astype(np.int32))
-        yield None, Operand(ctx.buf(0), s1=g.cin * g.hw, s2=g.cin_g * g.hw), koff, g.w, 0, g.n_img
+        yield None, Operand(ctx.buf(0), s1=g.cin * g.hw, s2=g.cin_g * g.hw, half=x_half), koff, g.w, 0, g.n_img
         return
     nh, nw, hph, wph = phase_geometry(g)
     per_img = g.cin * nh * nw * hph * wph  # floats of one image's phase images
@@ -235,7 +248,7 @@ def phase_pieces(ctx: LowerCtx, geom: ConvGeometry, slack: int, offer: bool = Tr
         if ctx.in_layout is not None:
             if ctx.in_layout != layout:
                 raise InvalidModel(f"padded input {ctx.in_layout} differs from the conv's {layout}", node=label)
-            yield None, Operand(ctx.buf(0), s1=per_img, s2=per_img), koff, wph, 0, g.n_img
+            yield None, Operand(ctx.buf(0), s1=per_img, s2=per_img, half=x_half), koff, wph, 0, g.n_img
             return
     parts, nbytes = pieces(g.n_img, 1, 4 * per_img)
     scratch = ctx.scratch(nbytes + 4 * slack)
@@ -245,7 +258,7 @@ def phase_pieces(ctx: LowerCtx, geom: ConvGeometry, slack: int, offer: bool = Tr
         head = [unaligned(ctx.buf(0)), i32(i0 * x_s1), i32(x_s1)]
         kernel, per_item = phase_kernel(g.sw, nw)
         gsize, ls = grid(ctx.device, (-(-hph // 8), g.cin * nh * nw // per_item, ni), (1, 16, 1))
-        producer = Launch("im2col", kernel, gsize, head + [i32(g.cin)] + tail, ls, {}, label,
+        producer = Launch("im2col", kernel, gsize, head + [i32(g.cin)] + tail, ls, x_defines(x_half), label,
                           noop_args=head + [i32(0)] + tail)  # Cin = 0: returns at once
         yield producer, Operand(scratch, s1=per_img, s2=g.cin_g * nh * nw * hph * wph), koff, wph, i0, ni
 
@@ -293,7 +306,7 @@ def transposed_rows_config(target: Target, cfg: GemmConfig, geom: ConvGeometry) 
     return tcfg if implicit_rows_ok(target, tcfg, geom) else None
 
 
-def pixel_row_pieces(ctx: LowerCtx, geom: ConvGeometry, slack: int) -> Iterator[tuple]:
+def pixel_row_pieces(ctx: LowerCtx, geom: ConvGeometry, slack: int, x_half: bool = False) -> Iterator[tuple]:
     """The pixel operand of a transposed implicit GEMM (output pixels as its rows, each read
     through its own pointer, gemm.cl flag 8): as phase_pieces, but a strided conv reads X itself
     (a 1x1 without padding) or a stride-1 zero-padded image of X with its row and column
@@ -301,18 +314,18 @@ def pixel_row_pieces(ctx: LowerCtx, geom: ConvGeometry, slack: int) -> Iterator[
     28 -> 14 3x3/2, A/B under load: 0.169 -> 0.086 ms), or none for a 1x1. The image is offered
     to X's producer (offer_padded_in) only where OFFER_STRIDED_PADDED says. Yields (producer
     launch or None, pixel operand with its column stride as ld2, offset table, row stride,
-    first image, images)."""
+    first image, images). `x_half` as for phase_pieces."""
     g = geom
     if g.sh == g.sw == 1:
-        yield from phase_pieces(ctx, g, slack)
+        yield from phase_pieces(ctx, g, slack, x_half=x_half)
         return
     if g.kh == g.kw == 1 and g.ph == g.pw == 0:  # a strided 1x1: X in place, subsampled
         koff = ctx.const_buffer((np.arange(g.cin_g) * g.hw).astype(np.int32))
-        yield (None, Operand(ctx.buf(0), s1=g.cin * g.hw, s2=g.cin_g * g.hw, ld2=g.sw), koff, g.sh * g.w, 0,
-               g.n_img)
+        yield (None, Operand(ctx.buf(0), s1=g.cin * g.hw, s2=g.cin_g * g.hw, ld2=g.sw, half=x_half), koff,
+               g.sh * g.w, 0, g.n_img)
         return
     g1 = strided_cover(g)
-    pieces_ = phase_pieces(ctx, g1, slack + (g.sw - 1) * g.ow, OFFER_STRIDED_PADDED)
+    pieces_ = phase_pieces(ctx, g1, slack + (g.sw - 1) * g.ow, OFFER_STRIDED_PADDED, x_half)
     for producer, a, koff, wph, i0, ni in pieces_:
         yield producer, replace(a, ld2=g.sw), koff, g.sh * wph, i0, ni
 
@@ -334,5 +347,5 @@ def fit_tiles(target: Target, cfg: GemmConfig, geom: ConvGeometry) -> GemmConfig
 __all__ = ["SCRATCH_CAP", "IMPLICIT_WASTE", "pieces", "panel_vector_width", "im2col_table", "table_of_reads",
            "pixel_panels",
            "phases_read", "phases_ok", "phase_geometry", "implicit_ok", "implicit_rows_ok", "implicit_offsets",
-           "padded_output", "phase_kernel", "phase_pieces", "OFFER_STRIDED_PADDED", "strided_cover",
+           "padded_output", "x_defines", "phase_kernel", "phase_pieces", "OFFER_STRIDED_PADDED", "strided_cover",
            "transposed_rows_config", "pixel_row_pieces", "fit_tiles"]

@@ -3,6 +3,9 @@
 One kernel covers 1-D..3-D MaxPool/AveragePool by padding the spatial dims to three; the
 window geometry travels as 21 by-value int arguments. Output sizes (ceil_mode) are taken from the
 concrete output shape; the kernel only needs the pads, which auto_pad is resolved to here.
+X and Y may be stored as half (SessionOptions.precision): pool.cl reads and writes them through
+storage.h (XH / YH), the max and the sums in float; the GPU family's global pool runs on float32
+copies (lower/half.py).
 """
 from __future__ import annotations
 
@@ -14,13 +17,26 @@ import numpy as np
 from ..errors import InvalidModel
 from ..ir import Graph, Node
 from ..target import Target
-from .base import Launch, LowerCtx, device_op, i32
+from .base import HalfIO, Launch, LowerCtx, device_op, i32
 from . import gpu_pool
-from .common import AUTO_PADS, F32, attr_str, check_dtypes, check_int32_sizes, grid, resolve_pads, work_size
+from .common import AUTO_PADS, F16, F32, attr_str, check_dtypes, check_int32_sizes, grid, resolve_pads, work_size
+from .half import has_half, lower_as_float
 
 log = logging.getLogger(__name__)
 
-_F32 = {F32}
+_F32 = {F32, F16}  # float32, or its half storage (HalfIO: X and Y)
+_HALF_IO = HalfIO((0,), (0,))
+
+
+def _storage(ctx: LowerCtx) -> dict:
+    """pool.cl's storage defines: XH / YH where X / Y are stored as half (none for float32, so the
+    float32 programs keep their keys)."""
+    out: dict = {}
+    if ctx.inputs[0].dtype == F16:
+        out["XH"] = 1
+    if ctx.outputs[0].dtype == F16:
+        out["YH"] = 1
+    return out
 
 
 def _supports_pool(node: Node, graph: Graph, target: Target) -> Optional[str]:
@@ -42,7 +58,7 @@ def _supports_pool(node: Node, graph: Graph, target: Target) -> Optional[str]:
 _MP_MAXW = 256  # pool.cl MP_MAXW: the widest input row of the pool2d_rows fast path
 
 
-@device_op("MaxPool", "AveragePool", supports=_supports_pool)
+@device_op("MaxPool", "AveragePool", supports=_supports_pool, half=_HALF_IO)
 def lower_pool(ctx: LowerCtx) -> list:
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
@@ -60,7 +76,7 @@ def lower_pool(ctx: LowerCtx) -> list:
     geom = (pad3(in_sp, 1) + pad3(out_sp, 1) + pad3(ks, 1) + pad3(st, 1) + pad3(pb, 0) + pad3(pe, 0)
             + pad3(dil, 1))
     is_max = ctx.node.op_type == "MaxPool"
-    defines: dict = {"T": "float", "POOL_MAX" if is_max else "POOL_AVG": None}
+    defines: dict = {"T": "float", "POOL_MAX" if is_max else "POOL_AVG": None, **_storage(ctx)}
     args: list = [ctx.buf(0), ctx.out(0)]
     if is_max and len(ctx.outputs) > 1 and ctx.outputs[1] is not None:
         defines["WITH_INDICES"] = None
@@ -93,13 +109,15 @@ def _supports_global(node: Node, graph: Graph, target: Target) -> Optional[str]:
     return check_dtypes(node, graph, _F32, [0])
 
 
-@device_op("GlobalAveragePool", "GlobalMaxPool", supports=_supports_global)
+@device_op("GlobalAveragePool", "GlobalMaxPool", supports=_supports_global, half=_HALF_IO)
 def lower_global_pool(ctx: LowerCtx) -> list:
     """One work-item per (n, c) plane: channels are many in CNNs, planes are short."""
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
         return []
     if gpu_pool.applicable(ctx.device) is None:  # the GPU family: a work-group per plane (gpu_pool.py)
+        if has_half(ctx):
+            return lower_as_float(ctx, gpu_pool.lower_global_pool_wg)
         return gpu_pool.lower_global_pool_wg(ctx)
     nc = int(np.prod(x.shape[:2], dtype=np.int64))
     length = int(np.prod(x.shape[2:], dtype=np.int64))
@@ -109,5 +127,5 @@ def lower_global_pool(ctx: LowerCtx) -> list:
     op = "POOL_MAX" if ctx.node.op_type == "GlobalMaxPool" else "POOL_AVG"
     g, l = work_size(ctx, nc, cap=64)
     return [Launch("pool", "global_pool", g, [ctx.buf(0), ctx.out(0), i32(nc), i32(length)], l,
-                   {"T": "float", op: None}, ctx.label(),
+                   {"T": "float", op: None, **_storage(ctx)}, ctx.label(),
                    noop_args=[ctx.buf(0), ctx.out(0), i32(0), i32(length)])]  # nc = 0: returns at once
