@@ -180,7 +180,11 @@ class Plan:
     # graph input or output -> every (kernel, argument position) holding its buffer, for those
     # bound to host arrays without a copy (see planning.zero_copy_binds, rebind)
     host_binds: dict = field(default_factory=dict)
-    bound_to_host: set = field(default_factory=set)  # inputs/outputs whose kernels now hold a host array
+    # inputs whose kernels may read a previous stage's buffer in place of theirs (planning's
+    # stage_binds), as host_binds
+    stage_binds: dict = field(default_factory=dict)
+    # inputs/outputs whose kernels now hold a buffer not their own (a host array, a stage's buffer)
+    bound_to_host: set = field(default_factory=set)
     bind_outputs_at: int = -1  # the first step touching a bound output's buffer (-1: none)
     gate_opens_at: int = -1  # the step whose launch lets the device start (executor._Run.gate; -1: the end)
     # (name, shape, stored dtype, bool) of each output in host_binds, found once: a run allocates
@@ -215,13 +219,14 @@ def bind(bp: BufferPlan, staged: Staged, stop: Optional[int], device, weights: W
         device_tensors, scratch = _allocate(bp, device.context, weights, buffers)
         steps, kernels, index = _bind_steps(bp, device, weights, device_tensors, scratch)
         host_binds = {name: [(kernels[k], pos) for k, pos in uses] for name, uses in bp.zero_copy.items()}
+        stage_binds = {name: [(kernels[k], pos) for k, pos in uses] for name, uses in bp.stage_binds.items()}
         bind_at = index[bp.bind_outputs_at] if bp.bind_outputs_at >= 0 else -1
         launches = [i for i, st in enumerate(steps) if isinstance(st, KernelStep)]
         gate_at = launches[GATE_LAUNCHES - 1] if len(launches) > GATE_LAUNCHES else -1
         direct = [_direct_output(bp.graph, name) for name in bp.outputs if name in host_binds]
         return Plan(bp.graph, staged.placement, steps, device_tensors, bp.host_inputs, bp.device_inputs,
                     list(bp.outputs), stop, bp.planned_bytes, bp.scratch_bytes, len(kernels), root=bp.root,
-                    host_binds=host_binds, bind_outputs_at=bind_at, gate_opens_at=gate_at, direct_outputs=direct,
+                    host_binds=host_binds, stage_binds=stage_binds, bind_outputs_at=bind_at, gate_opens_at=gate_at, direct_outputs=direct,
                     target=target,
                     zero_copy=bp.zero_copy_enabled, _buffers=buffers, _views=list(scratch.values()))
     except BaseException:
@@ -381,13 +386,15 @@ def aligned_arrays(specs: Sequence[tuple], align: int) -> list:
 
 
 def rebind(plan: Plan, name: str, buf: cl.Buffer, host: bool) -> None:
-    """Point the kernels that hold `name`'s buffer at `buf`: a host array's (`host`) or the
-    tensor's own device buffer again. execute() binds every name of plan.host_binds each run
-    before the first step touching it, so no kernel is enqueued still holding an earlier run's
-    host buffer (released, its memory the caller's again); nothing else enqueues plan steps."""
+    """Point the kernels that hold `name`'s buffer at `buf`: a host array's or a previous
+    stage's (`host`: not the tensor's own) or the tensor's own device buffer again. execute()
+    binds every name of plan.host_binds and plan.stage_binds each run before the first step
+    touching it, so no kernel is enqueued still holding an earlier run's host buffer (released,
+    its memory the caller's again); nothing else enqueues plan steps."""
     if not host and name not in plan.bound_to_host:
         return  # already bound to its device buffer
-    for knl, pos in plan.host_binds[name]:
+    uses = plan.host_binds[name] if name in plan.host_binds else plan.stage_binds[name]
+    for knl, pos in uses:
         knl.set_arg(pos, buf)
     if host:
         plan.bound_to_host.add(name)

@@ -22,7 +22,7 @@ from ..partition import failed_fusion, refused_fusions, unfuse
 from ..target import Target
 from ..shapes import specialize
 from .host import outer_scope_names
-from .executor import Plan, RunRecord, WeightCache, build_plan, execute
+from .executor import DeviceValue, Plan, RunRecord, WeightCache, build_plan, execute
 
 log = logging.getLogger(__name__)
 
@@ -234,28 +234,53 @@ class Engine:
     # -- running ---------------------------------------------------------------------------------
     def run(self, feeds: dict, wait_for: Sequence[cl.Event] = (), device_feeds: Optional[dict] = None,
             types: Optional[dict] = None) -> dict:
-        """Run to completion; returns every graph output as a numpy array."""
+        """Run to completion; returns every graph output as a numpy array. A staged run's values
+        stay on the device between stages (each stage's kernels read the buffers of the one
+        before): only the counts, the small values that decide the next stage's shapes, what a
+        host node reads, and the graph's outputs come to the host."""
         with self._lock:
             if types is None:
                 types = {k: (np.asarray(v).dtype, np.asarray(v).shape) for k, v in feeds.items()}
             plan = self.plan(types, feeds)
             record = RunRecord() if self.profiling else None
-            values = dict(feeds)
+            values, handed = dict(feeds), None
             while True:
                 hold: list = []  # the run's events and the arrays it reads (zero copy): kept until it is done
                 outs, pending = execute(plan, self.device, self.queue, values, wait_for, record, device_feeds,
-                                        hold=hold)
+                                        hold=hold, handed=handed, keep_on_device=plan.stop is not None)
                 if pending:
                     cl.wait_for_events(pending)
                 del hold
                 if plan.stop is None:
                     break
-                values = outs
+                values, handed = self._hand_over(plan, outs)
                 wait_for, device_feeds = (), None
-                plan = self._next_stage(plan, values)
+                plan = self._next_stage(plan, {k: handed[k] if v is None else v for k, v in values.items()})
             if record is not None:
                 self.records.append(record)
             return outs
+
+    def _hand_over(self, plan: Plan, outs: dict) -> tuple[dict, dict]:
+        """(host values, DeviceValues) a stage hands to the next: device values stay where they
+        are, except the graph's outputs and the small values that decide the next stage's
+        shapes (read back now: the host needs them)."""
+        _, shape_names = self._rest[id(plan)]
+        on_host = set(shape_names) | set(self.graph.outputs)
+        values, handed = {}, {}
+        for name, v in outs.items():
+            if not isinstance(v, DeviceValue):
+                values[name] = v
+                continue
+            handed[name] = v
+            values[name] = self._read_value(v) if name in on_host else None
+        return values, handed
+
+    def _read_value(self, v: DeviceValue) -> np.ndarray:
+        """A handed-over value read back (blocking, after everything enqueued before it)."""
+        arr = np.empty(v.shape, dtype=np.uint8 if v.dtype == np.bool_ else v.dtype)
+        if arr.nbytes:
+            cl.enqueue_copy(self.queue, arr, v.buffer, is_blocking=True)
+        return arr.view(np.bool_) if v.dtype == np.bool_ else arr
 
     def release(self) -> None:
         with self._lock:

@@ -43,7 +43,8 @@ from .planning import plan_buffers, stage
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Plan", "RunRecord", "WeightCache", "NodeLowerer", "build_plan", "execute", "live_buffers", "prewarm"]
+__all__ = ["DeviceValue", "Plan", "RunRecord", "WeightCache", "NodeLowerer", "build_plan", "execute", "live_buffers",
+           "prewarm"]
 
 
 # --- lowering and planning -------------------------------------------------------------------------
@@ -120,11 +121,12 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
     # the counts live to the end, as outputs do; read back before them
     outputs = list(outputs) + [s.count for s in sized]
     bp = plan_buffers(staged, outputs, lower, target, zero_copy=target.zero_copy and options.zero_copy)
-    if sized and bp.zero_copy:
-        # outputs sized at run time are read back in part, after the count: never bound to an
-        # array of their bound shape
-        for name in [n for s in sized for n in (s.count, *s.outputs)]:
-            bp.zero_copy.pop(name, None)
+    if stop is not None and bp.zero_copy:
+        # a stage's outputs stay in its device buffers for the next stage (runtime.engine), never
+        # written into host arrays (those sized at run time could not be: read back in part)
+        for name in outputs:
+            if name not in bp.device_inputs:
+                bp.zero_copy.pop(name, None)
         bp.bind_outputs_at = min((s for o in outputs if o in bp.zero_copy for s, _ in bp.zero_copy[o]), default=-1)
     plan = bind(bp, staged, stop, device, weights, target)
     plan.sized = sized or None
@@ -132,6 +134,21 @@ def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device
 
 
 # --- running ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DeviceValue:
+    """A value one stage hands to the next on the device: its elements first in `buffer` (a
+    sized output's are a prefix of its bound-size buffer), in `shape`. The buffer belongs to the
+    stage's plan, which the engine keeps (and its arena untouched) until the run's last stage."""
+
+    buffer: cl.Buffer
+    shape: tuple
+    dtype: np.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
 @dataclass
 class RunRecord:
     """What one run enqueued, for profiling."""
@@ -160,6 +177,8 @@ class _Run:
     keepalive: list = field(default_factory=list)
     zero_copied: bool = False  # some input is the caller's array itself
     direct: dict = field(default_factory=dict)  # outputs written straight into the returned arrays
+    handed: dict = field(default_factory=dict)  # inputs a previous stage left on the device: name -> DeviceValue
+    keep_on_device: bool = False  # a stage: device tensors handed back as DeviceValues, not read
     # The first command of the run waits for this user event, set once the first GATE_LAUNCHES
     # kernels are enqueued (or at the first point the host must wait, or at the end). Without it
     # each launch finds the device idle and wakes its threads (pocl: ~30 us per enqueue instead of
@@ -186,7 +205,8 @@ class _Run:
 
 def execute(plan: Plan, device, queue: cl.CommandQueue, feeds: dict, wait_for: Sequence[cl.Event] = (),
             record: Optional[RunRecord] = None, device_feeds: Optional[dict] = None,
-            dest: Optional[dict] = None, hold: Optional[list] = None) -> tuple[dict, list]:
+            dest: Optional[dict] = None, hold: Optional[list] = None, handed: Optional[dict] = None,
+            keep_on_device: bool = False) -> tuple[dict, list]:
     """Enqueue one run of `plan`. Returns (host outputs dict, pending events).
 
     Host outputs are numpy arrays being filled by non-blocking reads: they are valid once every
@@ -194,11 +214,16 @@ def execute(plan: Plan, device, queue: cl.CommandQueue, feeds: dict, wait_for: S
     `dest` maps output names to caller numpy arrays / cl.Buffers to write into directly. When `hold`
     is given, every event and staging array of the run is appended to it: keep it until the run is done
     (a run that returns before its inputs are ready must not block on dropping them).
+    Between stages (runtime.engine): `handed` maps inputs to the previous stage's DeviceValues, which
+    the kernels read where they lie (bound directly where the plan lets an input be re-pointed,
+    else copied on the device); `keep_on_device` hands device tensors back as DeviceValues, unread.
     """
     gate = cl.UserEvent(device.context) if plan.n_launches > 1 else None
     ext_wait = list(wait_for) + ([gate] if gate is not None else [])
-    run = _Run(plan, device.context, queue, feeds, device_feeds or {}, dest or {}, ext_wait,
-               kernel_wait=ext_wait or None, gate=gate)
+    handed = handed or {}
+    device_feeds = {**(device_feeds or {}), **{k: v.buffer for k, v in handed.items()}}
+    run = _Run(plan, device.context, queue, feeds, device_feeds, dest or {}, ext_wait,
+               kernel_wait=ext_wait or None, gate=gate, handed=handed, keep_on_device=keep_on_device)
     if gate is not None:
         run.keepalive.append(gate)
     if plan.orphans:  # host buffers of failed runs, kept until their kernels are done
@@ -231,6 +256,11 @@ def _upload_inputs(run: _Run) -> None:
     for name in plan.device_inputs:
         buf = plan.device_tensors[name]
         zero_copy = name in plan.host_binds
+        if name in run.handed and name in plan.stage_binds:  # the previous stage's buffer itself: no copy
+            rebind(plan, name, run.handed[name].buffer, host=True)
+            continue
+        if not zero_copy:
+            rebind(plan, name, buf, host=False)  # its own buffer again (bound to a stage's before)
         if name in run.device_feeds:
             if zero_copy:
                 rebind(plan, name, buf, host=False)
@@ -345,7 +375,14 @@ def _collect_outputs(run: _Run) -> tuple[dict, list]:
     results: dict = {}
     real = _sized_shapes(run) if plan.sized is not None else {}
     for name in plan.outputs:
-        if name in real:
+        if name in run.handed and not (name in feeds and feeds[name] is not None):
+            results[name] = run.handed[name]  # passed through this stage on the device
+        elif run.keep_on_device and name in plan.device_inputs and name not in plan.bound_to_host:
+            results[name] = _device_value(plan, name, tuple(int(d) for d in graph.values[name].shape))
+        elif run.keep_on_device and name in real:
+            if real[name] is not None:
+                results[name] = _device_value(plan, name, real[name])
+        elif name in real:
             if real[name] is not None:
                 v = graph.values[name]
                 out = np.empty(real[name], dtype=np.uint8 if np.dtype(v.dtype) == np.bool_ else v.dtype)
@@ -369,6 +406,8 @@ def _collect_outputs(run: _Run) -> tuple[dict, list]:
                                                    plan.device_tensors[name], byte_count=nb,
                                                    wait_for=[events[rt]] if rt in events else None)
             results[name] = target
+        elif run.keep_on_device and name in plan.device_tensors:
+            results[name] = _device_value(plan, name, tuple(int(d) for d in graph.values[name].shape))
         else:
             results[name] = _read(plan, queue, name, events, wait=False, out=run.dest.get(name))
     pending = [events[n] for n in events if n.startswith("__read:")]
@@ -377,6 +416,11 @@ def _collect_outputs(run: _Run) -> tuple[dict, list]:
         # is (the reads in `pending` may all have come before it: a host step's blocking read).
         pending.append(cl_call("enqueueing a marker", cl.enqueue_marker, queue))
     return results, pending
+
+
+def _device_value(plan: Plan, name: str, shape: tuple) -> DeviceValue:
+    """`name` left in its device buffer for the next stage."""
+    return DeviceValue(plan.device_tensors[name], tuple(shape), np.dtype(plan.graph.values[name].dtype))
 
 
 def _sized_shapes(run: _Run) -> dict:

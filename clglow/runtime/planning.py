@@ -192,6 +192,9 @@ class BufferPlan:
     zero_copy_enabled: bool = False  # planned with zero copy on (the target's policy and the options)
     zero_copy: dict = field(default_factory=dict)  # input/output -> [(step index, argument position)]
     bind_outputs_at: int = -1  # the first step holding a zero-copy output's buffer (-1: none)
+    # input -> [(step index, argument position)]: inputs whose kernels may read another device
+    # buffer in place of theirs (a previous stage's: zero_copy_binds(aligned=True))
+    stage_binds: dict = field(default_factory=dict)
 
     def resolve(self, name: str) -> str:
         """The tensor owning `name`'s buffer."""
@@ -225,6 +228,7 @@ def plan_buffers(staged: Staged, outputs: Sequence[str], lower: Lowerer, target:
             on_device.add(root[name])
     sched = _schedule(graph, lowered, root, on_device, slices, outputs)
     bp = _layout(graph, sched, root, slices, padded, outputs, target)
+    bp.stage_binds = zero_copy_binds(bp, aligned=True)
     if zero_copy:
         bp.zero_copy_enabled = True
         bp.zero_copy = zero_copy_binds(bp)
@@ -410,7 +414,7 @@ def _storage(bp: BufferPlan) -> dict:
 
 
 # --- zero copy -------------------------------------------------------------------------------------
-def zero_copy_binds(bp: BufferPlan) -> dict:
+def zero_copy_binds(bp: BufferPlan, aligned: bool = False) -> dict:
     """The graph inputs and outputs a run may bind to host arrays instead of copying them (zero
     copy, as onnxruntime's CPU provider reads a numpy input where it lies and writes its outputs
     into the arrays it returns), for a target whose CL_MEM_USE_HOST_PTR buffers are host memory
@@ -421,6 +425,9 @@ def zero_copy_binds(bp: BufferPlan) -> dict:
       run returns, allocated aligned like a device buffer (so any kernel may write it).
     Neither when the buffer is sliced into sub-batch pieces (sub-buffers of the arena's copy).
     No name is bound both ways: an input handed back as an output is copied.
+    With `aligned` the inputs alone, for buffers at the device's base alignment (a previous run
+    stage's, runtime.engine): any kernel may read those, unaligned loads or not, and one that
+    no kernel reads (every reader empty at these shapes) is neither bound nor copied.
     Returns name -> [(step index, argument position)] for every kernel argument holding its buffer."""
     uses: dict = {}  # tensor -> [(step, argument position, read unaligned)]
     host_read: set = set()
@@ -440,16 +447,16 @@ def zero_copy_binds(bp: BufferPlan) -> dict:
     for t, key in bp.storage.items():
         sharing.setdefault(key, []).append(t)
     binds: dict = {}
-    for name in list(bp.device_inputs) + [o for o in outputs if o not in inputs]:
+    for name in list(bp.device_inputs) + ([] if aligned else [o for o in outputs if o not in inputs]):
         key = bp.storage.get(name)
         if key is None or key[0] == "const":  # a folded output: the weight cache's buffer, never the caller's
             continue
         aliases = sharing[key]
         found = [u for t in aliases for u in uses.get(t, [])]
-        if not found or any(t in host_read or t in sliced for t in aliases):
+        if (not found and not aligned) or any(t in host_read or t in sliced for t in aliases):
             continue
         if name in inputs:
-            if not all(ok for _, _, ok in found) or any(t in outputs for t in aliases):
+            if not (aligned or all(ok for _, _, ok in found)) or any(t in outputs for t in aliases):
                 continue
         elif sum(t in outputs for t in aliases) > 1 or any(t in inputs for t in aliases):
             continue
