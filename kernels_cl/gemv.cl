@@ -8,7 +8,11 @@
  * broadcasts per step; here W is packed at plan time in panels of VW columns,
  * W[(p*K + k)*VW + c] (zero padded; gemm_kernel.pack_b with NR = VW), and work-item p reads
  * its panel front to back as one contiguous stream of VW-float vectors, KU independent
- * accumulators deep (a chain of dependent adds would wait on each add's latency).
+ * accumulators deep (a chain of dependent adds would wait on each add's latency). With PP > 1 a
+ * work-item reads PP adjacent panels in lockstep (PP streams; each x element loaded, and with
+ * LN_PRO normalised, once for all of them); a panel past the last is read as the last one and not
+ * stored (the packed matrix holds whole panels only). VW, KU, PP and the work-group size are the
+ * tunable family "gemv" (lower/gemv.py).
  *
  * flags: 1 = bias (beta * bias[n * bias_sn], bias_sn 0 or 1), 2 = residual z (y's shape). x, bias and z are read in place
  * at any alignment; y may be z (a residual updated in place: each output read, then written,
@@ -25,6 +29,9 @@
 #endif
 #ifndef KU
 #define KU 4
+#endif
+#ifndef PP
+#define PP 1
 #endif
 
 #include "floatv.h"
@@ -52,11 +59,15 @@ __kernel void gemv(const __global float* restrict x, const int x_off,
                    const float ln_eps
 #endif
                    ) {
-    const int p = get_global_id(0);
-    if (p * VW >= n)
+    const int p0 = get_global_id(0) * PP;
+    if (p0 * VW >= n)
         return;
+    const int last = (n + VW - 1) / VW - 1;
     const __global float* xp = x + x_off;
-    const __global floatv* wp = w + (long)p * k;
+    const __global floatv* wp[PP];
+#pragma unroll
+    for (int j = 0; j < PP; ++j)
+        wp[j] = w + (long)min(p0 + j, last) * k;
 #ifdef LN_PRO
     /* x's LayerNormalization, recomputed by each work-item (k floats: a fraction of its panel) */
     const float ln_m = lanes_sum(xp, k) / (float)k;
@@ -65,33 +76,46 @@ __kernel void gemv(const __global float* restrict x, const int x_off,
 #else
 #define XK(i) xp[i]
 #endif
-    floatv acc[KU];
-    for (int u = 0; u < KU; ++u)
-        acc[u] = (floatv)0.0f;
+    floatv acc[PP][KU];
+#pragma unroll
+    for (int j = 0; j < PP; ++j)
+        for (int u = 0; u < KU; ++u)
+            acc[j][u] = (floatv)0.0f;
     int kk = 0;
     for (; kk + KU <= k; kk += KU) {
 #pragma unroll
-        for (int u = 0; u < KU; ++u)
-            acc[u] += XK(kk + u) * wp[kk + u];
+        for (int u = 0; u < KU; ++u) {
+            const float xv = XK(kk + u);
+#pragma unroll
+            for (int j = 0; j < PP; ++j)
+                acc[j][u] += xv * wp[j][kk + u];
+        }
     }
-    for (; kk < k; ++kk)
-        acc[0] += XK(kk) * wp[kk];
-    for (int u = 1; u < KU; ++u)
-        acc[0] += acc[u];
-    const float* s = (const float*)&acc[0];
-    const int c0 = p * VW;
-    const int nc = min(VW, n - c0);
-    for (int c = 0; c < nc; ++c) {
-        float v = alpha * s[c];
-        if (flags & FLAG_BIAS)
-            v += beta * bias[bias_off + (c0 + c) * bias_sn];
-        if (flags & FLAG_RES)
-            v += z[z_off + c0 + c];
+    for (; kk < k; ++kk) {
+        const float xv = XK(kk);
+#pragma unroll
+        for (int j = 0; j < PP; ++j)
+            acc[j][0] += xv * wp[j][kk];
+    }
+#pragma unroll
+    for (int j = 0; j < PP; ++j) {
+        for (int u = 1; u < KU; ++u)
+            acc[j][0] += acc[j][u];
+        const float* s = (const float*)&acc[j][0];
+        const int c0 = (p0 + j) * VW;
+        const int nc = min(VW, n - c0);
+        for (int c = 0; c < nc; ++c) {
+            float v = alpha * s[c];
+            if (flags & FLAG_BIAS)
+                v += beta * bias[bias_off + (c0 + c) * bias_sn];
+            if (flags & FLAG_RES)
+                v += z[z_off + c0 + c];
 #ifdef EPI_EXPR
-        const float X0 = act_s(v, act_a, act_b, act_c);
-        y[y_off + c0 + c] = EPI_EXPR;
+            const float X0 = act_s(v, act_a, act_b, act_c);
+            y[y_off + c0 + c] = EPI_EXPR;
 #else
-        y[y_off + c0 + c] = act_s(v, act_a, act_b, act_c);
+            y[y_off + c0 + c] = act_s(v, act_a, act_b, act_c);
 #endif
+        }
     }
 }

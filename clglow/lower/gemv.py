@@ -8,22 +8,39 @@ in VW-column panels (gemm_kernel.pack_b, once at plan time) front to back, one c
 stream per work-item. Measured on pocl (16-float vectors), A/B in one process under load:
 see the commit introducing it. Taken under the CPU family (the GPU family keeps xgemm, whose
 work-groups read the weights coalesced).
+
+The panel width VW, the unroll KU (independent accumulators), the panels per work-item PP and
+the work-group size are the tunable family "gemv" per (K, N): the tuning database's choice,
+else the profile's default (the preferred vector width, KU 4, one panel, groups of one).
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional, Tuple
 
 import numpy as np
 
 from ..target import Target
-from .base import Arg, Launch, LowerCtx, f32, i32, unaligned
+from .base import Arg, Buf, Launch, LowerCtx, f32, i32, unaligned
+from .common import grid
 from .gemm_kernel import Bias, act_params, pack_b
+from .tunable import Family, Params, ShapeKey, choose, product, register
+
+# The family's axes besides the panel width (the default's value first)
+KU_SPACE = (4, 2, 8)
+PP_SPACE = (1, 2, 4)
+LS_SPACE = (1, 8)
 
 
 def gemv_width(target: Target) -> int:
     """The panel width: the device's preferred float vector width (4, 8 or 16 floats)."""
     w = int(target.preferred_vector_width_float or 4)
     return 16 if w >= 16 else 8 if w >= 8 else 4
+
+
+def widths(target: Target) -> Tuple[int, ...]:
+    """The panel widths searched: the preferred one first, then the narrower ones down to 4."""
+    w = gemv_width(target)
+    return (w,) + tuple(v for v in (8, 4) if v < w)
 
 
 def gemv_applicable(target: Target, *, m: int, nbatch_b: int, b_const: bool) -> bool:
@@ -34,26 +51,82 @@ def gemv_applicable(target: Target, *, m: int, nbatch_b: int, b_const: bool) -> 
 def gemv_launch(ctx: LowerCtx, *, k: int, n: int, bias: Optional[Bias], res: Optional[Arg], alpha: float,
                 act: tuple, ln: Optional[tuple] = None, epilogue: str = "") -> Launch:
     """y[0, :] = act(alpha * x @ W + bias + res) with W (input 1, constant [.., K, N]) packed in
-    panels of gemv_width columns; `ln` (scale, bias, epsilon): x layer-normalised first;
+    panels of the family's width; `ln` (scale, bias, epsilon): x layer-normalised first;
     `epilogue`: an elementwise expression of X0 (the result) applied before the store."""
-    vw = gemv_width(ctx.device)
+    p = tuned(ctx.device, k, n, ctx.label())
+    vw = int(p["vw"])
     w = ctx.derived(1, f"gemv{vw}", lambda b: pack_b(np.asarray(b, np.float32).reshape(k, n), vw))
+    tail = []
+    if ln is not None:  # (scale, bias, epsilon): x's LayerNormalization first
+        tail = [ln[0], ln[1], f32(ln[2])]
+    return _launch(ctx.device, p, k, n, unaligned(ctx.buf(0)), w, ctx.out(0), bias=bias, res=res, alpha=alpha,
+                   act=act, ln_args=tail if ln is not None else None, epilogue=epilogue, label=ctx.label())
+
+
+def _launch(target: Target, p: Params, k: int, n: int, x: Arg, w: Arg, y: Arg, *, bias: Optional[Bias],
+            res: Optional[Arg], alpha: float, act: tuple, ln_args: Optional[list], epilogue: str,
+            label: str) -> Launch:
+    """The gemv.cl launch of point `p` (vw, ku, pp, ls) for x [K] @ W (packed) -> y [N]."""
+    vw, pp = int(p["vw"]), int(p["pp"])
     act_code, act_p = act_params(act[0], act[1], act[2])
-    y = ctx.out(0)
     flags = (1 if bias is not None else 0) | (2 if res is not None else 0)
-    args = [unaligned(ctx.buf(0)), i32(0), w, y, i32(0),
+    args = [x, i32(0), w, y, i32(0),
             unaligned(bias.arg) if bias is not None else y, i32(bias.off if bias is not None else 0),
             i32(bias.sn if bias is not None else 0), f32(bias.beta if bias is not None else 0.0),
             unaligned(res) if res is not None else y, i32(0)]
-    tail = [f32(alpha), i32(flags)] + [f32(p) for p in act_p]
-    defines = {"VW": vw}
+    tail = [f32(alpha), i32(flags)] + [f32(v) for v in act_p] + (ln_args or [])
+    defines = {"VW": vw, "KU": int(p["ku"]), "PP": pp}
     if act_code:
         defines["ACT"] = act_code
     if epilogue:  # a FusedElementwise expression of X0, checked by lower/fused.check_expr
         defines["EPI_EXPR"] = epilogue
-    if ln is not None:  # (scale, bias, epsilon): x's LayerNormalization first
+    if ln_args is not None:
         defines["LN_PRO"] = None
-        tail += [ln[0], ln[1], f32(ln[2])]
-    panels = -(-n // vw)
-    return Launch("gemv", "gemv", (panels,), args + [i32(n), i32(k)] + tail, (1,), defines, ctx.label(),
+    items = -(-(-(-n // vw)) // pp)
+    gsize, ls = grid(target, (items,), (int(p["ls"]),))
+    return Launch("gemv", "gemv", gsize, args + [i32(n), i32(k)] + tail, ls, defines, label,
                   noop_args=args + [i32(0), i32(k)] + tail)
+
+
+# --- the tunable family: gemv.cl's parameters per (K, N) ------------------------------------------
+# Shape key: (K, N). Parameters: vw (panel width), ku (unroll), pp (panels per work-item), ls
+# (work-group size).
+def _space(target: Target, key: ShapeKey) -> List[Params]:
+    return list(product({"vw": widths(target), "ku": KU_SPACE, "pp": PP_SPACE, "ls": LS_SPACE}))
+
+
+def _default(target: Target, key: ShapeKey) -> Params:
+    return {"vw": gemv_width(target), "ku": KU_SPACE[0], "pp": PP_SPACE[0], "ls": LS_SPACE[0]}
+
+
+def _valid(target: Target, p: Params) -> bool:
+    return (p.get("vw") in widths(target) and p.get("ku") in KU_SPACE and p.get("pp") in PP_SPACE
+            and p.get("ls") in LS_SPACE)
+
+
+def _bench(target: Target, key: ShapeKey, p: Params) -> Tuple[Launch, dict]:
+    """x [K] @ W [K, N] with `p` (buffers X, W, B, Y: a bias as the projections have)."""
+    k, n = int(key[0]), int(key[1])
+    if not _valid(target, p):
+        raise ValueError(f"gemv does not run {p}")
+    vw = int(p["vw"])
+    launch = _launch(target, p, k, n, Buf("X"), Buf("W"), Buf("Y"), bias=Bias(Buf("B"), 0, 1), res=None,
+                     alpha=1.0, act=("", 0.0, 0.0), ln_args=None, epilogue="", label="")
+    return launch, {"X": 4 * k, "W": 4 * k * vw * -(-n // vw), "B": 4 * n, "Y": 4 * n}
+
+
+def _flops(key: ShapeKey) -> float:
+    return 2.0 * int(key[0]) * int(key[1])
+
+
+GEMV_FAMILY = register(Family("gemv", "gemv", _space, _default, _bench, flops=_flops,
+                              applies=lambda target: target.is_cpu_family, priority=2))
+
+
+def tuned(target: Target, k: int, n: int, label: str = "") -> Params:
+    """This product's gemv parameters: the database's when a point of the space, else the default."""
+    p, _ = choose(target, "gemv", (int(k), int(n)), label, valid=lambda q: _valid(target, q))
+    return p
+
+
+__all__ = ["GEMV_FAMILY", "gemv_applicable", "gemv_launch", "gemv_width", "tuned", "widths"]
