@@ -384,6 +384,7 @@ CONV_HALF = [  # (X, W, attributes, path forced, kernels on float32 copies expec
     ((1, 6, 11, 13), (20, 6, 3, 3), dict(pads=[1, 0, 1, 0], strides=[2, 2]), "im2col", False),
     ((2, 6, 12, 12), (40, 6, 3, 3), dict(pads=[1, 1, 1, 1]), "transposed", False),
     ((1, 8, 7, 7), (64, 8, 1, 1), {}, "transposed", False),
+    ((1, 8, 14, 15), (64, 8, 1, 1), dict(strides=[2, 2]), "transposed", False),
     ((1, 8, 40, 40), (64, 8, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2]), "transposed rows", False),
     ((1, 16, 24, 24), (16, 16, 3, 3), dict(pads=[1, 1, 1, 1]), "winograd", True),
     ((1, 12, 10, 10), (12, 1, 3, 3), dict(pads=[1, 1, 1, 1]), "depthwise", True),

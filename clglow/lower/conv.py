@@ -330,7 +330,10 @@ def _lower_transposed(ctx: LowerCtx, c: ConvCase, cfg: Optional[GemmConfig] = No
     launches: list = []
     if implicit_rows_ok(c.target, cfg, g):
         # A read in place: X itself for a 1x1 (one launch, no pack), else the phase images.
-        for producer, a, koff, wph, i0, ni in pixel_row_pieces(ctx, g, phase_geometry(g)[3] + cfg.mr, xh):
+        # A half X is not read in place as the pixel rows (gemm.cl converts such an A row by row,
+        # per k: ResNet-50's 14x14 convs 10x their float32 time on pocl) but widened into float
+        # phase images by conv_phases (one vector pass over X).
+        for producer, a, koff, wph, i0, ni in pixel_row_pieces(ctx, g, phase_geometry(g)[3] + cfg.mr, xh, widen=xh):
             if producer is not None:
                 launches.append(producer)
             off = i0 * c_s1  # C^T: pixels are the rows, stored contiguously per channel

@@ -224,15 +224,16 @@ def phase_kernel(sw: int, nw: int) -> tuple:
 
 
 def phase_pieces(ctx: LowerCtx, geom: ConvGeometry, slack: int, offer: bool = True,
-                 x_half: bool = False) -> Iterator[tuple]:
+                 x_half: bool = False, widen: bool = False) -> Iterator[tuple]:
     """The input of an implicit GEMM: X copied into zero-padded phase images (conv_phases, about
     1.1 x X where im2col writes KH*KW x X), images in pieces within the scratch cap. A stride-1
     1x1 conv reads X itself (no copy, one piece). `offer`: whether a one-phase image is offered
     to X's producer (LowerCtx.offer_padded_in). `x_half`: X stored as half (read so by
-    conv_phases, or the operand when X is read in place; the phase images are float). Yields (producer launch or None, pixel operand
+    conv_phases, or the operand when X is read in place; the phase images are float). `widen`:
+    never X in place (a 1x1 too is copied, into float phase images), nothing offered. Yields (producer launch or None, pixel operand
     (stride per image and per group), offset table, WPH, first image, images)."""
     g, label = geom, ctx.label()
-    if g.pointwise:
+    if g.pointwise and not widen:
         koff = ctx.const_buffer((np.arange(g.cin_g) * g.hw).astype(np.int32))
         yield None, Operand(ctx.buf(0), s1=g.cin * g.hw, s2=g.cin_g * g.hw, half=x_half), koff, g.w, 0, g.n_img
         return
@@ -240,7 +241,7 @@ def phase_pieces(ctx: LowerCtx, geom: ConvGeometry, slack: int, offer: bool = Tr
     per_img = g.cin * nh * nw * hph * wph  # floats of one image's phase images
     x_s1 = g.cin * g.hw
     koff = ctx.const_buffer(implicit_offsets(g))
-    if nh == nw == 1 and g.groups == 1 and offer:
+    if nh == nw == 1 and g.groups == 1 and offer and not widen:
         # One phase image per channel (a stride-1 conv): its producer may write X padded like
         # that in the first place (PaddedLayout), and then there is nothing to copy.
         layout = PaddedLayout(hph, wph, g.ph, g.pw, slack)
@@ -306,7 +307,8 @@ def transposed_rows_config(target: Target, cfg: GemmConfig, geom: ConvGeometry) 
     return tcfg if implicit_rows_ok(target, tcfg, geom) else None
 
 
-def pixel_row_pieces(ctx: LowerCtx, geom: ConvGeometry, slack: int, x_half: bool = False) -> Iterator[tuple]:
+def pixel_row_pieces(ctx: LowerCtx, geom: ConvGeometry, slack: int, x_half: bool = False,
+                     widen: bool = False) -> Iterator[tuple]:
     """The pixel operand of a transposed implicit GEMM (output pixels as its rows, each read
     through its own pointer, gemm.cl flag 8): as phase_pieces, but a strided conv reads X itself
     (a 1x1 without padding) or a stride-1 zero-padded image of X with its row and column
@@ -314,18 +316,18 @@ def pixel_row_pieces(ctx: LowerCtx, geom: ConvGeometry, slack: int, x_half: bool
     28 -> 14 3x3/2, A/B under load: 0.169 -> 0.086 ms), or none for a 1x1. The image is offered
     to X's producer (offer_padded_in) only where OFFER_STRIDED_PADDED says. Yields (producer
     launch or None, pixel operand with its column stride as ld2, offset table, row stride,
-    first image, images). `x_half` as for phase_pieces."""
+    first image, images). `x_half` and `widen` as for phase_pieces."""
     g = geom
     if g.sh == g.sw == 1:
-        yield from phase_pieces(ctx, g, slack, x_half=x_half)
+        yield from phase_pieces(ctx, g, slack, x_half=x_half, widen=widen)
         return
-    if g.kh == g.kw == 1 and g.ph == g.pw == 0:  # a strided 1x1: X in place, subsampled
+    if g.kh == g.kw == 1 and g.ph == g.pw == 0 and not widen:  # a strided 1x1: X in place, subsampled
         koff = ctx.const_buffer((np.arange(g.cin_g) * g.hw).astype(np.int32))
         yield (None, Operand(ctx.buf(0), s1=g.cin * g.hw, s2=g.cin_g * g.hw, ld2=g.sw, half=x_half), koff,
                g.sh * g.w, 0, g.n_img)
         return
     g1 = strided_cover(g)
-    pieces_ = phase_pieces(ctx, g1, slack + (g.sw - 1) * g.ow, OFFER_STRIDED_PADDED, x_half)
+    pieces_ = phase_pieces(ctx, g1, slack + (g.sw - 1) * g.ow, OFFER_STRIDED_PADDED, x_half, widen)
     for producer, a, koff, wph, i0, ni in pieces_:
         yield producer, replace(a, ld2=g.sw), koff, g.sh * wph, i0, ni
 
