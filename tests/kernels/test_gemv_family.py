@@ -67,3 +67,25 @@ def test_database_hit_sets_the_defines(stored, want):
     assert [(ln.kernel, ln.defines["VW"], ln.defines["KU"], ln.defines["PP"]) for ln in launches] == [
         ("gemv",) + tuple(expect)]
     check(node, {"x": x}, {"w": w}, expected=[x @ w], device=target)
+
+
+@pytest.mark.parametrize("point", [{"vw": 16, "ku": 8, "pp": 4, "ls": 8}, {"vw": 8, "ku": 2, "pp": 2, "ls": 1}])
+def test_prologue_and_epilogue_under_other_points(point):
+    """A FusedMatMul with the LayerNormalization prologue and an elementwise epilogue (tanh(2 y)) at
+    stored points with PP > 1 (x normalised once for PP panels; a partial last group of panels)."""
+    k, n = 50, 7 * 16 + 3
+    base = device_info().with_family("cpu")
+    if point["vw"] not in widths(base):
+        pytest.skip("the device's preferred width is below this point's")
+    x, w, b = (RNG.standard_normal(s).astype(np.float32) for s in ((1, k), (k, n), (n,)))
+    g, beta = RNG.standard_normal(k).astype(np.float32), RNG.standard_normal(k).astype(np.float32)
+    target = dataclasses.replace(base, tuned=(("gemv", key_str((k, n)), tuple(sorted(point.items()))),))
+    node = helper.make_node("FusedMatMul", ["x", "w", "b", "", "g", "beta"], ["y"], domain="clglow",
+                            ln_epsilon=1e-5, epilogue="TANH(ADD(X0,X0))")
+    launches = lower(node, {"x": x}, {"w": w, "b": b, "g": g, "beta": beta}, {"y": ((1, n), np.float32)},
+                     device=target)
+    assert [(ln.defines["PP"], "LN_PRO" in ln.defines) for ln in launches] == [(point["pp"], True)]
+    xd = x.astype(np.float64)
+    xn = (xd - xd.mean()) / np.sqrt(xd.var() + 1e-5) * g + beta
+    want = np.tanh(2 * (xn @ w + b)).astype(np.float32)
+    check(node, {"x": x}, {"w": w, "b": b, "g": g, "beta": beta}, expected=[want], device=target)
