@@ -1,6 +1,8 @@
 """Data movement that moves nothing: a Cast to the dtype its input already has, a Reshape or an
 Expand to the shape its input already has and a Concat of one input are dropped, and a Transpose that only moves axes of size 1
-becomes a Reshape (a view: no launch).
+becomes a Reshape (a view: no launch), as does a Gather whose constant indices are 0..n-1 over
+its axis of n (the same elements in the same order: GPT-2's export gathers the attention mask's
+rows with an arange).
 
 A decode step's head split transposes [1, 1, H, D] to [1, H, 1, D] (the same bytes in the same
 order) and its attention casts float32 probabilities to float32: each was a launch on every
@@ -59,9 +61,27 @@ def _moves_only_ones(node: Node, g: Graph) -> Optional[tuple]:
     return tuple(shape[p] for p in perm) if big == sorted(big) else None
 
 
+def _identity_gather(node: Node, g: Graph) -> Optional[tuple]:
+    """The output shape of a Gather whose constant indices are 0, 1, .., n-1 over an axis of n
+    (static shapes), else None."""
+    if node.op_type != "Gather" or len(node.inputs) != 2:
+        return None
+    data, idx = g.values.get(node.input(0)), g.values.get(node.input(1))
+    if data is None or idx is None or not data.is_static or idx.const is None:
+        return None
+    shape, axis = tuple(data.shape), int(node.attr("axis", 0))
+    axis = axis + len(shape) if axis < 0 else axis
+    if not 0 <= axis < len(shape):
+        return None
+    ids = np.asarray(idx.const)
+    if ids.dtype.kind not in "iu" or ids.size != shape[axis] or not np.array_equal(ids.reshape(-1), np.arange(ids.size)):
+        return None
+    return shape[:axis] + tuple(ids.shape) + shape[axis + 1:]
+
+
 def remove_trivial_moves(graph: Graph) -> Graph:
     """`graph` without same-dtype Casts, same-shape Reshapes or one-input Concats, and with
-    size-1-only Transposes as Reshapes."""
+    size-1-only Transposes and identity Gathers as Reshapes."""
     g = graph.copy()
     outputs = set(g.outputs)
     rename: dict = {}
@@ -76,6 +96,8 @@ def remove_trivial_moves(graph: Graph) -> Graph:
             g.values.pop(node.outputs[0], None)
             continue
         shape = _moves_only_ones(node, g)
+        if shape is None:
+            shape = _identity_gather(node, g)
         if shape is not None:
             target = g.unique_name(node.outputs[0] + "_shape")
             arr = np.array(shape, np.int64)

@@ -84,3 +84,24 @@ def test_expand_to_its_own_shape_is_dropped(target, ops):
     feeds = {"m": RNG.random((1, 1, 4, 8)) > 0.5, "x": RNG.standard_normal((1, 1, 4, 8)).astype(np.float32)}
     got = clglow.InferenceSession(m.SerializeToString()).run(None, feeds)[0]
     np.testing.assert_array_equal(got, models.ort_run(m, feeds)[0])
+
+
+@pytest.mark.parametrize("shape,axis,idx,op", [
+    ((64, 1), 0, np.arange(64).reshape(1, 1, 1, 64), "Reshape"),  # GPT-2's mask rows gathered by an arange
+    ((3, 5, 2), 1, np.arange(5), "Reshape"),
+    ((3, 5, 2), -2, np.arange(5).reshape(5, 1), "Reshape"),
+    ((3, 5, 2), 1, np.array([0, 1, 2, 4, 3]), "Gather"),          # a permutation: a real gather
+    ((3, 5, 2), 1, np.arange(4), "Gather"),                       # a prefix: fewer elements
+], ids=["gpt2_mask", "axis1", "negative_axis", "permuted", "prefix"])
+def test_identity_gather_becomes_a_reshape(shape, axis, idx, op):
+    """A Gather whose constant indices are 0..n-1 over its axis of n moves nothing (a view)."""
+    out_shape = list(shape[:axis % len(shape)]) + list(idx.shape) + list(shape[axis % len(shape) + 1:])
+    nodes = [helper.make_node("Gather", ["x", "i"], ["g"], axis=axis), helper.make_node("Not", ["g"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.BOOL, list(shape))],
+                          [helper.make_tensor_value_info("y", T.BOOL, out_shape)],
+                          [helper.make_tensor("i", T.INT64, list(idx.shape), idx.reshape(-1).tolist())])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    assert [n.op_type for n in remove_trivial_moves(import_model(m)).nodes] == [op, "Not"]
+    x = RNG.random(shape) > 0.5
+    got = clglow.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, models.ort_run(m, {"x": x})[0])
