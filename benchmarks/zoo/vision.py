@@ -116,10 +116,11 @@ def _models() -> List[ZooModel]:
     out += [
         ZooModel("deeplabv3_mobilenet_v3", "torchvision", "DeepLabV3 + MobileNetV3-large, 320x320 segmentation",
                  _deeplab),
-        # 3504 nodes with data-dependent shapes: clglow's first run took over 9 minutes here (staged
-        # planning), so a default run gives it 120 s and lists it as timed out
+        # 3504 nodes with data-dependent shapes, run in stages (first run ~2 s now; once over 9
+        # minutes): 120 s for it; "detection": its near-tied random-weight scores are checked by
+        # benchmarks.zoo.detection when the whole model's detections differ
         ZooModel("ssdlite320", "torchvision", "SSDlite320 + MobileNetV3-large detection (NMS, TopK)", _ssdlite,
-                 timeout_s=120),
+                 ("detection",), timeout_s=120),
         ZooModel("shufflenet_v2_x0_5", "torchvision", "ShuffleNetV2 x0.5: channel shuffle, split",
                  _tv_classifier("shufflenet_v2_x0_5")),
         ZooModel("mnasnet0_5", "torchvision", "MnasNet 0.5", _tv_classifier("mnasnet0_5")),
