@@ -226,9 +226,8 @@ def bind(bp: BufferPlan, staged: Staged, stop: Optional[int], device, weights: W
         direct = [_direct_output(bp.graph, name) for name in bp.outputs if name in host_binds]
         return Plan(bp.graph, staged.placement, steps, device_tensors, bp.host_inputs, bp.device_inputs,
                     list(bp.outputs), stop, bp.planned_bytes, bp.scratch_bytes, len(kernels), root=bp.root,
-                    host_binds=host_binds, stage_binds=stage_binds, bind_outputs_at=bind_at, gate_opens_at=gate_at, direct_outputs=direct,
-                    target=target,
-                    zero_copy=bp.zero_copy_enabled, _buffers=buffers, _views=list(scratch.values()))
+                    host_binds=host_binds, stage_binds=stage_binds, bind_outputs_at=bind_at, gate_opens_at=gate_at,
+                    direct_outputs=direct, target=target, zero_copy=bp.zero_copy_enabled, _buffers=buffers, _views=list(scratch.values()))
     except BaseException:
         for b in buffers:
             device_free(b)
