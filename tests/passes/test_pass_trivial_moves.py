@@ -1,5 +1,6 @@
 """passes/trivial_moves.py: a Cast to its input's dtype is dropped and a Transpose that only
-moves axes of size 1 becomes a Reshape (a view); a real transpose, a real cast and a graph
+moves axes of size 1 becomes a Reshape (a view), as does an identity Gather; a constant mask half is
+folded into its Where; a real transpose, a real cast and a graph
 output stay; results against onnxruntime."""
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from onnx import TensorProto as T, helper
 
 import clglow
 from clglow.frontend.onnx_model import import_model
+from clglow.passes.dead_code import remove_dead_nodes
 from clglow.passes.trivial_moves import remove_trivial_moves
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -105,3 +107,31 @@ def test_identity_gather_becomes_a_reshape(shape, axis, idx, op):
     x = RNG.random(shape) > 0.5
     got = clglow.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
     np.testing.assert_array_equal(got, models.ort_run(m, {"x": x})[0])
+
+
+@pytest.mark.parametrize("case,ops", [("const_first", ["Where"]), ("const_second", ["Where"]),
+                                      ("both_live", ["And", "Where"]), ("and_used_twice", ["And", "Where", "Not"]),
+                                      ("live_value", ["And", "Where"])])
+def test_constant_mask_half_folds(case, ops):
+    """Where(And(C, x), a, b) with C, a, b constants is Where(x, Where(C, a, b), b): the And goes;
+    a second live input, a second use of the And, or a live a keep it."""
+    c = helper.make_tensor("c", T.BOOL, [1, 1, 1, 8], (RNG.random(8) > 0.4).tolist())
+    a, b = helper.make_tensor("a", T.FLOAT, [], [0.0]), helper.make_tensor("b", T.FLOAT, [], [-3.4e38])
+    and_in = {"const_first": ["c", "x"], "const_second": ["x", "c"], "both_live": ["x", "x2"]}.get(case, ["c", "x"])
+    nodes = [helper.make_node("And", and_in, ["m"]),
+             helper.make_node("Where", ["m", "v" if case == "live_value" else "a", "b"], ["y"])]
+    outs = [helper.make_tensor_value_info("y", T.FLOAT, [1, 2, 4, 8])]
+    if case == "and_used_twice":
+        nodes.append(helper.make_node("Not", ["m"], ["z"]))
+        outs.append(helper.make_tensor_value_info("z", T.BOOL, [1, 2, 4, 8]))
+    ins = [helper.make_tensor_value_info("x", T.BOOL, [1, 2, 4, 8]),
+           helper.make_tensor_value_info("x2", T.BOOL, [1, 1, 1, 8]),
+           helper.make_tensor_value_info("v", T.FLOAT, [1, 1, 4, 1])]
+    g = helper.make_graph(nodes, "g", ins, outs, [c, a, b])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    assert [n.op_type for n in remove_dead_nodes(remove_trivial_moves(import_model(m))).nodes] == ops
+    feeds = {"x": RNG.random((1, 2, 4, 8)) > 0.5, "x2": RNG.random((1, 1, 1, 8)) > 0.5,
+             "v": RNG.standard_normal((1, 1, 4, 1)).astype(np.float32)}
+    got = clglow.InferenceSession(m.SerializeToString()).run(None, feeds)
+    for gv, want in zip(got, models.ort_run(m, feeds)):
+        np.testing.assert_array_equal(gv, want)
