@@ -6,6 +6,8 @@
  * consecutive outputs of one row (taps in registers, a branch-free path for interior segments).
  * gsize = (ceil(OW / DW_T), OH, images*Cout).
  * dwconv_rows (below, built with DW_S defined): KxK (3, 5, 7) stride-1/2, DW_RT rows per work-item.
+ * XH / YH: X / Y and its residual Z stored as half (storage.h; the taps, weights and sums stay
+ * float; 0: the plain loads and stores).
  */
 #pragma OPENCL FP_CONTRACT ON
 
@@ -19,30 +21,41 @@
 DEFINE_ACT(act_s, float)
 DEFINE_ACT(act_v16, float16)
 typedef float16 float16_u __attribute__((aligned(4)));
+#ifndef XH
+#define XH 0
+#endif
+#ifndef YH
+#define YH 0
+#endif
+#include "storage.h"
+#define XT ST_T(XH)
+#define YT ST_T(YH)
+#define DW_GLD(p) ST_LDV(XH, 16, p)              /* 16 inputs of X */
+#define DW_PLD(p) (*(const float16_u*)(p))       /* 16 floats of the private segment */
 
 /* Inputs b, b+1, .., b+15 of a row of W (b == -1 or b == W - 15: the padding lane is 0). */
-inline float16 taps_s1(const __global float* xr, int b, int W) {
+inline float16 taps_s1(const __global XT* xr, int b, int W) {
     if (b < 0) {
-        const float16 u = *(const __global float16_u*)xr;
+        const float16 u = DW_GLD(xr);
         return (float16)(0.0f, u.s0123, u.s4567, u.s89ab, u.scde);
     }
     if (b + 16 > W) {
-        const float16 u = *(const __global float16_u*)(xr + W - 16);
+        const float16 u = DW_GLD(xr + W - 16);
         return (float16)(u.s123, u.s4567, u.s89ab, u.scdef, 0.0f);
     }
-    return *(const __global float16_u*)(xr + b);
+    return DW_GLD(xr + b);
 }
 
 /* Inputs b, b+2, .., b+30 (b == -1: the padding lane is 0). */
-inline float16 taps_s2(const __global float* xr, int b) {
+inline float16 taps_s2(const __global XT* xr, int b) {
     if (b < 0) {
-        const float16 u0 = *(const __global float16_u*)xr;
-        const float16 u1 = *(const __global float16_u*)(xr + 16);
+        const float16 u0 = DW_GLD(xr);
+        const float16 u1 = DW_GLD(xr + 16);
         const float16 od = (float16)(u0.odd, u1.odd);
         return (float16)(0.0f, od.s0123, od.s4567, od.s89ab, od.scde);
     }
-    const float16 lo = *(const __global float16_u*)(xr + b);
-    const float16 hi = *(const __global float16_u*)(xr + b + 16);
+    const float16 lo = DW_GLD(xr + b);
+    const float16 hi = DW_GLD(xr + b + 16);
     return (float16)(lo.even, hi.even);
 }
 
@@ -57,13 +70,13 @@ inline float16 taps_s2(const __global float* xr, int b) {
 #define DW_BIAS_ARG
 #endif
 #if HAS_RES
-#define DW_RES_ARG __global const float* restrict Z,
+#define DW_RES_ARG __global const YT* restrict Z,
 #else
 #define DW_RES_ARG
 #endif
 #define DW_PARAMS(NAME)                                                                        \
-    __kernel void NAME(__global const float* restrict X, __global const float* restrict Wt,     \
-                       DW_BIAS_ARG DW_RES_ARG __global float* restrict Y,                      \
+    __kernel void NAME(__global const XT* restrict X, __global const float* restrict Wt,        \
+                       DW_BIAS_ARG DW_RES_ARG __global YT* restrict Y,                         \
                        int Cin, int H, int W, int Cout, int OH, int OW, int KH, int KW,        \
                        int sh, int sw, int ph, int pw, int dh, int dw, int mult,               \
                        float act_a, float act_b, float act_c)
@@ -78,7 +91,7 @@ DW_PARAMS(dwconv)
     const int img = z / Cout;
     const int oc = z - img * Cout;
     const int ci = oc / mult;
-    const __global float* x = X + (img * Cin + ci) * H * W;
+    const __global XT* x = X + (img * Cin + ci) * H * W;
     const __global float* w = Wt + oc * KH * KW;
     float acc[DW_T] __attribute__((aligned(64)));
 #pragma unroll
@@ -102,7 +115,7 @@ DW_PARAMS(dwconv)
             const int ih = ih0 + kh * dh;
             if (ih < 0 || ih >= H)
                 continue;
-            const __global float* xr = x + ih * W;
+            const __global XT* xr = x + ih * W;
             for (int kw = 0; kw < KW; ++kw) {
                 const int b = iw0 + kw * dw;
                 accv += (sw == 1 ? taps_s1(xr, b, W) : taps_s2(xr, b)) * w[kh * KW + kw];
@@ -113,9 +126,9 @@ DW_PARAMS(dwconv)
         accv += bias[oc];
 #endif
 #if HAS_RES
-        accv += *(const __global float16_u*)(Z + o);
+        accv += ST_LDV(YH, 16, Z + o);
 #endif
-        *(__global float16_u*)(Y + o) = act_v16(accv, act_a, act_b, act_c);
+        ST_STV(YH, 16, Y + o, act_v16(accv, act_a, act_b, act_c));
         return;
     }
 #endif
@@ -123,20 +136,20 @@ DW_PARAMS(dwconv)
         const int ih = ih0 + kh * dh;
         if (ih < 0 || ih >= H)
             continue;
-        const __global float* xr = x + ih * W;
+        const __global XT* xr = x + ih * W;
         for (int kw = 0; kw < KW; ++kw) {
             const float wv = w[kh * KW + kw];
             const int base = iw0 + kw * dw;
             if (inner) {
 #pragma unroll
                 for (int j = 0; j < DW_T; ++j)
-                    acc[j] += xr[base + j * sw] * wv;
+                    acc[j] += ST_LD(XH, xr, base + j * sw) * wv;
             } else {
 #pragma unroll
                 for (int j = 0; j < DW_T; ++j) {
                     const int iw = base + j * sw;
                     if (iw >= 0 && iw < W)
-                        acc[j] += xr[iw] * wv;
+                        acc[j] += ST_LD(XH, xr, iw) * wv;
                 }
             }
         }
@@ -149,7 +162,7 @@ DW_PARAMS(dwconv)
      * then the valid lanes stored. */
 #if HAS_RES
     for (int j = 0; j < nj; ++j)
-        acc[j] += Z[o + j];
+        acc[j] += ST_LD(YH, Z, o + j);
 #endif
     float16 accv = *(const float16*)acc;
 #if HAS_BIAS
@@ -157,7 +170,7 @@ DW_PARAMS(dwconv)
 #endif
     *(float16*)acc = act_v16(accv, act_a, act_b, act_c);
     for (int j = 0; j < nj; ++j)
-        Y[o + j] = acc[j];
+        ST_ST(YH, Y, o + j, acc[j]);
 #else
     for (int j = 0; j < nj; ++j) {
         float v = acc[j];
@@ -165,9 +178,9 @@ DW_PARAMS(dwconv)
         v += bias[oc];
 #endif
 #if HAS_RES
-        v += Z[o + j];
+        v += ST_LD(YH, Z, o + j);
 #endif
-        Y[o + j] = act_s(v, act_a, act_b, act_c);
+        ST_ST(YH, Y, o + j, act_s(v, act_a, act_b, act_c));
     }
 #endif
 }
@@ -193,21 +206,21 @@ DW_PARAMS(dwconv)
 #define DW_SEGV ((DW_SEG + 15) / 16)
 
 /* The K tap vectors t[0 .. K) of an input row for 16 outputs: t[kw] lane j = r[kw*DW_D + DW_S*j]
- * (r in address space AS, columns r[0 .. DW_SEG) read). */
-#define DW_TAPS(r, AS, t) do {                                                            \
+ * (columns r[0 .. DW_SEG) read through LD: DW_GLD for X, DW_PLD for the private segment). */
+#define DW_TAPS(r, LD, t) do {                                                            \
         if (DW_S == 1) {                                                                  \
             _Pragma("unroll") for (int kw_ = 0; kw_ < DW_K; ++kw_)                        \
-                t[kw_] = *(const AS float16_u*)((r) + kw_ * DW_D);                        \
+                t[kw_] = LD((r) + kw_ * DW_D);                                            \
         } else if (DW_D > 1) {                                                            \
             _Pragma("unroll") for (int kw_ = 0; kw_ < DW_K; ++kw_) {                      \
-                const float16 lo_ = *(const AS float16_u*)((r) + kw_ * DW_D);             \
-                const float16 hi_ = *(const AS float16_u*)((r) + kw_ * DW_D + 16);        \
+                const float16 lo_ = LD((r) + kw_ * DW_D);                                 \
+                const float16 hi_ = LD((r) + kw_ * DW_D + 16);                            \
                 t[kw_] = (float16)(lo_.even, hi_.even);                                   \
             }                                                                             \
         } else {                                                                          \
             _Pragma("unroll") for (int kw_ = 0; kw_ < DW_K; kw_ += 2) {                   \
-                const float16 lo_ = *(const AS float16_u*)((r) + kw_);                    \
-                const float16 hi_ = *(const AS float16_u*)((r) + kw_ + 16);               \
+                const float16 lo_ = LD((r) + kw_);                                        \
+                const float16 hi_ = LD((r) + kw_ + 16);                                   \
                 t[kw_] = (float16)(lo_.even, hi_.even);                                   \
                 if (kw_ + 1 < DW_K)                                                       \
                     t[kw_ + 1] = (float16)(lo_.odd, hi_.odd);                             \
@@ -220,12 +233,12 @@ DW_PARAMS(dwconv)
  * the row's columns 0 .. DW_SEG - 2: the padding shifted in as a zero lane. */
 #define DW_TAPS_L1(r, t) do {                                                             \
         if (DW_S == 1) {                                                                  \
-            const float16 u_ = *(const __global float16_u*)(r);                           \
+            const float16 u_ = DW_GLD(r);                                                 \
             t[0] = (float16)(0.0f, u_.s0123, u_.s4567, u_.s89ab, u_.scde);                \
             t[1] = u_;                                                                    \
-            t[2] = *(const __global float16_u*)((r) + 1);                                 \
+            t[2] = DW_GLD((r) + 1);                                                       \
         } else {                                                                          \
-            const float16 lo_ = *(const __global float16_u*)(r), hi_ = *(const __global float16_u*)((r) + 16); \
+            const float16 lo_ = DW_GLD(r), hi_ = DW_GLD((r) + 16);                        \
             const float8 ho_ = hi_.odd;                                                   \
             t[0] = (float16)(0.0f, lo_.odd, ho_.s0123, ho_.s456);                         \
             t[1] = (float16)(lo_.even, hi_.even);                                         \
@@ -243,7 +256,7 @@ DW_PARAMS(dwconv_rows)
         return;
     const int img = z / Cout;
     const int oc = z - img * Cout;
-    const __global float* x = X + (img * Cin + oc / mult) * H * W;
+    const __global XT* x = X + (img * Cin + oc / mult) * H * W;
     float wk[DW_K * DW_K];
 #pragma unroll
     for (int i = 0; i < DW_K * DW_K; ++i)
@@ -289,36 +302,36 @@ DW_PARAMS(dwconv_rows)
         const int ih = oh0 * DW_S - ph + i;
         if (ih < 0 || ih >= H)
             continue;
-        const __global float* xr = x + ih * W;
+        const __global XT* xr = x + ih * W;
         float16 t[DW_K];
         if (direct && ih * W + iw0 + DW_SEG <= x_end) {
-            DW_TAPS(xr + iw0, __global, t);
+            DW_TAPS(xr + iw0, DW_GLD, t);
 #if DW_K == 3 && DW_D == 1
         } else if (left1 && ih * W + DW_SEG - 1 <= x_end) {
             DW_TAPS_L1(xr, t);
 #endif
         } else if (ih * W + iw0 >= x_beg && ih * W + iw0 + DW_SEG <= x_end) {
-            DW_TAPS(xr + iw0, __global, t);
+            DW_TAPS(xr + iw0, DW_GLD, t);
 #pragma unroll
             for (int kw = 0; kw < DW_K; ++kw)
                 t[kw] = select((float16)0.0f, t[kw], inrow[kw]);
         } else {
-            const __global float* src = xr + iw0;
+            const __global XT* src = xr + iw0;
             if (hi - lo >= 16) {
 #pragma unroll 1
                 for (int c = lo; c < hi; c += 16) {
                     const int c0 = min(c, hi - 16);
-                    *(float16_u*)(seg + c0) = *(const __global float16_u*)(src + c0);
+                    *(float16_u*)(seg + c0) = DW_GLD(src + c0);
                 }
             } else if (ih * W + iw0 + lo + 16 <= x_end) {
-                const float16 v = *(const __global float16_u*)(src + lo);
+                const float16 v = DW_GLD(src + lo);
                 *(float16_u*)(seg + lo) = lane < (int16)(hi - lo) ? v : (float16)0.0f;
             } else {
 #pragma unroll 1
                 for (int c = lo; c < hi; ++c)
-                    seg[c] = src[c];
+                    seg[c] = ST_LD(XH, src, c);
             }
-            DW_TAPS(seg, __private, t);
+            DW_TAPS(seg, DW_PLD, t);
         }
         /* Input row i is kernel row (i - r * DW_S) / DW_D of output row r (when it divides). */
 #pragma unroll
@@ -342,20 +355,20 @@ DW_PARAMS(dwconv_rows)
 #endif
         if (nj == 16) {
 #if HAS_RES
-            v += *(const __global float16_u*)(Z + o);
+            v += ST_LDV(YH, 16, Z + o);
 #endif
-            *(__global float16_u*)(Y + o) = act_v16(v, act_a, act_b, act_c);
+            ST_STV(YH, 16, Y + o, act_v16(v, act_a, act_b, act_c));
         } else {
 #if HAS_RES
 #pragma unroll 1
             for (int j = 0; j < nj; ++j)
-                seg[j] = Z[o + j];
+                seg[j] = ST_LD(YH, Z, o + j);
             v += *(const float16*)seg;
 #endif
             *(float16*)seg = act_v16(v, act_a, act_b, act_c);
 #pragma unroll 1
             for (int j = 0; j < nj; ++j)
-                Y[o + j] = seg[j];
+                ST_ST(YH, Y, o + j, seg[j]);
         }
     }
 }

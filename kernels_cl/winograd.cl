@@ -34,6 +34,18 @@ typedef float16 f16u __attribute__((aligned(4)));
 typedef float8 f8u __attribute__((aligned(4)));
 typedef float2 f2u __attribute__((aligned(4)));
 
+/* Storage of X (XH) and of Y with its residual Z (YH): 0 float, 1 half (storage.h; read and
+ * written as floats, the transforms and the GEMM's V and M stay float). */
+#ifndef XH
+#define XH 0
+#endif
+#ifndef YH
+#define YH 0
+#endif
+#include "storage.h"
+#define XT ST_T(XH)
+#define YT ST_T(YH)
+
 /* B^T applied to 4 values (a row or a column of the patch; scalars or vectors). */
 #define BT4(o0, o1, o2, o3, d0, d1, d2, d3) do { \
         o0 = (d0) - (d2); o1 = (d1) + (d2); o2 = (d2) - (d1); o3 = (d1) - (d3); } while (0)
@@ -42,17 +54,17 @@ typedef float2 f2u __attribute__((aligned(4)));
 
 /* Input row `row` (W floats; zeros when `in` is false: a padding row) into a ring buffer row at
  * dst (its column pw), in vectors of 16 (the last 16 overlapping) without bounds tests. */
-inline void ring_row(float* dst, const __global float* row, int w, bool in)
+inline void ring_row(float* dst, const __global XT* row, int w, bool in)
 {
     if (w >= 16) {
 #pragma unroll 1
         for (int c = 0; c < w - 16; c += 16)
-            *(f16u*)(dst + c) = in ? *(const __global f16u*)(row + c) : (float16)0.0f;
-        *(f16u*)(dst + w - 16) = in ? *(const __global f16u*)(row + w - 16) : (float16)0.0f;
+            *(f16u*)(dst + c) = in ? ST_LDV(XH, 16, row + c) : (float16)0.0f;
+        *(f16u*)(dst + w - 16) = in ? ST_LDV(XH, 16, row + w - 16) : (float16)0.0f;
     } else {
 #pragma unroll 1
         for (int c = 0; c < w; ++c)
-            dst[c] = in ? row[c] : 0.0f;
+            dst[c] = in ? ST_LD(XH, row, c) : 0.0f;
     }
 }
 
@@ -68,15 +80,15 @@ inline void ring_zero(float* buf, int rows, int span)
 
 /* One output row of a segment: `nv` float16s of pixels from `at`, of which the first n are real
  * (the rest lie past the row's end): residual, activation, store; whole vectors when all are. */
-inline void store_row(__global float* Y, const __global float* Z, int at, const float16* v, int nv, int n,
+inline void store_row(__global YT* Y, const __global YT* Z, int at, const float16* v, int nv, int n,
                       int flags, float act_a, float act_b, float act_c)
 {
     if (n == 16 * nv) {
         for (int q = 0; q < nv; ++q) {  /* nv is a constant where this is inlined */
             float16 u = v[q];
             if (flags & 2)
-                u += *(const __global f16u*)(Z + at + 16 * q);
-            *(__global f16u*)(Y + at + 16 * q) = act_16(u, act_a, act_b, act_c);
+                u += ST_LDV(YH, 16, Z + at + 16 * q);
+            ST_STV(YH, 16, Y + at + 16 * q, act_16(u, act_a, act_b, act_c));
         }
         return;
     }
@@ -85,8 +97,8 @@ inline void store_row(__global float* Y, const __global float* Z, int at, const 
     for (int c = 0; c < n; ++c) {
         float u = t[c];
         if (flags & 2)
-            u += Z[at + c];
-        Y[at + c] = act_s(u, act_a, act_b, act_c);
+            u += ST_LD(YH, Z, at + c);
+        ST_ST(YH, Y, at + c, act_s(u, act_a, act_b, act_c));
     }
 }
 
@@ -104,7 +116,7 @@ inline void store_row(__global float* Y, const __global float* Z, int at, const 
  * padding (LDV >= tiles + 8).
  * WINO_ROW (lower/winograd.py checks it): the buffer's floats per row, at least
  * max(pw + W, 2 * TW rounded up to 8) + 18. */
-__kernel void wino_in(__global const float* X, int offX, int x_s1, int cin, int h, int w, int ph, int pw,
+__kernel void wino_in(__global const XT* X, int offX, int x_s1, int cin, int h, int w, int ph, int pw,
                       int tw, int ty0, int th, int ldv, __global float* V, int v_s1)
 {
     const int zc = get_global_id(0);
@@ -112,7 +124,7 @@ __kernel void wino_in(__global const float* X, int offX, int x_s1, int cin, int 
         return;
     const int i = zc / cin;
     const int ci = zc - i * cin;
-    const __global float* xp = X + offX + i * x_s1 + ci * (h * w);
+    const __global XT* xp = X + offX + i * x_s1 + ci * (h * w);
     const int xs = ldv;  /* from a channel's row of one xi to the next xi's */
     __global float* vrow = V + i * v_s1 + ci * (16 * ldv);
     const int span = 2 * ((tw + 7) & ~7) + 18;  /* buffer columns the segments read */
@@ -167,8 +179,8 @@ __kernel void wino_in(__global const float* X, int offX, int x_s1, int cin, int 
  * slack past its end (a last segment's loads past the last tile). flags: 1 = bias (per output
  * channel), 2 = residual Z (Y's layout). */
 __kernel void wino_out(__global const float* Mt, int m_s1, int cout, int tw, int ty0, int th, int oh, int ow,
-                       __global float* Y, int offY, int y_s1, __global const float* bias,
-                       __global const float* Z, int flags, float act_a, float act_b, float act_c)
+                       __global YT* Y, int offY, int y_s1, __global const float* bias,
+                       __global const YT* Z, int flags, float act_a, float act_b, float act_c)
 {
     const int tr = get_global_id(0);  /* tile row ty0 + tr */
     const int zc = get_global_id(1);
@@ -231,7 +243,7 @@ __kernel void wino_out(__global const float* Mt, int m_s1, int cout, int tw, int
  * (tile row ty reads padded rows 4 ty .. 4 ty + 5; the next tile row's 4 new rows are copied
  * before this one is computed). For 8 tiles the patch column c is lanes c, c + 4, .., c + 28
  * of the buffer's 48 columns from 4 * tx0. WINO_ROW >= max(pw + W, 4 * TW rounded up to 8 + 16). */
-__kernel void wino4_in(__global const float* X, int offX, int x_s1, int cin, int h, int w, int ph, int pw,
+__kernel void wino4_in(__global const XT* X, int offX, int x_s1, int cin, int h, int w, int ph, int pw,
                        int tw, int ty0, int th, int ldv, __global float* V, int v_s1)
 {
     const int zc = get_global_id(0);
@@ -239,7 +251,7 @@ __kernel void wino4_in(__global const float* X, int offX, int x_s1, int cin, int
         return;
     const int i = zc / cin;
     const int ci = zc - i * cin;
-    const __global float* xp = X + offX + i * x_s1 + ci * (h * w);
+    const __global XT* xp = X + offX + i * x_s1 + ci * (h * w);
     const int xs = ldv;  /* from a channel's row of one xi to the next xi's */
     __global float* vrow = V + i * v_s1 + ci * (36 * ldv);
     const int span = 4 * ((tw + 7) & ~7) + 16;
@@ -289,8 +301,8 @@ __kernel void wino4_in(__global const float* X, int offX, int x_s1, int cin, int
 /* Work-item (tile row, image * Cout + channel): the row's tiles 8 at a time, each output row of
  * them 32 pixels (two float16 stores). M has 8 floats of slack past its end. */
 __kernel void wino4_out(__global const float* Mt, int m_s1, int cout, int tw, int ty0, int th, int oh, int ow,
-                        __global float* Y, int offY, int y_s1, __global const float* bias,
-                        __global const float* Z, int flags, float act_a, float act_b, float act_c)
+                        __global YT* Y, int offY, int y_s1, __global const float* bias,
+                        __global const YT* Z, int flags, float act_a, float act_b, float act_c)
 {
     const int tr = get_global_id(0);
     const int zc = get_global_id(1);

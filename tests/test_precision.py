@@ -388,7 +388,8 @@ def _conv_forced(x_shape, w_shape, attrs: dict, path: str, act: str, residual: b
     oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
     g = ConvGeometry(h, w, oh, ow, kh, kw, sh, sw, ph, pw, 1, 1, n, c, m, c // cg)
     key = dataclasses.astuple(g) + (act, True, residual)
-    point = {"path": path, "variant": "F2" if path == "winograd" else ""}
+    path, _, variant = path.partition(" F")
+    point = {"path": path, "variant": "F" + (variant or "2") if path == "winograd" else ""}
     dev = dataclasses.replace(dev, tuned=(("conv", tunable.key_str(key), tunable.params_items(point)),))
     node = helper.make_node("FusedConv", ["x", "w", "b", "z" if residual else ""], ["y"], domain="clglow",
                             activation=act, group=c // cg, **attrs)
@@ -404,8 +405,13 @@ CONV_HALF = [  # (X, W, attributes, path forced, kernels on float32 copies expec
     ((1, 8, 7, 7), (64, 8, 1, 1), {}, "transposed", False),
     ((1, 8, 14, 15), (64, 8, 1, 1), dict(strides=[2, 2]), "transposed", False),
     ((1, 8, 40, 40), (64, 8, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2]), "transposed rows", False),
-    ((1, 16, 24, 24), (16, 16, 3, 3), dict(pads=[1, 1, 1, 1]), "winograd", True),
-    ((1, 12, 10, 10), (12, 1, 3, 3), dict(pads=[1, 1, 1, 1]), "depthwise", True),
+    ((1, 16, 24, 24), (16, 16, 3, 3), dict(pads=[1, 1, 1, 1]), "winograd", False),
+    ((1, 16, 52, 50), (20, 16, 3, 3), dict(pads=[1, 1, 1, 1]), "winograd F4", False),
+    ((1, 12, 10, 10), (12, 1, 3, 3), dict(pads=[1, 1, 1, 1]), "depthwise", False),      # dwconv_rows, edges
+    ((1, 16, 33, 35), (16, 1, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2]), "depthwise", False),
+    ((1, 8, 30, 40), (8, 1, 5, 5), dict(pads=[2, 2, 2, 2]), "depthwise", False),
+    ((1, 6, 9, 40), (12, 1, 2, 2), dict(pads=[1, 1, 1, 1]), "depthwise", False),         # dwconv, multiplier 2
+    ((1, 3, 5, 41), (6, 1, 3, 3), dict(pads=[1, 1, 1, 1], strides=[1, 2]), "depthwise", False),
 ]
 
 
@@ -431,6 +437,10 @@ def test_conv_half_storage(x_shape, w_shape, attrs, path, copies, act, residual)
         y = np.maximum(y + feeds["z"].astype(F32), 0)
     launches = lower(node, feeds, {"w": w, "b": b}, {"y": (y.shape, F16)}, device=dev)
     kernels = [ln.kernel for ln in launches]
+    if path.startswith("winograd"):
+        assert kernels[0] == ("wino4_in" if path.endswith("F4") else "wino_in"), kernels
+    if path == "depthwise":
+        assert kernels[0] in ("dwconv", "dwconv_rows"), kernels
     assert any(k.startswith("cast_") for k in kernels) == copies, kernels
     (got,), _ = run(node, feeds, {"w": w, "b": b}, expected=[y.astype(F16)], device=dev)
     assert got.dtype == F16

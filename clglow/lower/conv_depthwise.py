@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, List, Optional, Tuple
 
 from ..target import Target
 from .base import Buf, Launch, LowerCtx, f32, i32
-from .common import ConvGeometry, grid
+from .common import F16, ConvGeometry, grid
 from .gemm_kernel import act_params
 from .tunable import Family, Params, ShapeKey, choose, register
 
@@ -40,11 +40,14 @@ def rows_applicable(g: ConvGeometry) -> bool:
 
 
 def dw_launch(target: Target, g: ConvGeometry, rows: Optional[int], x, w, y, *, bias=None, res=None,
-              act: str = "", act_alpha: float = 0.0, act_beta: float = 0.0, label: str = "") -> Launch:
+              act: str = "", act_alpha: float = 0.0, act_beta: float = 0.0, label: str = "",
+              x_half: bool = False, y_half: bool = False) -> Launch:
     """The dwconv.cl launch of conv `g`: dwconv_rows with `rows` output rows per work-item, or
-    (rows None) dwconv (x, w, y, bias, res: the arguments of X, W, Y, B, Z)."""
+    (rows None) dwconv (x, w, y, bias, res: the arguments of X, W, Y, B, Z; `x_half`, `y_half`:
+    X, and Y with Z, stored as half)."""
     act_code, act_p = act_params(act, act_alpha, act_beta)
     defines = {"HAS_BIAS": int(bias is not None), "HAS_RES": int(res is not None)}
+    defines.update({k: 1 for k, h in (("XH", x_half), ("YH", y_half)) if h})
     if act_code:
         defines["ACT"] = act_code
     head = [x, w] + ([bias] if bias is not None else []) + ([res] if res is not None else [])
@@ -69,12 +72,14 @@ def dw_launch(target: Target, g: ConvGeometry, rows: Optional[int], x, w, y, *, 
 
 
 def lower_depthwise(ctx: LowerCtx, c: "ConvCase") -> list:
-    """dwconv.cl: every output channel from its one input channel, epilogue included."""
+    """dwconv.cl: every output channel from its one input channel, epilogue included; X, Y and
+    the residual as stored (half or float: the conv's HalfIO)."""
     g, e = c.geom, c.epi
     rows = tuned_rows(c.target, g, c.label) if rows_applicable(g) else None
     return [dw_launch(ctx.device, g, rows, ctx.buf(0), ctx.buf(1), ctx.out(0),
                       bias=ctx.buf(2) if e.has_bias else None, res=ctx.buf(3) if e.has_res else None,
-                      act=e.act, act_alpha=e.alpha, act_beta=e.beta, label=ctx.label())]
+                      act=e.act, act_alpha=e.alpha, act_beta=e.beta, label=ctx.label(),
+                      x_half=ctx.inputs[0].dtype == F16, y_half=ctx.outputs[0].dtype == F16)]
 
 
 # --- the tunable family: dwconv_rows' rows per work-item, per depthwise conv shape --------------------

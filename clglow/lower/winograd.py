@@ -30,7 +30,7 @@ import numpy as np
 from ..config import PlanOptions
 from ..target import Target
 from .base import Launch, LowerCtx, f32, i32, round_up, unaligned
-from .common import ConvGeometry, Epilogue, grid
+from .common import F16, ConvGeometry, Epilogue, grid
 from .gemm_kernel import (GemmConfig, Operand, act_params, b_unpacked_ok, gemm_launch, in_place_columns,
                           narrow_rows, pack_a)
 
@@ -149,6 +149,10 @@ def lower_winograd(ctx: LowerCtx, v: Variant, cfg: GemmConfig, geom: ConvGeometr
     ms = ctx.scratch(4 * (max(nx * m * nt * ni for (_, nt), (_, ni, _, _) in zip(sizes, pieces)) + 8))  # + slack
     act_code, act_p = act_params(epi.act, epi.alpha, epi.beta)
     defines = {"ACT": act_code} if act_code else {}
+    # half storage (kernels_cl/storage.h): X read by the input transform, Y and Z by the output one
+    in_defs = {"XH": 1} if ctx.inputs[0].dtype == F16 else {}
+    if ctx.outputs[0].dtype == F16:
+        defines["YH"] = 1
     x_s1, y_s1 = cin * h * w, m * oh * ow
     flags = (1 if has_bias else 0) | (2 if has_res else 0)
     bias_arg = ctx.buf(2) if has_bias else ctx.out(0)  # absent: the flags say so, never read
@@ -161,7 +165,7 @@ def lower_winograd(ctx: LowerCtx, v: Variant, cfg: GemmConfig, geom: ConvGeometr
         tail = [i32(h), i32(w), i32(ph), i32(pw), i32(tw), i32(ty0), i32(rows), i32(ldv), vs, i32(per_v)]
         gsize, ls = grid(ctx.device, (k * cin,), (1,))
         launches.append(Launch("winograd", k_in, gsize, head + [i32(cin)] + tail,
-                               ls, {}, label, noop_args=head + [i32(0)] + tail))  # Cin = 0: no-op
+                               ls, in_defs, label, noop_args=head + [i32(0)] + tail))  # Cin = 0: no-op
         launches.append(gemm_launch(cfg, m=m, n=nt, k=cin, batch=k * nx, d2=nx, a=a,
                                     b=Operand(vs, ld=nx * ldv, s1=per_v, s2=ldv),
                                     c=Operand(ms, ld=nt, s1=per_m, s2=m * nt), label=label))
