@@ -4,7 +4,9 @@ One engine belongs to one session. It lowers for one Target (the session's devic
 session's target family, with that family's tuned GEMM tiles) and one PlanOptions (the
 session's plan switches); plans are cached by both and by the concrete (dtype, shape) of every
 input. A model whose shapes depend on data is run in stages, each stage planned for the real
-shapes of what the previous stage produced.
+shapes of what the previous stage produced; the values stay on the device between stages
+(executor.DeviceValue): the host reads the sizes, the small values that decide the next
+stage's shapes and the graph's outputs.
 """
 from __future__ import annotations
 

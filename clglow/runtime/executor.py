@@ -15,7 +15,9 @@ Three steps, each in a module of its own:
    outputs); the gate (a user event) opens once binding.GATE_LAUNCHES launches are enqueued, so
    the device starts with a backlog instead of waking for each launch; the host is touched only
    at host-fallback nodes and at the edges. Graph inputs and outputs that the
-   plan may bind to host arrays (zero copy) are re-pointed at the run's arrays each run.
+   plan may bind to host arrays (zero copy) are re-pointed at the run's arrays each run. A stage
+   of a staged run hands its values on as DeviceValues (its own buffers), and the next stage's
+   kernels are re-pointed at them (or copy them on the device): only sizes cross to the host.
 
 `build_plan` chains the first two; `prewarm` only lowers, to start a cold start's programs early.
 Policies come from the Target and the PlanOptions given, never from the environment here.
@@ -143,10 +145,6 @@ class DeviceValue:
     buffer: cl.Buffer
     shape: tuple
     dtype: np.dtype
-
-    @property
-    def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
 
 @dataclass
