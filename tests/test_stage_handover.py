@@ -12,6 +12,7 @@ from onnx import TensorProto as T, helper
 from onnx.reference import ReferenceEvaluator
 
 import clglow
+from clglow.runtime.executor import live_buffers
 
 
 def _two_nonzeros() -> onnx.ModelProto:
@@ -57,6 +58,7 @@ class _Copies:
 @pytest.mark.parametrize("target", [None, "gpu"])
 def test_values_stay_on_the_device_between_stages(target, monkeypatch):
     model = _two_nonzeros()
+    before = live_buffers()
     sess = clglow.InferenceSession(model.SerializeToString(),
                                    sess_options=clglow.SessionOptions(host_fallback=False, target=target))
     ref = ReferenceEvaluator(model)
@@ -84,3 +86,6 @@ def test_values_stay_on_the_device_between_stages(target, monkeypatch):
     while plan.stop is not None and plan.next_stages:
         plan, stages = next(iter(plan.next_stages.values())), stages + 1
     assert stages == 3
+    # the stages' buffers (those handed over among them) live with their plans, released with the session
+    sess.release()
+    assert live_buffers() == before
