@@ -401,6 +401,7 @@ CONV_HALF = [  # (X, W, attributes, path forced, kernels on float32 copies expec
     ((1, 5, 20, 40), (13, 5, 3, 3), dict(pads=[1, 1, 1, 1]), "implicit", False),
     ((2, 6, 15, 17), (24, 6, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2]), "implicit", False),
     ((1, 6, 11, 13), (20, 6, 3, 3), dict(pads=[1, 0, 1, 0], strides=[2, 2]), "im2col", False),
+    ((1, 8, 7, 7), (300, 8, 1, 1), {}, "im2col", False),                                # a 1x1's pack_b
     ((2, 6, 12, 12), (40, 6, 3, 3), dict(pads=[1, 1, 1, 1]), "transposed", False),
     ((1, 8, 7, 7), (64, 8, 1, 1), {}, "transposed", False),
     ((1, 8, 14, 15), (64, 8, 1, 1), dict(strides=[2, 2]), "transposed", False),
@@ -441,6 +442,8 @@ def test_conv_half_storage(x_shape, w_shape, attrs, path, copies, act, residual)
         assert kernels[0] == ("wino4_in" if path.endswith("F4") else "wino_in"), kernels
     if path == "depthwise":
         assert kernels[0] in ("dwconv", "dwconv_rows"), kernels
+    if path == "im2col":
+        assert kernels[0] == ("pack_b" if w_shape[2:] == (1, 1) else "im2col"), kernels
     assert any(k.startswith("cast_") for k in kernels) == copies, kernels
     (got,), _ = run(node, feeds, {"w": w, "b": b}, expected=[y.astype(F16)], device=dev)
     assert got.dtype == F16

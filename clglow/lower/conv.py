@@ -270,15 +270,11 @@ def _y_half(ctx: LowerCtx) -> bool:
 
 
 def half_native(ctx: LowerCtx, c: ConvCase, path: ConvPath) -> bool:
-    """Whether `path` lowers the node on its tensors as stored: a HALF_PATHS row whose pixel
-    operand is not a 1x1's pack (pack_b reads float32), with the residual stored as Y (gemm.cl
-    C_HALF covers both)."""
+    """Whether `path` lowers the node on its tensors as stored: a 2-D conv's HALF_PATHS row, with
+    the residual stored as Y (gemm.cl C_HALF covers both)."""
     g = c.geom
-    if path.name not in HALF_PATHS or isinstance(g, NdGeometry) or _half(ctx, 3) != (c.epi.has_res and _y_half(ctx)):
-        return False
-    if path.name == "transposed" and not implicit_rows_ok(c.target, c.transposed, g):
-        return not g.pointwise  # im2col panels of MR pixels: im2col reads half, pack_b does not
-    return path.name != "im2col" or not g.pointwise
+    return (path.name in HALF_PATHS and not isinstance(g, NdGeometry)
+            and _half(ctx, 3) == (c.epi.has_res and _y_half(ctx)))
 
 
 # --- Winograd -------------------------------------------------------------------------------------------

@@ -100,10 +100,8 @@ def pixel_panels(ctx: LowerCtx, width: int, geom: ConvGeometry, x_half: bool = F
     by piece into one scratch buffer: im2col, or for a 1x1 a pack of X's columns. The panels are
     B of the GEMM (width NR) or, transposed, its A (width MR). Yields (producer launch, packed
     operand, first image, images, first pixel, pixels) per piece. `x_half`: X is stored as half
-    (im2col reads it so; the panels are float), not taken by a 1x1's pack."""
+    (im2col or pack_b reads it so, im2col.cl X_HALF; the panels are float)."""
     g, label = geom, ctx.label()
-    if x_half and g.pointwise:
-        raise ValueError("pack_b reads float32 X; a half 1x1 input is widened first (lower/half.py)")
     x_s1, x_s2 = g.cin * g.hw, g.cin_g * g.hw
     np_ = max(round_up(g.npix, width), width)
     parts, nbytes = pieces(g.n_img, np_ // width, 4 * width * g.kk * g.groups)
@@ -117,6 +115,7 @@ def pixel_panels(ctx: LowerCtx, width: int, geom: ConvGeometry, x_half: bool = F
             producer = pack_b_launch(ctx.device, width, src=ctx.buf(0), off=i0 * x_s1 + p0, s1=x_s1, s2=x_s2,
                                      s_k=g.hw, s_n=1, k=g.kk, n=pn, batch=ni * g.groups, d2=g.groups, dst=scratch,
                                      label=label)
+            producer = replace(producer, defines={**producer.defines, **x_defines(x_half)})
         else:  # panels q0 .. q0+nq-1 of the table into panels 0 .. nq-1 of the scratch
             head = [unaligned(ctx.buf(0)), i32(i0 * x_s1), i32(x_s1), i32(x_s2), i32(g.groups), tab, scratch,
                     i32(pstride), i32(g.hw), i32(g.kh * g.kw), i32(np_)]
