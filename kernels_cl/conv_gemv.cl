@@ -7,7 +7,8 @@
  * The weights are packed once per plan as panels of GV output channels, [ceil(M/GV)][K][GV]
  * (zero padded), so a work-item streams one contiguous panel and keeps its GV outputs in one
  * vector (no horizontal sums), k in two multiply-add chains.
- * gsize = (ceil(M / GV), images). Defines: GV (4, 8 or 16), HAS_BIAS, HAS_RES, ACT. */
+ * gsize = (ceil(M / GV), images). Defines: GV (4, 8 or 16), HAS_BIAS, HAS_RES, ACT; XH / YH: X / Y
+ * and Z stored as half (storage.h; the products and sums in float). */
 #ifndef HAS_BIAS
 #define HAS_BIAS 0
 #endif
@@ -17,7 +18,16 @@
 #ifndef GV
 #define GV 16
 #endif
+#ifndef XH
+#define XH 0
+#endif
+#ifndef YH
+#define YH 0
+#endif
 #include "activation.h"
+#include "storage.h"
+#define XT ST_T(XH)
+#define YT ST_T(YH)
 
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
@@ -32,13 +42,13 @@ DEFINE_ACT(act_g, floatg)
 #define GV_BIAS_ARG
 #endif
 #if HAS_RES
-#define GV_RES_ARG __global const float* restrict Z,
+#define GV_RES_ARG __global const YT* restrict Z,
 #else
 #define GV_RES_ARG
 #endif
 
-__kernel void conv_gemv(__global const float* restrict X, __global const float* restrict Wp, GV_BIAS_ARG
-                        GV_RES_ARG __global float* restrict Y, const int K, const int M,
+__kernel void conv_gemv(__global const XT* restrict X, __global const float* restrict Wp, GV_BIAS_ARG
+                        GV_RES_ARG __global YT* restrict Y, const int K, const int M,
                         const float act_a, const float act_b, const float act_c)
 {
     const int q = get_global_id(0), img = get_global_id(1);
@@ -46,15 +56,15 @@ __kernel void conv_gemv(__global const float* restrict X, __global const float* 
     if (c0 >= M)
         return;
     const __global float* w = Wp + (size_t)q * K * GV;
-    const __global float* x = X + (size_t)img * K;
+    const __global XT* x = X + (size_t)img * K;
     floatg acc0 = (floatg)0.0f, acc1 = (floatg)0.0f;
     int k = 0;
     for (; k + 1 < K; k += 2) {
-        acc0 = mad(GLOAD(w + (size_t)k * GV), (floatg)x[k], acc0);
-        acc1 = mad(GLOAD(w + (size_t)(k + 1) * GV), (floatg)x[k + 1], acc1);
+        acc0 = mad(GLOAD(w + (size_t)k * GV), (floatg)ST_LD(XH, x, k), acc0);
+        acc1 = mad(GLOAD(w + (size_t)(k + 1) * GV), (floatg)ST_LD(XH, x, k + 1), acc1);
     }
     if (k < K)
-        acc0 = mad(GLOAD(w + (size_t)k * GV), (floatg)x[k], acc0);
+        acc0 = mad(GLOAD(w + (size_t)k * GV), (floatg)ST_LD(XH, x, k), acc0);
     const int n = min(GV, M - c0);
     float t[GV];
     GSTORE(acc0 + acc1, t);
@@ -63,15 +73,19 @@ __kernel void conv_gemv(__global const float* restrict X, __global const float* 
         t[j] += bias[c0 + j];
 #endif
 #if HAS_RES
-        t[j] += Z[(size_t)img * M + c0 + j];
+        t[j] += ST_LD(YH, Z, (size_t)img * M + c0 + j);
 #endif
     }
     GSTORE(act_g(GLOAD(t), act_a, act_b, act_c), t);
-    __global float* y = Y + (size_t)img * M + c0;
+    __global YT* y = Y + (size_t)img * M + c0;
     if (n == GV) {
+#if YH
+        ST_STV(1, GV, y, GLOAD(t));
+#else
         GSTORE(GLOAD(t), y);
+#endif
     } else {
         for (int j = 0; j < n; ++j)
-            y[j] = t[j];
+            ST_ST(YH, y, j, t[j]);
     }
 }

@@ -412,6 +412,8 @@ CONV_HALF = [  # (X, W, attributes, path forced, kernels on float32 copies expec
     ((1, 16, 33, 35), (16, 1, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2]), "depthwise", False),
     ((1, 8, 30, 40), (8, 1, 5, 5), dict(pads=[2, 2, 2, 2]), "depthwise", False),
     ((1, 6, 9, 40), (12, 1, 2, 2), dict(pads=[1, 1, 1, 1]), "depthwise", False),         # dwconv, multiplier 2
+    ((3, 72, 1, 1), (40, 72, 1, 1), {}, "gemv", False),                                 # an SE block's FC
+    ((1, 20, 1, 1), (48, 20, 1, 1), {}, "gemv", False),
     ((1, 3, 5, 41), (6, 1, 3, 3), dict(pads=[1, 1, 1, 1], strides=[1, 2]), "depthwise", False),
 ]
 
@@ -442,6 +444,8 @@ def test_conv_half_storage(x_shape, w_shape, attrs, path, copies, act, residual)
         assert kernels[0] == ("wino4_in" if path.endswith("F4") else "wino_in"), kernels
     if path == "depthwise":
         assert kernels[0] in ("dwconv", "dwconv_rows"), kernels
+    if path == "gemv":
+        assert kernels == ["conv_gemv"], kernels
     if path == "im2col":
         assert kernels[0] == ("pack_b" if w_shape[2:] == (1, 1) else "im2col"), kernels
     assert any(k.startswith("cast_") for k in kernels) == copies, kernels

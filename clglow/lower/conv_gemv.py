@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 
 from .base import Launch, LowerCtx, f32, i32, round_up
-from .common import grid
+from .common import F16, grid
 from .gemm_kernel import act_params, pack_b
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -42,6 +42,8 @@ def lower_gemv(ctx: LowerCtx, c: "ConvCase") -> list:
     m, k = g.m, g.kk
     act_code, act_p = act_params(e.act, e.alpha, e.beta)
     defines = {"GV": GV, "HAS_BIAS": int(e.has_bias), "HAS_RES": int(e.has_res)}
+    # half storage (the conv's HalfIO): X, and Y with its residual Z
+    defines.update({k: 1 for k, i in (("XH", ctx.inputs[0]), ("YH", ctx.outputs[0])) if i.dtype == F16})
     if act_code:
         defines["ACT"] = act_code
     wp = ctx.derived(1, f"convGV{GV}", lambda w: pack_b(np.asarray(w, np.float32).reshape(m, k).T, GV))
