@@ -8,6 +8,7 @@ from ..ir import Graph
 from .batchnorm import fold_batchnorm
 from .dead_code import remove_dead_nodes
 from .fold_constants import fold_constants
+from .fold_gather_add import fold_gather_add
 from .fuse_conv import fuse_conv
 from .fuse_attention import fuse_attention
 from .fuse_channel_shuffle import fuse_channel_shuffle
@@ -30,6 +31,7 @@ PIPELINE: list[Callable[[Graph], Graph]] = [
     fold_constants,
     refine_shapes,  # the dims folding made known (masks, reshape targets): static shapes for the fusions
     remove_trivial_moves,
+    fold_gather_add,  # a decode step's token row + its constant position row: one Gather of the summed table
     remove_dead_nodes,
     fold_batchnorm,
     fuse_conv,
