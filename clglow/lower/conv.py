@@ -260,6 +260,11 @@ HALF_PATHS = frozenset({"pointwise", "implicit", "im2col", "transposed", "transp
                         "depthwise"})
 
 
+# A 1x1 conv on a half X packs it into float panels (pack_b, one pass) instead of reading it in
+# place, where gemm.cl converts each B row once per row tile of the weights.
+HALF_X_PACKED = True
+
+
 def _half(ctx: LowerCtx, i: int) -> bool:
     """Whether input i of the conv is present and stored as half."""
     return ctx.has_input(i) and bool(ctx.node.input(i)) and ctx.inputs[i].dtype == F16
@@ -376,10 +381,12 @@ def _lower_pointwise(ctx: LowerCtx, c: ConvCase) -> list:
     5% of packed panels (e.g. 64x3136x256: 424 vs 433 GFLOP/s), while the pack costs a launch
     and a pass over X (0.1 ms for ResNet's layer1 conv1)."""
     cfg, g, e, label = c.tiles, c.geom, c.epi, ctx.label()
+    xh, yh = _half(ctx, 0), _y_half(ctx)
+    if xh and HALF_X_PACKED:
+        return _lower_im2col(ctx, c)
     a, bias = _weights_a(ctx, c), _bias(ctx, c)
     c_s1, c_s2 = g.cout * g.npix, g.m * g.npix
     x_s1, x_s2 = g.cin * g.hw, g.cin_g * g.hw
-    xh, yh = _half(ctx, 0), _y_half(ctx)
     ctx.offer_padded_out = g.groups == 1 and not e.has_res
     if ctx.out_layout is not None:
         # Y straight into the next conv's zero-padded input: the same GEMM read as an
