@@ -61,10 +61,14 @@ shape tests are in lower/conv_gemm.py and lower/winograd.py, the tiles come from
 A new device family is a new row or a new gate in its `applicable`, not an `if` in the lowering.
 
 Half storage (SessionOptions.precision, passes/precision.py): X, the residual Z and Y may be
-stored as half (HalfIO (0, 3) -> (0,)); weights and bias stay float32 (packed once). The GEMM
-paths reading X in place or through im2col / conv_phases (HALF_PATHS) read and write it there
-(gemm.cl A_HALF / B_HALF / C_HALF, im2col.cl X_HALF; panels and phase images stay float); the
-others run on float32 copies (lower/half.py), as Casts around the node would.
+stored as half (HalfIO (0, 3) -> (0,)); weights and bias stay float32 (packed once), arithmetic
+fp32. The HALF_PATHS rows read and write it themselves: im2col / pack_b / conv_phases read a half
+X into float panels or phase images (im2col.cl X_HALF), gemm.cl writes Y and reads Z as half
+(C_HALF), winograd.cl, dwconv.cl and conv_gemv.cl take XH / YH. A half X is not read in place
+as a GEMM operand where gemm.cl would convert it once per tile (a 1x1 packs it, the transposed
+paths widen their pixel rows): ResNet-50 fp16 kernel time 1.14x fp32's on pocl, where conversions
+are integer code (no gain is expected on a CPU without half arithmetic). The other rows (3-D, GPU
+family's xgemm / local-memory kernels, regions) run on float32 copies (lower/half.py).
 
 Between two convs (LowerCtx offers, fixed by the planner, runtime/executor.py): a stride-1 conv
 offers to read its input as its zero-padded phase image directly (offer_padded_in), a 1x1 conv
