@@ -384,9 +384,10 @@ def _conv_forced(x_shape, w_shape, attrs: dict, path: str, act: str, residual: b
 
     dev = _cpu_tiles()
     (ph, pw, _, _), (sh, sw) = attrs.get("pads", (0,) * 4), attrs.get("strides", (1, 1))
+    dh, dw = attrs.get("dilations", (1, 1))
     (n, c, h, w), (m, cg, kh, kw) = x_shape, w_shape
-    oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
-    g = ConvGeometry(h, w, oh, ow, kh, kw, sh, sw, ph, pw, 1, 1, n, c, m, c // cg)
+    oh, ow = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    g = ConvGeometry(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, n, c, m, c // cg)
     key = dataclasses.astuple(g) + (act, True, residual)
     path, _, variant = path.partition(" F")
     point = {"path": path, "variant": "F" + (variant or "2") if path == "winograd" else ""}
@@ -413,6 +414,7 @@ CONV_HALF = [  # (X, W, attributes, path forced, kernels on float32 copies expec
     ((1, 8, 30, 40), (8, 1, 5, 5), dict(pads=[2, 2, 2, 2]), "depthwise", False),
     ((1, 6, 9, 40), (12, 1, 2, 2), dict(pads=[1, 1, 1, 1]), "depthwise", False),         # dwconv, multiplier 2
     ((3, 72, 1, 1), (40, 72, 1, 1), {}, "gemv", False),                                 # an SE block's FC
+    ((1, 8, 20, 20), (16, 8, 3, 3), dict(pads=[12] * 4, dilations=[12, 12]), "regions", False),  # ASPP rate 12
     ((1, 20, 1, 1), (48, 20, 1, 1), {}, "gemv", False),
     ((1, 3, 5, 41), (6, 1, 3, 3), dict(pads=[1, 1, 1, 1], strides=[1, 2]), "depthwise", False),
 ]
@@ -446,6 +448,8 @@ def test_conv_half_storage(x_shape, w_shape, attrs, path, copies, act, residual)
         assert kernels[0] in ("dwconv", "dwconv_rows"), kernels
     if path == "gemv":
         assert kernels == ["conv_gemv"], kernels
+    if path == "regions" and not residual:  # (no regions with a residual: another path then)
+        assert kernels[-1] == "scatter_pixels", kernels
     if path == "im2col":
         assert kernels[0] == ("pack_b" if w_shape[2:] == (1, 1) else "im2col"), kernels
     assert any(k.startswith("cast_") for k in kernels) == copies, kernels

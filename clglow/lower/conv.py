@@ -260,7 +260,7 @@ class ConvPath:
 # --- half storage -----------------------------------------------------------------------------------------
 _HALF_IO = HalfIO((0, 3), (0,))
 # The paths that read and write half storage themselves (the rest run on float32 copies).
-HALF_PATHS = frozenset({"pointwise", "implicit", "im2col", "transposed", "transposed rows", "winograd", "gemv",
+HALF_PATHS = frozenset({"pointwise", "implicit", "im2col", "transposed", "transposed rows", "winograd", "gemv", "regions",
                         "depthwise"})
 
 

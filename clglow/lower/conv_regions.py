@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 
 from .base import Launch, LowerCtx, i32, round_up, unaligned
-from .common import ConvGeometry, grid
-from .conv_gemm import pieces, table_of_reads
+from .common import F16, ConvGeometry, grid
+from .conv_gemm import pieces, table_of_reads, x_defines
 from .gemm_kernel import Bias, Operand, fit_rows, gemm_config, gemm_launch, pack_a
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -114,8 +114,11 @@ def _pixel_order(g: ConvGeometry, regs: list) -> np.ndarray:
 
 def lower_regions(ctx: LowerCtx, c: "ConvCase") -> list:
     """Per region: im2col of its pixels and taps, one GEMM into the region-ordered scratch; then
-    the scatter into Y."""
+    the scatter into Y. X and Y as stored (half: im2col.cl X_HALF, conv_regions.cl YH; the panels
+    and the scratch stay float)."""
     g, e, label = c.geom, c.epi, ctx.label()
+    x_defs = x_defines(ctx.inputs[0].dtype == F16)
+    y_defs = {"YH": 1} if ctx.outputs[0].dtype == F16 else {}
     regs = conv_regions(g)
     m, npix, x_s1 = g.m, g.npix, g.cin * g.hw
     base = gemm_config(c.target)
@@ -146,7 +149,8 @@ def lower_regions(ctx: LowerCtx, c: "ConvCase") -> list:
             head = [unaligned(ctx.buf(0)), i32(i0 * x_s1), i32(x_s1), i32(x_s1), i32(1), tab, panels, i32(pstride),
                     i32(g.hw), i32(r.taps), i32(np_)]
             gsize, ls = grid(ctx.device, (nq, g.cin, ni), (1, ly, 1))
-            launches.append(Launch("im2col", "im2col", gsize, head + [i32(g.cin), i32(q0)], ls, {"NR": cfg.nr}, label,
+            launches.append(Launch("im2col", "im2col", gsize, head + [i32(g.cin), i32(q0)], ls,
+                                   {"NR": cfg.nr, **x_defs}, label,
                                    noop_args=head + [i32(0), i32(q0)]))
             cop = Operand(out_s, off=i0 * m * npix + first + p0, ld=npix, s1=m * npix, s2=m * npix)
             launches.append(gemm_launch(cfg, m=m, n=pn, k=kk, batch=ni, d2=1, a=a,
@@ -157,7 +161,7 @@ def lower_regions(ctx: LowerCtx, c: "ConvCase") -> list:
     rows = g.n_img * g.cout
     head = [out_s, pix, ctx.out(0), i32(npix)]
     gsize, ls = grid(ctx.device, (round_up(npix, 16), rows, 1), (16, 1, 1))
-    launches.append(Launch("conv_regions", "scatter_pixels", gsize, head + [i32(rows)], ls, {}, label,
+    launches.append(Launch("conv_regions", "scatter_pixels", gsize, head + [i32(rows)], ls, y_defs, label,
                            noop_args=head + [i32(0)]))
     return launches
 
