@@ -68,7 +68,7 @@ X into float panels or phase images (im2col.cl X_HALF), gemm.cl writes Y and rea
 as a GEMM operand where gemm.cl would convert it once per tile (a 1x1 packs it, the transposed
 paths widen their pixel rows): ResNet-50 fp16 kernel time 1.14x fp32's on pocl, where conversions
 are integer code (no gain is expected on a CPU without half arithmetic). The other rows (3-D, GPU
-family's xgemm / local-memory kernels, regions) run on float32 copies (lower/half.py).
+family's xgemm / local-memory kernels) run on float32 copies (lower/half.py).
 
 Between two convs (LowerCtx offers, fixed by the planner, runtime/executor.py): a stride-1 conv
 offers to read its input as its zero-padded phase image directly (offer_padded_in), a 1x1 conv
