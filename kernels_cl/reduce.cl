@@ -4,6 +4,7 @@
  *   OP_<NAME>  which reduction      RK   kept rank (>= 1)          RR   reduced rank (>= 1)
  *   EMPTY value written when the reduced set is empty (Max/Min)
  * meta (int32): kept dims[RK], kept input strides[RK], reduced dims[RR], reduced input strides[RR].
+ *   XH / YH  `reduce`'s x / y stored as half (storage.h; T / TO are float then, ACC float)
  */
 #ifdef USE_FP64
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
@@ -26,7 +27,26 @@
 #ifndef EMPTY
 #define EMPTY 0
 #endif
+#ifndef XH
+#define XH 0
+#endif
+#ifndef YH
+#define YH 0
+#endif
 #include "lanes.h"
+#include "storage.h"
+#if XH
+#define XT half
+#else
+#define XT T
+#endif
+#if YH
+#define YT half
+#else
+#define YT TO
+#endif
+#define LDX(i) ST_LD(XH, x, i)
+#define STY(i, v) ST_ST(YH, y, i, v)
 
 inline int kept_offset(int o, __global const int* meta) {
     int base = 0;
@@ -50,33 +70,33 @@ inline int red_offset(int r, __global const int* meta) {
     return off;
 }
 
-__kernel void reduce(__global const T* x, __global TO* y, const int n_out, const int n_red,
+__kernel void reduce(__global const XT* x, __global YT* y, const int n_out, const int n_red,
                      __global const int* restrict meta) {
     const int o = get_global_id(0);
     if (o >= n_out) return;
     const int base = kept_offset(o, meta);
 #if defined(OP_MAX) || defined(OP_MIN)
-    if (n_red == 0) { y[o] = (TO)(EMPTY); return; }
-    ACC acc = (ACC)x[base + red_offset(0, meta)];
+    if (n_red == 0) { STY(o, (TO)(EMPTY)); return; }
+    ACC acc = (ACC)LDX(base + red_offset(0, meta));
     for (int r = 1; r < n_red; ++r) {
-        const ACC v = (ACC)x[base + red_offset(r, meta)];
+        const ACC v = (ACC)LDX(base + red_offset(r, meta));
 #ifdef OP_MAX
         if (v > acc || v != v) acc = v;
 #else
         if (v < acc || v != v) acc = v;
 #endif
     }
-    y[o] = (TO)acc;
+    STY(o, (TO)acc);
 #elif defined(OP_LOGSUMEXP)
     ACC mx = -INFINITY;
     for (int r = 0; r < n_red; ++r) {
-        const ACC v = (ACC)x[base + red_offset(r, meta)];
+        const ACC v = (ACC)LDX(base + red_offset(r, meta));
         if (v > mx && !isinf(v)) mx = v;
     }
     if (mx == -INFINITY) mx = 0;
     ACC s = 0;
-    for (int r = 0; r < n_red; ++r) s += exp((ACC)x[base + red_offset(r, meta)] - mx);
-    y[o] = (TO)(log(s) + mx);
+    for (int r = 0; r < n_red; ++r) s += exp((ACC)LDX(base + red_offset(r, meta)) - mx);
+    STY(o, (TO)(log(s) + mx));
 #else
 #ifdef OP_PROD
     ACC acc = (ACC)1;
@@ -84,7 +104,7 @@ __kernel void reduce(__global const T* x, __global TO* y, const int n_out, const
     ACC acc = (ACC)0;
 #endif
     for (int r = 0; r < n_red; ++r) {
-        const ACC v = (ACC)x[base + red_offset(r, meta)];
+        const ACC v = (ACC)LDX(base + red_offset(r, meta));
 #if defined(OP_PROD)
         acc *= v;
 #elif defined(OP_L1)
@@ -96,13 +116,13 @@ __kernel void reduce(__global const T* x, __global TO* y, const int n_out, const
 #endif
     }
 #if defined(OP_MEAN)
-    y[o] = (TO)(acc / (ACC)n_red);
+    STY(o, (TO)(acc / (ACC)n_red));
 #elif defined(OP_L2)
-    y[o] = (TO)sqrt((float)acc);
+    STY(o, (TO)sqrt((float)acc));
 #elif defined(OP_LOGSUM)
-    y[o] = (TO)log((float)acc);
+    STY(o, (TO)log((float)acc));
 #else
-    y[o] = (TO)acc;
+    STY(o, (TO)acc);
 #endif
 #endif
 }

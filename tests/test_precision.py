@@ -482,3 +482,20 @@ def test_pool_half_storage(op, shape, attrs):
     node = helper.make_node(op, ["x"], ["y"], **attrs)
     y = reference(node, {"x": x.astype(F32)}, {}, 17)[0]
     _check_half(node, {"x": x}, {}, y, rtol=1e-3)
+
+
+@pytest.mark.parametrize("op,shape,axes", [("ReduceMean", (2, 6, 5, 7), [2, 3]), ("ReduceMax", (3, 40, 9), [1]),
+                                           ("ReduceSum", (4, 33), [0]), ("ReduceL2", (2, 3, 50), [2]),
+                                           ("ReduceLogSumExp", (5, 17), [1])])
+def test_reduce_half_storage(op, shape, axes):
+    """reduce.cl's `reduce` with x and y in half (fp32 accumulation) vs onnx.reference on the half
+    values in float32, y rounded to half: within 1e-3 relative."""
+    from run_launches import reference
+
+    x = _half(np.random.default_rng(sum(shape)), *shape)
+    node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=1)
+    consts = {"axes": np.array(axes, np.int64)}
+    y = reference(node, {"x": x.astype(F32)}, consts, 18)[0]
+    (got,), _ = run(node, {"x": x}, consts, opset=18, expected=[y.astype(F16)])
+    assert got.dtype == F16
+    np.testing.assert_allclose(got.astype(F32), y.astype(F16).astype(F32), rtol=1e-3, atol=1e-3 * float(np.abs(y).max()))

@@ -17,8 +17,9 @@ import numpy as np
 from ..ir import Graph, Node
 from ..target import Target
 from . import gpu_reduce
-from .base import Launch, LowerCtx, device_op, i32
-from .common import acc_type, check_dtypes, floats, norm_axis, numeric, type_defines, work_size
+from .base import HalfIO, Launch, LowerCtx, device_op, i32
+from .common import F16, acc_type, check_dtypes, floats, norm_axis, numeric, type_defines, work_size
+from .half import has_half, lower_as_float
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +37,19 @@ def _axes_from_input(op_type: str, opset: int) -> bool:
 
 
 def _supports_reduce(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    """Numeric (LogSum*: float) inputs; half storage on any device (reduce.cl XH, fp32 math)."""
     allowed = numeric(target) if node.op_type not in ("ReduceLogSumExp", "ReduceLogSum") else floats(target)
-    return check_dtypes(node, graph, allowed, [0])
+    return check_dtypes(node, graph, set(allowed) | {F16}, [0])
+
+
+def _half_storage(defines: dict, x_dt: np.dtype, y_dt: np.dtype) -> dict:
+    """reduce.cl's defines for half storage of x / y (XH / YH, the types float), else unchanged."""
+    out = dict(defines)
+    if x_dt == F16:
+        out.update(T="float", XH=1, ACC="float")
+    if y_dt == F16:
+        out.update(TO="float", YH=1)
+    return out
 
 
 def _strides(shape: Sequence[int]) -> list:
@@ -135,8 +147,10 @@ def _lower_reduce_items(ctx: LowerCtx, meta: np.ndarray, rk: int, rr: int, defin
     n_out, n_red = ctx.outputs[0].size, int(np.prod(meta[2 * rk:2 * rk + rr], dtype=np.int64))
     g, l = work_size(ctx, n_out)
     kernel = "reduce"
-    if rr == 1 and meta[-1] == 1 and np.dtype(x.dtype) == np.float32 and _REDUCE[ctx.node.op_type] in _ROW_SUMS:
+    if (rr == 1 and meta[-1] == 1 and np.dtype(x.dtype) == np.float32 and ctx.outputs[0].dtype == np.float32
+            and _REDUCE[ctx.node.op_type] in _ROW_SUMS):
         kernel = "reduce_rows"  # one contiguous run per output: summed in lanes
+    defines = _half_storage(defines, np.dtype(x.dtype), np.dtype(ctx.outputs[0].dtype))
     return [Launch("reduce", kernel, g, [ctx.buf(0), ctx.out(0), i32(n_out), i32(n_red),
                                          ctx.const_buffer(meta)], l, defines, ctx.label())]
 
@@ -146,11 +160,15 @@ _REDUCE_PATHS = (("work-group", gpu_reduce.applicable, _lower_reduce_wg),
                  ("per-output", lambda target: None, _lower_reduce_items))
 
 
-@device_op(*_REDUCE, supports=_supports_reduce)
+@device_op(*_REDUCE, supports=_supports_reduce, half=HalfIO((0,), (0,)))
 def lower_reduce(ctx: LowerCtx) -> list:
+    """Reduce* over its axes; half storage read and written by the CPU family's reduce.cl, on
+    float32 copies (lower/half.py) by the GPU family's work-group kernels."""
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
         return []
+    if has_half(ctx) and gpu_reduce.applicable(ctx.device) is None:
+        return lower_as_float(ctx, lower_reduce)
     op = _REDUCE[ctx.node.op_type]
     meta, rk, rr, _n_out, _n_red = reduce_meta(x.shape, _reduce_axes(ctx))
     dt = np.dtype(x.dtype)
