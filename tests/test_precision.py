@@ -227,10 +227,10 @@ def test_pass_casts_where_storage_disagrees(caplog):
 
     big = np.full((4, 32), 1e6, F32)
     nodes = [helper.make_node("Add", ["x", "big"], ["a"]), helper.make_node("Relu", ["a"], ["r"]),
-             helper.make_node("ReduceMax", ["r"], ["p"], axes=[1]), helper.make_node("Add", ["r", "eps"], ["e"]),
+             helper.make_node("Hardmax", ["r"], ["p"], axis=1), helper.make_node("Add", ["r", "eps"], ["e"]),
              helper.make_node("Reshape", ["e", "shape"], ["y"])]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 32])],
-                          [helper.make_tensor_value_info("p", TensorProto.FLOAT, [4, 1]),
+                          [helper.make_tensor_value_info("p", TensorProto.FLOAT, [4, 32]),
                            helper.make_tensor_value_info("y", TensorProto.FLOAT, [128])],
                           [numpy_helper.from_array(big, "big"), numpy_helper.from_array(np.array(1e-12, F32), "eps"),
                            numpy_helper.from_array(np.array([128], np.int64), "shape")])
@@ -242,8 +242,8 @@ def test_pass_casts_where_storage_disagrees(caplog):
     assert out.values["eps"].dtype == F32
     assert out.values["a"].dtype == F16 and out.values["r"].dtype == F16
     casts = [n for n in out.nodes if n.op_type == "Cast"]
-    assert len(casts) == 2  # before ReduceMax (float32 only), and y's at the edge
-    reduce = next(n for n in out.nodes if n.op_type == "ReduceMax")
+    assert len(casts) == 2  # before Hardmax (float32 only), and y's at the edge
+    reduce = next(n for n in out.nodes if n.op_type == "Hardmax")
     assert out.values[reduce.inputs[0]].dtype == F32
     assert out.values["y"].dtype == F32 and out.values["p"].dtype == F32
     assert apply_precision(graph, "fp32", Target()) is graph
