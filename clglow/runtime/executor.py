@@ -19,7 +19,7 @@ Three steps, each in a module of its own:
    of a staged run hands its values on as DeviceValues (its own buffers), and the next stage's
    kernels are re-pointed at them (or copy them on the device): only sizes cross to the host.
 
-`build_plan` chains the first two; `prewarm` only lowers, to start a cold start's programs early.
+`build_plan` chains the first two.
 Policies come from the Target and the PlanOptions given, never from the environment here.
 """
 from __future__ import annotations
@@ -36,7 +36,6 @@ from ..errors import DeviceError, InvalidModel
 from ..ir import Graph, Node
 from ..lower import LowerCtx, TensorInfo, lookup
 from ..lower.base import PaddedLayout
-from ..partition import DEVICE, place
 from ..target import Target
 from .binding import (HostStep, KernelStep, Plan, WeightCache, aligned_arrays, bind, cl_call, cl_error,
                       host_buffer, live_buffers, rebind)
@@ -45,8 +44,7 @@ from .planning import plan_buffers, stage
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DeviceValue", "Plan", "RunRecord", "WeightCache", "NodeLowerer", "build_plan", "execute", "live_buffers",
-           "prewarm"]
+__all__ = ["DeviceValue", "Plan", "RunRecord", "WeightCache", "NodeLowerer", "build_plan", "execute", "live_buffers"]
 
 
 # --- lowering and planning -------------------------------------------------------------------------
@@ -80,8 +78,8 @@ def _lower_node(node: Node, graph: Graph, device, target: Target, options: PlanO
 class NodeLowerer:
     """The planner's lowering callback (planning.Lowerer): one device node lowered for the
     session's Target and options, its programs started on `device`; derived constants (packed
-    weights) shared through `memo`, so a node lowered again (padded pairing, sub-batch pieces,
-    a prewarm before) packs its weights once."""
+    weights) shared through `memo`, so a node lowered again (padded pairing, sub-batch pieces)
+    packs its weights once."""
 
     def __init__(self, graph: Graph, device, target: Target, options: PlanOptions, memo: dict):
         self.graph, self.device, self.target, self.options, self.memo = graph, device, target, options, memo
@@ -92,31 +90,11 @@ class NodeLowerer:
                            self.memo)
 
 
-def prewarm(graph: Graph, stop: Optional[int], device, target: Target, options: PlanOptions, memo: dict) -> None:
-    """Lower a specialised graph's device nodes (nodes[:stop] when staged) only to start their
-    programs building and their code generating (Device.prepare), e.g. while a cold start's GEMM
-    tuner still measures: lowered for `target` as the caller has it now (the tuner keeps its
-    tiles unless another candidate wins clearly). Best effort: anything that fails here is left
-    for build_plan to report. `memo` keeps the derived constants (packed weights) for build_plan;
-    its keys name source arrays by id, so the caller keeps `graph` alive as long as `memo`."""
-    nodes = graph.nodes if stop is None else graph.nodes[:stop]
-    try:
-        sub = Graph(nodes, graph.values, graph.inputs, list(graph.outputs), graph.opsets, graph.name,
-                    graph.ir_version)
-        lower = NodeLowerer(graph, device, target, options, memo)
-        for p, node in zip(place(sub, target, options.host_fallback), nodes):
-            sized = any(o and not graph.values[o].is_static for o in node.outputs)  # bound at plan time
-            if p.where == DEVICE and not lookup(node).view and not sized:
-                lower(node)
-    except Exception as e:  # noqa: BLE001 - an optimisation; build_plan reports real problems
-        log.debug("prewarming %s stopped: %s", graph.name, e)
-
-
 def build_plan(graph: Graph, stop: Optional[int], outputs: Sequence[str], device, weights: WeightCache,
                target: Target, options: PlanOptions, memo: Optional[dict] = None) -> Plan:
     """Lower a specialised graph (nodes[:stop] when staged) for `target` into a ready-to-run Plan:
     planned (runtime.planning), then bound (runtime.binding). Zero copy where both the target's
-    policy and `options` allow it. `memo`: derived constants computed earlier for it (prewarm)."""
+    policy and `options` allow it. `memo`: derived constants computed earlier for it."""
     staged = stage(graph, stop, outputs, target, options)
     lower = NodeLowerer(staged.graph, device, target, options, {} if memo is None else memo)
     sized = staged.sized
