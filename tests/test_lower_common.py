@@ -150,9 +150,10 @@ CHOICES = {  # family -> the path of each layer
             "1x1 at 7": "transposed", "depthwise": "depthwise"},
     "gpu": {"stem 7x7/2": "im2col", "3x3 at 56": "im2col", "3x3 at 14": "im2col", "1x1 at 56": "pointwise",
             "1x1 at 7": "pointwise", "depthwise": "depthwise"},
-    # every GEMM path on the local-memory tiles; depthwise keeps its direct kernel
-    "gpu-local": {"stem 7x7/2": "xgemm im2col", "3x3 at 56": "xgemm im2col", "3x3 at 14": "xgemm im2col",
-                  "1x1 at 56": "xgemm pointwise", "1x1 at 7": "xgemm pointwise", "depthwise": "depthwise"},
+    # every GEMM path on the local-memory tiles (KxK convs as the implicit GEMM, no im2col
+    # buffer); depthwise on its halo tiles
+    "gpu-local": {"stem 7x7/2": "xgemm implicit", "3x3 at 56": "xgemm implicit", "3x3 at 14": "xgemm implicit",
+                  "1x1 at 56": "xgemm pointwise", "1x1 at 7": "xgemm pointwise", "depthwise": "gpu depthwise"},
 }
 
 

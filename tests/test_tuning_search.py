@@ -296,11 +296,14 @@ def test_exit_during_a_background_search_is_clean(tmp_path):
     import subprocess
     import sys
 
-    from clglow.runtime.selection import list_devices
+    from clglow.runtime.selection import list_devices, probe
 
     script = tmp_path / "exit_during_search.py"
     script.write_text(_EXIT_SCRIPT)
-    for d in list_devices()[:2]:
+    # devices that build a kernel here (PyPI's pocl fails every build on some CPUs, e.g. a Zen 5)
+    working = [d for d in list_devices() if probe(d.selector) is None]
+    assert working, "no OpenCL device here builds a kernel"
+    for d in working[:2]:
         for sleep_s in ("2.3", "3.5"):
             env = dict(os.environ, CLGLOW_DEVICE=d.selector, CLGLOW_CACHE_DIR=str(tmp_path / f"cache-{d.selector}-{sleep_s}"),
                        PYTHONPATH=os.pathsep.join(sys.path))
