@@ -7,8 +7,7 @@ against onnxruntime, best of alternating rounds (ms and GOPS, 2 ops per multiply
 
 --kernels times single kernels with OpenCL profiling events (runtime.search.measure: points in
 turns, best of 7): gemm.cl's float32 default against qgemm.cl's int32-product tiles, exact float
-accumulation (fa=1) and the paired 16-bit multiply-add tiles (KC=2, pm=0 expression / pm=1
-builtin) on ResNet-50 / BERT GEMM shapes (M, N, K), uint8 x int8 -> int32.
+accumulation (fa=1) and the paired 16-bit multiply-add tiles (KC=2) on ResNet-50 / BERT GEMM shapes (M, N, K), uint8 x int8 -> int32.
 
 Cases: QLinearMatMul / MatMul at 1024^3 and a BERT-base FFN shape, QLinearConv / Conv at
 ResNet-50's layer shapes and MobileNetV2's depthwise ones (uint8 activations, int8 per-channel
@@ -95,9 +94,8 @@ KERNEL_SHAPES = [(64, 3136, 576), (256, 3136, 64), (128, 784, 1152), (512, 196, 
                  (128, 1024, 256), (128, 256, 1024)]
 KERNEL_POINTS = {"int32 products 4x16x4": {"kc": 1, "mr": 4, "vw": 16, "nv": 4, "ku": 4},
                  "exact float 8x16x3": {"kc": 1, "mr": 8, "vw": 16, "nv": 3, "ku": 4, "fa": 1},
-                 "pairs expr 8x16x3": {"kc": 2, "mr": 8, "vw": 16, "nv": 3, "ku": 1},
-                 "pairs builtin 8x16x3": {"kc": 2, "mr": 8, "vw": 16, "nv": 3, "ku": 1, "pm": 1},
-                 "pairs builtin 6x16x4": {"kc": 2, "mr": 6, "vw": 16, "nv": 4, "ku": 1, "pm": 1}}
+                 "pairs 8x16x3": {"kc": 2, "mr": 8, "vw": 16, "nv": 3, "ku": 1},
+                 "pairs 6x16x4": {"kc": 2, "mr": 6, "vw": 16, "nv": 4, "ku": 1}}
 
 
 def kernel_table() -> int:

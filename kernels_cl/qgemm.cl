@@ -35,10 +35,9 @@
  *          <= 2^24), each block converted to int32: the float multiply-add rate.
  *   KC=2   NV vectors of VW int32 lanes per row; each k pair one broadcast (A[k], A[k+1]) as
  *          2*VW 16-bit lanes times the pairs of VW columns, even and odd lanes multiplied and
- *          summed: a paired 16-bit multiply-add (x86 vpmaddwd), as an expression (QPM=0) or the
- *          compiler's builtin (QPM=1: pocl's LLVM does not form the instruction from the
- *          expression once operands have several uses; the builtin's build fails where the
- *          device's ISA lacks it, and the tuner skips the point).
+ *          summed: the shape of a paired 16-bit multiply-add, written as a portable expression
+ *          (a compiler may form the instruction from it; pocl's LLVM 15 does so only where each
+ *          operand has one use, not in a register tile).
  *   KC=16  MR x NR int8 accumulators over 16 k at a time: 16 k of a row of A and of a column of
  *          B widened to short16, multiplied in int32 as even and odd lanes and added in pairs
  *          (the shape of a paired 16-bit multiply-add instruction: two 16-bit products summed
@@ -80,9 +79,6 @@
 #endif
 #ifndef BIAS_FLOAT
 #define BIAS_FLOAT 0
-#endif
-#ifndef QPM
-#define QPM 0
 #endif
 #ifndef A16
 #define A16 0
@@ -299,20 +295,7 @@ typedef short16 s2v;
 #else
 #error "KC=2 needs VW=8, or clang's extended vector types"
 #endif
-#if QPM == 1  /* the compiler's paired 16-bit multiply-add builtin (x86: vpmaddwd); no such
-                builtin, or one the device's ISA lacks, fails the build: the tuner skips the point */
-#if VW == 16
-#define QPM_BUILTIN __builtin_ia32_pmaddwd512
-#elif VW == 8
-#define QPM_BUILTIN __builtin_ia32_pmaddwd256
-#else
-#define QPM_BUILTIN __builtin_ia32_pmaddwd128
-#endif
-typedef short s2v_g __attribute__((__vector_size__(4 * VW)));
-#define PMADD(a, b) __builtin_astype(QPM_BUILTIN(__builtin_astype((a), s2v_g), __builtin_astype((b), s2v_g)), intv)
-#else
 #define PMADD(a, b) (TO_INTV((a).even) * TO_INTV((b).even) + TO_INTV((a).odd) * TO_INTV((b).odd))
-#endif
 #if B_DIRECT
 /* B read in place, row-major [K, N] rows ldb apart (a 1x1 stride-1 convolution's input: no
  * im2col pass): two rows' VW columns interleaved into the pairs' lane order. */

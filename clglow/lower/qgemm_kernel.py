@@ -8,8 +8,8 @@ and imports no other lowering module but base.py and common.py.
 The tile parameters are `-D` defines (kernels_cl/qgemm.cl): MR rows x NR = VW * NV columns per
 work-item, KU the k-loop unroll, KC the B layout and inner step (1: one k per step, int vectors
 of VW columns, int32 products or (fa=1) exact float sums: the CPU family's default; 2: k pairs as
-16-bit lanes, two products summed into each int32 lane (pm=1: the compiler's paired multiply-add
-builtin, x86 vpmaddwd; pm=0: the same as an expression); 16: 16 k per step as pairs of 16-bit
+16-bit lanes, two products summed into each int32 lane (a portable expression of a paired
+multiply-add); 16: 16 k per step as pairs of 16-bit
 products summed into int32 lanes (every lane busy however few columns: the CPU family's choice
 for products of at most 4 columns, fit_columns); 4: four k per step as
 4-wide dot products: the GPU family, the cl_khr_integer_dot_product builtin where the device
@@ -54,7 +54,6 @@ class QGemmConfig:
     ku: int = 1
     kc: int = 1
     lsize: tuple = (1, 1, 1)
-    pm: int = 0
     fa: int = 0
 
     @property
@@ -65,8 +64,6 @@ class QGemmConfig:
         """The point as the tuner's parameter dict."""
         p = {"mr": self.mr, "vw": self.vw, "nv": self.nv, "ku": self.ku, "kc": self.kc,
              "lsize": tuple(self.lsize)}
-        if self.pm:
-            p["pm"] = self.pm
         if self.fa:
             p["fa"] = self.fa
         return p
@@ -77,9 +74,8 @@ def default_qgemm_config(target: Target) -> QGemmConfig:
     vector width with exact float accumulation (QFA: the 8-bit products summed in float32 blocks
     that cannot round, then int32), k unrolled 4 times, one work-item per group: the portable form
     that builds on every compiler and measured at the fp32 GEMM's rate on pocl 3.1 (Zen 5 host,
-    under load: 185-209 GOP/s against 118-155 for int32 products at 4 x 16 x 4). The paired 16-bit
-    multiply-add tiles (KC=2, pm=1) are faster still (220-260 GOP/s) where the device's compiler
-    has the builtin; the tuner finds them per shape (`clglow tune`). GPU family: 4 x 4
+    under load: 185-209 GOP/s against 118-155 for int32 products at 4 x 16 x 4); the tuner
+    measures the KC=2 pair and KC=16 forms per shape (`clglow tune`). GPU family: 4 x 4
     dot-product tiles (KC=4) in 8 x 8 work-groups."""
     if target.is_cpu_family:
         vw = 16 if target.preferred_vector_width_float >= 16 else 8
@@ -113,13 +109,12 @@ def _space_points(target: Target) -> Iterator[QGemmConfig]:
                         for ku in (1, 4):
                             for fa in (0, 1):  # int32 products, or exact float sums (QFA)
                                 yield QGemmConfig(mr, vw, nv, ku, 1, (1, 1, 1), fa=fa)
-        for pm in (1, 0):  # KC=2: pairs of k (pm 1: the compiler's paired multiply-add builtin)
-            for vw in (w for w in widths if w >= 8):
-                for nv in (1, 2, 3, 4):
-                    for mr in (4, 6, 8):
-                        if mr * nv <= 24:
-                            for ku in (1, 2):
-                                yield QGemmConfig(mr, vw, nv, ku, 2, (1, 1, 1), pm)
+        for vw in (w for w in widths if w >= 8):  # KC=2: pairs of k as 16-bit lanes
+            for nv in (1, 2, 3, 4):
+                for mr in (4, 6, 8):
+                    if mr * nv <= 24:
+                        for ku in (1, 2):
+                            yield QGemmConfig(mr, vw, nv, ku, 2, (1, 1, 1))
         return
     for mr in (2, 4, 8):
         for vw in (2, 4, 8):
@@ -138,7 +133,7 @@ def qgemm_config(target: Target) -> QGemmConfig:
 # for every point, so the raw product is what is measured).
 def _params_config(p: Params) -> QGemmConfig:
     return QGemmConfig(int(p["mr"]), int(p["vw"]), int(p["nv"]), int(p["ku"]), int(p["kc"]),
-                       tuple(int(x) for x in p["lsize"]), int(p.get("pm", 0)), int(p.get("fa", 0)))
+                       tuple(int(x) for x in p["lsize"]), int(p.get("fa", 0)))
 
 
 def _valid(p: Params) -> bool:
@@ -147,7 +142,7 @@ def _valid(p: Params) -> bool:
     except (KeyError, TypeError, ValueError):
         return False
     ok_vw = c.vw in (2, 3, 4, 8, 16) if c.kc == 1 else (c.vw in (4, 8, 16) if c.kc == 2 else c.vw >= 1)
-    forms = (c.pm == 0 or c.kc == 2) and (c.fa == 0 or c.kc == 1)
+    forms = c.fa == 0 or c.kc == 1
     return (c.kc in (1, 2, 4, 16) and c.mr > 0 and c.nv > 0 and c.ku > 0 and ok_vw and forms
             and (c.kc in (1, 2, 4) or c.nv == 1))
 
@@ -286,8 +281,6 @@ def qdefines(cfg: QGemmConfig, ta: np.dtype, tb: np.dtype, tc: np.dtype, epi: QE
          "VW": cfg.vw, "NV": cfg.nv, "KU": cfg.ku, "KC": cfg.kc}
     if epi.bias_float:
         d["BIAS_FLOAT"] = 1
-    if cfg.pm:
-        d["QPM"] = cfg.pm
     if cfg.fa:
         d["QFA"] = 1
         d["QFB"] = exact_float_block(ta, tb)

@@ -1,5 +1,5 @@
 """qgemm.cl's KC=2 tiles (pairs of k as 16-bit lanes, summed in pairs into int32: the paired
-multiply-add shape, as an expression (pm=0) and as the compiler's builtin (pm=1)), the pair
+multiply-add shape), the pair
 im2col and the vector epilogue, against exact numpy int64 references.
 
 Every sampled point of the KC=2 part of the CPU family's space must build and give the exact
@@ -41,8 +41,8 @@ def _pair_points() -> list:
     from clglow.lower import qgemm_kernel
     wide = dataclasses.replace(device_info().with_family("cpu"), preferred_vector_width_float=16)
     space = [c for c in qgemm_kernel.qgemm_space(wide) if c.kc == 2]  # as on a 16-float-wide device
-    assert {c.pm for c in space} == {0, 1}, "the space declares both pair forms"
-    big = [max((c for c in space if c.pm == pm), key=lambda c: c.mr * c.nv * c.vw) for pm in (0, 1)]
+    assert space, "the space declares KC=2 pair tiles"
+    big = [max(space, key=lambda c: c.mr * c.nv * c.vw), max(space, key=lambda c: (c.vw == 8, c.mr * c.nv))]
     return big + random.Random(7).sample([c for c in space if c not in big], 4)
 
 
