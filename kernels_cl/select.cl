@@ -138,21 +138,31 @@ inline int overlaps(__global const float* a, __global const float* b, const floa
     return iou_above(ax0, ax1, ay0, ay1, bx0, bx1, by0, by1, thr);
 }
 
+/* The optional inputs max_output_boxes_per_class (0 when absent: keep none, the reference's
+ * rule; at most `cap`) and iou_threshold (0 when absent). */
+inline int nms_limit(__global const long* max_per_class, const int cap) {
+#ifdef HAS_MAX
+    return (int)min((long)cap, max(max_per_class[0], 0L));
+#else
+    return 0;
+#endif
+}
+
+inline float nms_iou_threshold(__global const float* iou_threshold) {
+#ifdef HAS_IOU
+    return iou_threshold[0];
+#else
+    return 0.0f;
+#endif
+}
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void nms_select(__global const float* boxes, __global const float* scores, const int classes, const int n,
                 const int cap, __global const long* max_per_class, __global const float* iou_threshold,
                 __global const float* score_threshold, __global uchar* alive, __global int* sel,
                 __global int* counts) {
-#ifdef HAS_MAX
-    const int limit = (int)min((long)cap, max(max_per_class[0], 0L));
-#else
-    const int limit = 0;
-#endif
-#ifdef HAS_IOU
-    const float iou_thr = iou_threshold[0];
-#else
-    const float iou_thr = 0.0f;
-#endif
+    const int limit = nms_limit(max_per_class, cap);
+    const float iou_thr = nms_iou_threshold(iou_threshold);
     __local float best_s[WG];
     __local int best_i[WG];
     const int bc = get_group_id(0);
@@ -485,16 +495,8 @@ void nms_sorted(__global const float* xc, __global const int* xplace, __global c
                 __global const int* sidx, __global const int* rkx, const int classes, const int n, const int P,
                 const int cap, __global const long* max_per_class, __global const float* iou_threshold,
                 __global uchar* deadx, __global int* sel, __global int* counts) {
-#ifdef HAS_MAX
-    const int limit = (int)min((long)cap, max(max_per_class[0], 0L));
-#else
-    const int limit = 0;
-#endif
-#ifdef HAS_IOU
-    const float iou_thr = iou_threshold[0];
-#else
-    const float iou_thr = 0.0f;
-#endif
+    const int limit = nms_limit(max_per_class, cap);
+    const float iou_thr = nms_iou_threshold(iou_threshold);
     __local float wide[WG];
     const int row = get_group_id(0), lid = get_local_id(0);
     const int b = row / classes;
