@@ -23,7 +23,7 @@
  *      plan time for weights):
  *        KC=1     B[(panel*K + k)*NR + c]                               one k per step
  *        KC=2,4,16  B[((panel*KQ + k/KC)*NR + c)*KC + k%KC], KQ = ceil(K/KC)  KC k per step
- *      or (B_DIRECT, KC=2) row-major [K, N] rows ldb apart, read in place (a 1x1 convolution's
+ *      or (B_DIRECT, KC=1 or 2) row-major [K, N] rows ldb apart, read in place (a 1x1 convolution's
  *      input): two rows interleaved into the pairs' lanes in the kernel.
  *   A16 (KC=2): A holds the 8-bit values widened to short (constant weights, at plan time).
  *   C  row-major, ldc apart; only m < M, n < N stored.
@@ -336,6 +336,21 @@ inline s2v b_direct_pair(const __global TB* b, int ldb, int kq, int c, int N, bo
 #else
 typedef CAT(TB, VW) tbv;
 typedef CAT(int, VW) intv;
+#if B_DIRECT
+/* B read in place (KC=1), row-major [K, N] rows ldb apart (a 1x1 stride-1 convolution's input:
+ * no im2col pass): VW columns c.. of row k, one unaligned vector load where the tile is `full`
+ * (all its columns < N), else the columns past N read as zeros. */
+typedef tbv tbv_u __attribute__((aligned(1)));
+inline tbv b_direct_row(const __global TB* b, int ldb, int k, int c, int N, bool full)
+{
+    const __global TB* r = b + k * ldb + c;
+    if (full)
+        return *(const __global tbv_u*)r;
+    TB t[VW];
+    for (int j = 0; j < VW; ++j) t[j] = c + j < N ? r[j] : (TB)0;
+    return *(tbv*)t;
+}
+#endif
 /* pocl does not inline builtins (convert_intN is a call per use): clang's own conversion where
  * the compiler is clang, the builtin elsewhere. */
 typedef CAT(float, VW) floatv;
@@ -501,7 +516,14 @@ __kernel QGEMM_ATTR void qgemm(__global const ta_mem* restrict A, int offA, int 
         _Pragma("unroll")
         for (int v = 0; v < NV; ++v) *(intv*)&res[r][v * VW] = accv[r][v];
 #else
+#if B_DIRECT
+    const __global TB* bd = B + offB + z1 * sB1 + z2 * sB2;
+    const bool bfull = n0 + NR <= N;
+#define B_ROW(k, v) b_direct_row(bd, ldb, (k), n0 + (v) * VW, N, bfull)
+#else
     const __global TB* bp = B + offB + z1 * sB1 + z2 * sB2 + tn * K * NR;
+#define B_ROW(k, v) (*(const __global tbv*)(bp + (k) * NR + (v) * VW))
+#endif
     intv accv[MR][NV];
     _Pragma("unroll")
     for (int r = 0; r < MR; ++r)
@@ -523,7 +545,7 @@ __kernel QGEMM_ATTR void qgemm(__global const ta_mem* restrict A, int offA, int 
             floatv b[NV];
             _Pragma("unroll")
             for (int v = 0; v < NV; ++v)
-                b[v] = CONVERT_FLOATV(CONVERT_INTV(*(const __global tbv*)(bp + k * NR + v * VW)));
+                b[v] = CONVERT_FLOATV(CONVERT_INTV(B_ROW(k, v)));
             _Pragma("unroll")
             for (int r = 0; r < MR; ++r) {
                 const float a = (float)a_rows[r][k];
@@ -541,7 +563,7 @@ __kernel QGEMM_ATTR void qgemm(__global const ta_mem* restrict A, int offA, int 
     for (int k = 0; k < K; ++k) {
         intv b[NV];
         _Pragma("unroll")
-        for (int v = 0; v < NV; ++v) b[v] = CONVERT_INTV(*(const __global tbv*)(bp + k * NR + v * VW));
+        for (int v = 0; v < NV; ++v) b[v] = CONVERT_INTV(B_ROW(k, v));
         _Pragma("unroll")
         for (int r = 0; r < MR; ++r) {
             const int a = (int)a_rows[r][k];

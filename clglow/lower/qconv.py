@@ -118,7 +118,7 @@ def _depthwise(ctx: LowerCtx, geo: _Geo, iw: int, epi: QEpilogue) -> list:
 
 def _im2col_gemm(ctx: LowerCtx, geo: _Geo, iw: int, epi: QEpilogue) -> list:
     """qim2col into B panels per (image, group), then one qgemm over them; a 1x1 stride-1
-    unpadded convolution under KC=2 tiles reads its input in place instead (no im2col pass)."""
+    unpadded convolution reads its input in place instead (no im2col pass; KC=1 and KC=2 tiles)."""
     xdt, wdt = np.dtype(ctx.inputs[0].dtype), np.dtype(ctx.inputs[iw].dtype)
     cfg = tuned_qgemm(ctx.device, geo.m, geo.npix, geo.kk, ctx.label())
     nb = geo.n_img * geo.g
@@ -144,11 +144,12 @@ def _im2col_gemm(ctx: LowerCtx, geo: _Geo, iw: int, epi: QEpilogue) -> list:
 
 def _in_place(geo: _Geo, cfg, epi: QEpilogue) -> bool:
     """Whether the GEMM can read the input itself as B [cin/g, H*W] (qgemm.cl's B_DIRECT): a 1x1,
-    stride-1, unpadded convolution, KC=2 tiles of 8 or 16 columns, and no weight zero point (whose
-    column sums would need the panels)."""
+    stride-1, unpadded convolution, KC=1 tiles of 4, 8 or 16 columns a vector or KC=2 tiles of 8 or
+    16, and no weight zero point (whose column sums would need the panels)."""
     pointwise = ((geo.kh, geo.kw, geo.sh, geo.sw, geo.ph, geo.pw) == (1, 1, 1, 1, 0, 0)
                  and (geo.oh, geo.ow) == (geo.h, geo.w))
-    return pointwise and cfg.kc == 2 and cfg.vw in (8, 16) and epi.zpa is None
+    tiles = (cfg.kc == 1 and cfg.vw in (4, 8, 16)) or (cfg.kc == 2 and cfg.vw in (8, 16))
+    return pointwise and tiles and epi.zpa is None
 
 
 def _qgemm(ctx: LowerCtx, geo: _Geo, iw: int, epi: QEpilogue, cfg, b: Operand, launches: list,

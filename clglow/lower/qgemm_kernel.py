@@ -302,12 +302,12 @@ def qgemm_launch(cfg: QGemmConfig, types: tuple, *, m: int, n: int, k: int, batc
                  a: Operand, b: Operand, c: Operand, epi: QEpilogue, label: str = "", a16: bool = False,
                  b_direct: bool = False) -> Launch:
     """C[z] = epilogue(A[z] @ B[z]) over `batch` z's; `types` = (A, B, C) numpy dtypes; `a16`: A holds
-    the 8-bit values widened to int16 (widen_a; KC=2 only). B is in panels, or (`b_direct`, KC=2
-    tiles) row-major [K, N] rows `b.ld` apart, read in place (B_DIRECT)."""
+    the 8-bit values widened to int16 (widen_a; KC=2 only). B is in panels, or (`b_direct`, KC=1
+    or 2 tiles) row-major [K, N] rows `b.ld` apart, read in place (B_DIRECT)."""
     if a16 and cfg.kc != 2:
         raise ValueError("int16 A (A16) is a KC=2 layout")
-    if b_direct and cfg.kc != 2:
-        raise ValueError("B read in place (B_DIRECT) is a KC=2 layout")
+    if b_direct and cfg.kc not in (1, 2):
+        raise ValueError("B read in place (B_DIRECT) is a KC=1 or KC=2 layout")
     barg = unaligned(b.arg) if b_direct else b.arg
     head = [unaligned(a.arg), i32(a.off), i32(a.s1), i32(a.s2), i32(a.ld), barg, i32(b.off), i32(b.s1), i32(b.s2),
             i32(b.ld), c.arg, i32(c.off), i32(c.s1), i32(c.s2), i32(c.ld)]

@@ -49,6 +49,21 @@ def _pair_points() -> list:
 POINTS = _pair_points()
 
 
+def _kc1_points() -> list:
+    """KC=1 points that read a pointwise conv's input in place: the exact-float default, int32
+    products, and the narrowest vectors."""
+    import dataclasses
+
+    from clglow.lower import qgemm_kernel
+    wide = dataclasses.replace(device_info().with_family("cpu"), preferred_vector_width_float=16)
+    space = [c for c in qgemm_kernel.qgemm_space(wide) if c.kc == 1]
+    return [space[0], next(c for c in space if not c.fa and c.vw == 8 and c.nv == 2),
+            next(c for c in space if c.vw == 4 and c.fa)]
+
+
+KC1_POINTS = _kc1_points()
+
+
 def _use(monkeypatch, cfg) -> None:
     from clglow.lower import qconv, qgemm
     monkeypatch.setattr(qgemm, "tuned_qgemm", lambda target, m, n, k, label="": cfg)
@@ -139,12 +154,13 @@ def test_conv_weights_widened_for_pair_tiles(monkeypatch):
         assert len(gemm) == 1 and ("A16" in gemm[0].defines) == widened
 
 
-@pytest.mark.parametrize("cfg", POINTS[:3], ids=str)
+@pytest.mark.parametrize("cfg", POINTS[:3] + KC1_POINTS, ids=str)
 @pytest.mark.parametrize("case", [((2, 24, 9, 9), 40, 1, "channel"),    # 81 pixels: a ragged column tile
                                   ((1, 33, 8, 16), 16, 1, "tensor"),    # odd K, 128 pixels: whole tiles
                                   ((1, 16, 5, 7), 12, 2, "none")])       # groups
 def test_pointwise_conv_reads_input_in_place_exact(cfg, case, monkeypatch):
-    """1x1 stride-1 convolutions under KC=2 tiles: no im2col launch (B_DIRECT), exact results."""
+    """1x1 stride-1 convolutions under KC=2 and KC=1 tiles (int32 and exact-float): no im2col
+    launch (B_DIRECT), exact results, ragged column tiles included."""
     try:
         from .run_launches import lower_ctx
     except ImportError:
