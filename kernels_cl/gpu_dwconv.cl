@@ -14,6 +14,8 @@
  * multiplier (MULT = Cout / Cin: output channel co reads input channel co / MULT) are run-time
  * arguments. flags: 1 = bias, 2 = residual Z. gsize = (ceil(OW/TW)*WX, ceil(OH/TH)*WY,
  * images*Cout), lsize (WX, WY, 1). OpenCL 1.2, no extension.
+ * Storage (kernels_cl/storage.h): XH = 1 reads X as half, YH = 1 writes Y and reads Z as half
+ * (the local tile, taps, bias and sums are float).
  */
 #pragma OPENCL FP_CONTRACT ON
 
@@ -51,6 +53,14 @@
 #error "the output tile must be whole work-group shapes"
 #endif
 
+#ifndef XH
+#define XH 0
+#endif
+#ifndef YH
+#define YH 0
+#endif
+#include "storage.h"
+
 #define RX (TW / WX)
 #define RY (TH / WY)
 #define IW ((TW - 1) * SW + (KW - 1) * DW + 1) /* the tile's input window */
@@ -62,8 +72,8 @@
 DEFINE_ACT(act_s, float)
 
 __kernel __attribute__((reqd_work_group_size(WX, WY, 1)))
-void dw_tile(__global const float* restrict X, __global const float* restrict Wt, __global float* Y,
-             __global const float* restrict bias, __global const float* Z, int C, int H, int W, int Cout,
+void dw_tile(__global const ST_T(XH)* restrict X, __global const float* restrict Wt, __global ST_T(YH)* Y,
+             __global const float* restrict bias, __global const ST_T(YH)* Z, int C, int H, int W, int Cout,
              int OH, int OW, int PH, int PW, int MULT, int flags, float act_a, float act_b, float act_c)
 {
     __local float tile[IH * IW];
@@ -75,12 +85,12 @@ void dw_tile(__global const float* restrict X, __global const float* restrict Wt
     const bool live = ox0 < OW && oy0 < OH;
     const int z = get_group_id(2);
     const int n = z / Cout, co = z - n * Cout;
-    const __global float* xp = X + (size_t)(n * C + co / MULT) * H * W;
+    const __global ST_T(XH)* xp = X + (size_t)(n * C + co / MULT) * H * W;
     const int iy0 = oy0 * SH - PH, ix0 = ox0 * SW - PW;
     for (int e = ly * WX + lx; e < IH * IW; e += WX * WY) {
         const int r = e / IW, q = e - r * IW;
         const int iy = iy0 + r, ix = ix0 + q;
-        tile[e] = live && iy >= 0 && iy < H && ix >= 0 && ix < W ? xp[iy * W + ix] : 0.0f;
+        tile[e] = live && iy >= 0 && iy < H && ix >= 0 && ix < W ? ST_LD(XH, xp, iy * W + ix) : 0.0f;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     float w[KH * KW];
@@ -120,8 +130,8 @@ void dw_tile(__global const float* restrict X, __global const float* restrict Wt
             const size_t o = plane + oy * OW + ox;
             float v = acc[j][i] + b;
             if (flags & FLAG_RES)
-                v += Z[o];
-            Y[o] = act_s(v, act_a, act_b, act_c);
+                v += ST_LD(YH, Z, o);
+            ST_ST(YH, Y, o, act_s(v, act_a, act_b, act_c));
         }
     }
 }

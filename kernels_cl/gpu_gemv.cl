@@ -16,6 +16,7 @@
  *   MR  rows of A and C (1 .. 4);   LS  NL * KL, the local array's size per row
  * Batch z = z1 * D2 + z2 offsets every operand by off + z1*s1 + z2*s2 (xgemm.cl's convention).
  * flags: 1 = bias, 2 = residual Z. OpenCL 1.2.
+ * Storage: A_HALF, B_HALF, C_HALF, Z_HALF, BIAS_HALF as xgemm.cl's (kernels_cl/storage.h; fp32 sums).
  */
 #pragma OPENCL FP_CONTRACT ON
 
@@ -29,6 +30,23 @@
 #define B_KFAST 0
 #endif
 
+#ifndef A_HALF
+#define A_HALF 0
+#endif
+#ifndef B_HALF
+#define B_HALF 0
+#endif
+#ifndef C_HALF
+#define C_HALF 0
+#endif
+#ifndef Z_HALF
+#define Z_HALF 0
+#endif
+#ifndef BIAS_HALF
+#define BIAS_HALF 0
+#endif
+#include "storage.h"
+
 #define FLAG_BIAS 1
 #define FLAG_RES 2
 
@@ -36,12 +54,12 @@
 DEFINE_ACT(act_s, float)
 
 __kernel void gemv(
-    __global const float* restrict A, int offA, int sA1, int sA2, int lda_m, int lda_k,
-    __global const float* restrict B, int offB, int sB1, int sB2, int ldb_k, int ldb_n,
-    __global float* C, int offC, int sC1, int sC2, int ldc,
-    __global const float* restrict bias, int offBias, int sBias1, int sBias2, int bias_sm, int bias_sn,
+    __global const ST_T(A_HALF)* restrict A, int offA, int sA1, int sA2, int lda_m, int lda_k,
+    __global const ST_T(B_HALF)* restrict B, int offB, int sB1, int sB2, int ldb_k, int ldb_n,
+    __global ST_T(C_HALF)* C, int offC, int sC1, int sC2, int ldc,
+    __global const ST_T(BIAS_HALF)* restrict bias, int offBias, int sBias1, int sBias2, int bias_sm, int bias_sn,
     float beta,
-    __global const float* Z, int offZ, int sZ1, int sZ2, int ldz,
+    __global const ST_T(Z_HALF)* Z, int offZ, int sZ1, int sZ2, int ldz,
     int M, int N, int K, int D2, float alpha, int flags, float act_a, float act_b, float act_c)
 {
     __local float part[MR * LS];
@@ -62,8 +80,8 @@ __kernel void gemv(
     const int z1 = z / D2;
     const int z2 = z - z1 * D2;
     const int live = n < N && M > 0;
-    const __global float* pa = A + offA + z1 * sA1 + z2 * sA2;
-    const __global float* pb = B + offB + z1 * sB1 + z2 * sB2;
+    const __global ST_T(A_HALF)* pa = A + offA + z1 * sA1 + z2 * sA2;
+    const __global ST_T(B_HALF)* pb = B + offB + z1 * sB1 + z2 * sB2;
 
     float acc[MR];
 #pragma unroll
@@ -72,14 +90,14 @@ __kernel void gemv(
     if (live) {
         for (int k = kl; k < K; k += nk) {
 #if B_KFAST
-            const float b = pb[k + n * ldb_n];
+            const float b = ST_LD(B_HALF, pb, k + n * ldb_n);
 #else
-            const float b = pb[k * ldb_k + n];
+            const float b = ST_LD(B_HALF, pb, k * ldb_k + n);
 #endif
 #pragma unroll
             for (int i = 0; i < MR; ++i)
                 if (i < M)
-                    acc[i] += pa[i * lda_m + k * lda_k] * b;
+                    acc[i] += ST_LD(A_HALF, pa, i * lda_m + k * lda_k) * b;
         }
     }
 #pragma unroll
@@ -100,18 +118,18 @@ __kernel void gemv(
     /* Epilogue (xgemm.cl's): alpha, bias, residual, activation. */
     const bool has_bias = (flags & FLAG_BIAS) != 0;
     const bool has_res = (flags & FLAG_RES) != 0;
-    __global float* pc = C + offC + z1 * sC1 + z2 * sC2;
-    const __global float* pz = Z + offZ + z1 * sZ1 + z2 * sZ2;
-    const __global float* pbias = bias + offBias + z1 * sBias1 + z2 * sBias2;
+    __global ST_T(C_HALF)* pc = C + offC + z1 * sC1 + z2 * sC2;
+    const __global ST_T(Z_HALF)* pz = Z + offZ + z1 * sZ1 + z2 * sZ2;
+    const __global ST_T(BIAS_HALF)* pbias = bias + offBias + z1 * sBias1 + z2 * sBias2;
 #pragma unroll
     for (int i = 0; i < MR; ++i) {
         if (i >= M)
             break;
         float v = part[i * LS + idx] * alpha;
         if (has_bias)
-            v += beta * pbias[i * bias_sm + n * bias_sn];
+            v += beta * ST_LD(BIAS_HALF, pbias, i * bias_sm + n * bias_sn);
         if (has_res)
-            v += pz[i * ldz + n];
-        pc[i * ldc + n] = act_s(v, act_a, act_b, act_c);
+            v += ST_LD(Z_HALF, pz, i * ldz + n);
+        ST_ST(C_HALF, pc, i * ldc + n, act_s(v, act_a, act_b, act_c));
     }
 }

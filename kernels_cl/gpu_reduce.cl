@@ -23,6 +23,8 @@
  *   FROM_PARTIAL x holds wg_reduce_split's partial results (T = ACC): each counts as it is
  *   RK, RR       else: kept dims (rows: all of them; cols: all but the innermost) and reduced dims
  *                in meta (int32): kept dims[RK], kept strides[RK], reduced dims[RR], strides[RR]
+ *   XH, YH       1: x (T = float) / y (TO = float) stored as half (kernels_cl/storage.h; the
+ *                accumulator stays ACC). FROM_PARTIAL's x and the split's partials stay ACC.
  * Every work-item of a group reaches every barrier (items past the outputs carry the identity).
  */
 #ifdef USE_FP64
@@ -48,6 +50,28 @@
 #endif
 #ifndef EMPTY
 #define EMPTY 0
+#endif
+#ifndef XH
+#define XH 0
+#endif
+#ifndef YH
+#define YH 0
+#endif
+#include "storage.h"
+/* x's and y's storage: T / TO, or half holding floats (XH / YH) */
+#if XH
+#define XT half
+#define XLD(p, i) ST_LD(1, p, i)
+#else
+#define XT T
+#define XLD(p, i) ((p)[i])
+#endif
+#if YH
+#define YT half
+#define YST(p, i, v) ST_ST(1, p, i, v)
+#else
+#define YT TO
+#define YST(p, i, v) ((p)[i] = (v))
 #endif
 
 #define IS_NAN(v) ((v) != (v))
@@ -158,7 +182,7 @@ inline TO finish(ACC acc, const int n_red) {
     ACC acc = IDENT;                                                                        \
     if (live)                                                                               \
         for (int r = first; r < n_red; r += stride)                                         \
-            acc = comb(acc, LOAD((ACC)p[RED(r, inner)]));                                   \
+            acc = comb(acc, LOAD((ACC)XLD(p, RED(r, inner))));                                   \
     buf[idx] = acc;                                                                         \
     tree(buf, idx, lane, width, step, 0);                                                   \
     ACC res = buf[head];
@@ -166,7 +190,7 @@ inline TO finish(ACC acc, const int n_red) {
 #ifndef OP_ARG
 /* rows: y[o] over x's run o; n_div: the element count a mean divides by (n_red, or the split's
  * whole run when x holds PARTIAL results). */
-__kernel void wg_reduce(__global const T* restrict x, __global TO* restrict y, const int n_out, const int n_red,
+__kernel void wg_reduce(__global const XT* restrict x, __global YT* restrict y, const int n_out, const int n_red,
                         const int lr, __global const int* restrict meta, const int n_div) {
     __local ACC buf[LS];
     const int inner = 1;
@@ -175,26 +199,26 @@ __kernel void wg_reduce(__global const T* restrict x, __global TO* restrict y, c
     const int lane = lid - seg * lr;
     const int o = get_group_id(0) * (LS / lr) + seg;
     const int live = o < n_out;
-    __global const T* p = x + (live ? BASE(o, n_red, 1) : 0);
+    __global const XT* p = x + (live ? BASE(o, n_red, 1) : 0);
     REDUCE_BODY(p, live, lane, lr, lid, lane, lr, 1, seg * lr)
 #ifdef OP_LOGSUMEXP
     const ACC m = res == (ACC)(-INFINITY) ? (ACC)0 : res;
     barrier(CLK_LOCAL_MEM_FENCE);  /* everyone has read the max before buf is reused */
     acc = 0;
     if (live)
-        for (int r = lane; r < n_red; r += lr) acc += exp((ACC)p[RED(r, 1)] - m);
+        for (int r = lane; r < n_red; r += lr) acc += exp((ACC)XLD(p, RED(r, 1)) - m);
     buf[lid] = acc;
     tree(buf, lid, lane, lr, 1, 1);
     res = log(buf[seg * lr]) + m;
 #endif
     if (live && lane == 0)
-        y[o] = finish(res, n_div);
+        YST(y, o, finish(res, n_div));
 }
 
 /* rows split in `parts` chunks of `chunk` elements when outputs are too few to fill the device
  * (a whole-tensor sum): group g combines chunk g % parts of run g / parts into part[g] (ACC, no
  * finish); wg_reduce with FROM_PARTIAL then combines each run's parts. Not for LogSumExp. */
-__kernel void wg_reduce_split(__global const T* restrict x, __global ACC* restrict part, const int n_red,
+__kernel void wg_reduce_split(__global const XT* restrict x, __global ACC* restrict part, const int n_red,
                               const int chunk, const int parts, __global const int* restrict meta) {
     __local ACC buf[LS];
     const int inner = 1;
@@ -203,17 +227,17 @@ __kernel void wg_reduce_split(__global const T* restrict x, __global ACC* restri
     const int o = g / parts;
     const int r0 = (g - o * parts) * chunk;
     const int r1 = min(n_red, r0 + chunk);
-    __global const T* p = x + BASE(o, n_red, 1);
+    __global const XT* p = x + BASE(o, n_red, 1);
     ACC acc = IDENT;
     for (int r = r0 + lid; r < r1; r += LS)
-        acc = comb(acc, LOAD((ACC)p[RED(r, inner)]));
+        acc = comb(acc, LOAD((ACC)XLD(p, RED(r, inner))));
     buf[lid] = acc;
     tree(buf, lid, lid, LS, 1, 0);
     if (lid == 0)
         part[g] = buf[0];
 }
 
-__kernel void wg_reduce_cols(__global const T* restrict x, __global TO* restrict y, const int inner,
+__kernel void wg_reduce_cols(__global const XT* restrict x, __global YT* restrict y, const int inner,
                              const int n_red, __global const int* restrict meta) {
     __local ACC buf[LS];
     const int lx = get_local_id(0), ly = get_local_id(1);
@@ -223,20 +247,20 @@ __kernel void wg_reduce_cols(__global const T* restrict x, __global TO* restrict
     const int j = (get_group_id(0) - h * blocks) * wx + lx;
     const int live = j < inner;
     const int idx = ly * wx + lx;
-    __global const T* p = x + (live ? BASE(h, n_red, inner) + j : 0);
+    __global const XT* p = x + (live ? BASE(h, n_red, inner) + j : 0);
     REDUCE_BODY(p, live, ly, wy, idx, ly, wy, wx, lx)
 #ifdef OP_LOGSUMEXP
     const ACC m = res == (ACC)(-INFINITY) ? (ACC)0 : res;
     barrier(CLK_LOCAL_MEM_FENCE);
     acc = 0;
     if (live)
-        for (int r = ly; r < n_red; r += wy) acc += exp((ACC)p[RED(r, inner)] - m);
+        for (int r = ly; r < n_red; r += wy) acc += exp((ACC)XLD(p, RED(r, inner)) - m);
     buf[idx] = acc;
     tree(buf, idx, ly, wy, wx, 1);
     res = log(buf[lx]) + m;
 #endif
     if (live && ly == 0)
-        y[(long)h * inner + j] = finish(res, n_red);
+        YST(y, (long)h * inner + j, finish(res, n_red));
 }
 #else
 /* --- ArgMax / ArgMin (OP_ARG with OP_ARGMAX or OP_ARGMIN): (value, index) pairs. NaN wins, as
@@ -275,14 +299,14 @@ inline void arg_tree(__local T* bv, __local int* bi, const int idx, const int la
     int bidx = -1;                                                                          \
     if (live)                                                                               \
         for (int r = first; r < n_red; r += stride) {                                       \
-            const T v = p[RED(r, inner)];                                                   \
+            const T v = XLD(p, RED(r, inner));                                                   \
             if (arg_better(v, r, best, bidx, select_last)) { best = v; bidx = r; }          \
         }                                                                                   \
     bv[idx] = best;                                                                         \
     bi[idx] = bidx;                                                                         \
     arg_tree(bv, bi, idx, lane, width, step, select_last);
 
-__kernel void wg_argreduce(__global const T* restrict x, __global long* restrict y, const int n_out,
+__kernel void wg_argreduce(__global const XT* restrict x, __global long* restrict y, const int n_out,
                            const int n_red, const int lr, __global const int* restrict meta,
                            const int select_last) {
     __local T bv[LS];
@@ -293,13 +317,13 @@ __kernel void wg_argreduce(__global const T* restrict x, __global long* restrict
     const int lane = lid - seg * lr;
     const int o = get_group_id(0) * (LS / lr) + seg;
     const int live = o < n_out;
-    __global const T* p = x + (live ? BASE(o, n_red, 1) : 0);
+    __global const XT* p = x + (live ? BASE(o, n_red, 1) : 0);
     ARG_BODY(p, live, lane, lr, lid, lane, lr, 1)
     if (live && lane == 0)
         y[o] = (long)max(bi[lid], 0);
 }
 
-__kernel void wg_argreduce_cols(__global const T* restrict x, __global long* restrict y, const int inner,
+__kernel void wg_argreduce_cols(__global const XT* restrict x, __global long* restrict y, const int inner,
                                 const int n_red, __global const int* restrict meta, const int select_last) {
     __local T bv[LS];
     __local int bi[LS];
@@ -310,7 +334,7 @@ __kernel void wg_argreduce_cols(__global const T* restrict x, __global long* res
     const int j = (get_group_id(0) - h * blocks) * wx + lx;
     const int live = j < inner;
     const int idx = ly * wx + lx;
-    __global const T* p = x + (live ? BASE(h, n_red, inner) + j : 0);
+    __global const XT* p = x + (live ? BASE(h, n_red, inner) + j : 0);
     ARG_BODY(p, live, ly, wy, idx, ly, wy, wx)
     if (live && ly == 0)
         y[(long)h * inner + j] = (long)max(bi[idx], 0);

@@ -13,10 +13,21 @@
  *   LOG_SOFTMAX   write x - max - log(sum) instead of exp(x - max) / sum
  * The max skips NaN (fmax) as softmax.cl's does; a NaN element still makes its row NaN through
  * the sum. Every work-item reaches every barrier.
+ *   XH, YH        1: x / y stored as half (kernels_cl/storage.h; max, sum and exp in float)
  */
 #ifndef LS
 #define LS 256
 #endif
+#ifndef XH
+#define XH 0
+#endif
+#ifndef YH
+#define YH 0
+#endif
+#include "storage.h"
+#define XT ST_T(XH)
+#define YT ST_T(YH)
+#define X_AT(k) ST_LD(XH, p, (k) * st)
 
 /* buf[idx] combined with its `width` (a power of two) partners `step` apart, lane = its position
  * among them; afterwards buf[idx - lane * step] holds the max (is_max) or the sum. */
@@ -32,19 +43,19 @@ inline void sm_tree(__local float* buf, const int idx, const int lane, const int
 
 /* The three phases over p[k * st] for k = first, first + stride, ... < len: this work-item's
  * share, reduced across its `width` partners through buf (head: where the result lands). */
-inline void sm_row(__global const float* p, __global float* q, const int live, const int len, const long st,
+inline void sm_row(__global const XT* p, __global YT* q, const int live, const int len, const long st,
                    const int first, const int stride, __local float* buf, const int idx, const int lane,
                    const int width, const int step, const int head) {
     float m = -INFINITY;
     if (live)
-        for (int k = first; k < len; k += stride) m = fmax(m, p[k * st]);
+        for (int k = first; k < len; k += stride) m = fmax(m, X_AT(k));
     buf[idx] = m;
     sm_tree(buf, idx, lane, width, step, 1);
     m = buf[head];
     barrier(CLK_LOCAL_MEM_FENCE);  /* every item has read the max before buf is reused */
     float s = 0.0f;
     if (live)
-        for (int k = first; k < len; k += stride) s += exp(p[k * st] - m);
+        for (int k = first; k < len; k += stride) s += exp(X_AT(k) - m);
     buf[idx] = s;
     sm_tree(buf, idx, lane, width, step, 0);
     s = buf[head];
@@ -52,14 +63,14 @@ inline void sm_row(__global const float* p, __global float* q, const int live, c
         return;
 #ifdef LOG_SOFTMAX
     const float ls = m + log(s);
-    for (int k = first; k < len; k += stride) q[k * st] = p[k * st] - ls;
+    for (int k = first; k < len; k += stride) ST_ST(YH, q, k * st, X_AT(k) - ls);
 #else
     const float inv = 1.0f / s;
-    for (int k = first; k < len; k += stride) q[k * st] = exp(p[k * st] - m) * inv;
+    for (int k = first; k < len; k += stride) ST_ST(YH, q, k * st, exp(X_AT(k) - m) * inv);
 #endif
 }
 
-__kernel void softmax_rows(__global const float* restrict x, __global float* restrict y, const int rows,
+__kernel void softmax_rows(__global const XT* restrict x, __global YT* restrict y, const int rows,
                            const int len, const int lr) {
     __local float buf[LS];
     const int lid = get_local_id(0);
@@ -71,7 +82,7 @@ __kernel void softmax_rows(__global const float* restrict x, __global float* res
     sm_row(x + base, y + base, live, len, 1, lane, lr, buf, lid, lane, lr, 1, seg * lr);
 }
 
-__kernel void softmax_cols(__global const float* restrict x, __global float* restrict y, const int len,
+__kernel void softmax_cols(__global const XT* restrict x, __global YT* restrict y, const int len,
                            const int inner) {
     __local float buf[LS];
     const int lx = get_local_id(0), ly = get_local_id(1);

@@ -12,8 +12,18 @@
  * B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], A^T = [1 1 1 0; 0 1 -1 -1] (Lavin & Gray's
  * F(2x2, 3x3); the filter's G g G^T is computed once at plan time). Shapes are run-time
  * arguments; flags: 1 = bias, 2 = residual Z. OpenCL 1.2, no extension.
+ * Storage (kernels_cl/storage.h): XH = 1 reads X as half, YH = 1 writes Y and reads Z as half;
+ * V, Mp and the bias stay float (scratch and a plan-time constant).
  */
 #pragma OPENCL FP_CONTRACT ON
+
+#ifndef XH
+#define XH 0
+#endif
+#ifndef YH
+#define YH 0
+#endif
+#include "storage.h"
 
 #define FLAG_BIAS 1
 #define FLAG_RES 2
@@ -21,7 +31,7 @@
 #include "activation.h"
 DEFINE_ACT(act_s, float)
 
-__kernel void wino2_in(__global const float* restrict X, int offX, int sX, __global float* restrict V, int sV,
+__kernel void wino2_in(__global const ST_T(XH)* restrict X, int offX, int sX, __global float* restrict V, int sV,
                        int C, int H, int W, int PH, int PW, int TW, int NT)
 {
     const int t = get_global_id(0), c = get_global_id(1), z = get_global_id(2);
@@ -29,14 +39,14 @@ __kernel void wino2_in(__global const float* restrict X, int offX, int sX, __glo
         return;
     const int ty = t / TW, tx = t - ty * TW;
     const int y0 = 2 * ty - PH, x0 = 2 * tx - PW;
-    const __global float* xp = X + offX + z * sX + c * H * W;
+    const __global ST_T(XH)* xp = X + offX + z * sX + c * H * W;
     float d[4][4];
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             const int y = y0 + i, x = x0 + j;
-            d[i][j] = y >= 0 && y < H && x >= 0 && x < W ? xp[y * W + x] : 0.0f;
+            d[i][j] = y >= 0 && y < H && x >= 0 && x < W ? ST_LD(XH, xp, y * W + x) : 0.0f;
         }
     float e[4][4]; /* B^T d: along the rows */
 #pragma unroll
@@ -57,8 +67,8 @@ __kernel void wino2_in(__global const float* restrict X, int offX, int sX, __glo
     }
 }
 
-__kernel void wino2_out(__global const float* restrict Mp, int sM, __global float* Y, int offY, int sY,
-                        __global const float* restrict bias, __global const float* Z, int Cout, int OH, int OW,
+__kernel void wino2_out(__global const float* restrict Mp, int sM, __global ST_T(YH)* Y, int offY, int sY,
+                        __global const float* restrict bias, __global const ST_T(YH)* Z, int Cout, int OH, int OW,
                         int TW, int NT, int flags, float act_a, float act_b, float act_c)
 {
     const int t = get_global_id(0), o = get_global_id(1), z = get_global_id(2);
@@ -92,8 +102,8 @@ __kernel void wino2_out(__global const float* restrict Mp, int sM, __global floa
                 const int p = plane + y * OW + x;
                 float v = v2[j] + b;
                 if (flags & FLAG_RES)
-                    v += Z[p];
-                Y[p] = act_s(v, act_a, act_b, act_c);
+                    v += ST_LD(YH, Z, p);
+                ST_ST(YH, Y, p, act_s(v, act_a, act_b, act_c));
             }
         }
     }

@@ -33,6 +33,9 @@
  * The batch index z (global dim 2) is split as z1 = z / D2, z2 = z % D2 and every operand offset is
  * off + z1*s1 + z2*s2 (batch x group for convs; a broadcast operand has stride 0).
  * flags: 1 = bias, 2 = residual Z. The activation is activation.h's (ACT and three parameters).
+ * Storage (kernels_cl/storage.h): A_HALF, B_HALF, C_HALF, Z_HALF, BIAS_HALF = 1 store that
+ * operand as half (read into local memory or written as floats: the accumulators stay fp32);
+ * default 0, float (the same code as before).
  */
 #pragma OPENCL FP_CONTRACT ON
 
@@ -81,6 +84,23 @@
 #ifndef B_CONV
 #define B_CONV 0
 #endif
+
+#ifndef A_HALF
+#define A_HALF 0
+#endif
+#ifndef B_HALF
+#define B_HALF 0
+#endif
+#ifndef C_HALF
+#define C_HALF 0
+#endif
+#ifndef Z_HALF
+#define Z_HALF 0
+#endif
+#ifndef BIAS_HALF
+#define BIAS_HALF 0
+#endif
+#include "storage.h"
 
 #define MWI (MWG / MDIMC)
 #define NWI (NWG / NDIMC)
@@ -168,12 +188,12 @@ typedef float8 floatn;
 
 __kernel __attribute__((reqd_work_group_size(NDIMC, MDIMC, 1)))
 void xgemm(
-    __global const float* restrict A, int offA, int sA1, int sA2, int lda_m, int lda_k,
-    __global const float* restrict B, int offB, int sB1, int sB2, int ldb_k, int ldb_n,
-    __global float* C, int offC, int sC1, int sC2, int ldc,
-    __global const float* restrict bias, int offBias, int sBias1, int sBias2, int bias_sm, int bias_sn,
+    __global const ST_T(A_HALF)* restrict A, int offA, int sA1, int sA2, int lda_m, int lda_k,
+    __global const ST_T(B_HALF)* restrict B, int offB, int sB1, int sB2, int ldb_k, int ldb_n,
+    __global ST_T(C_HALF)* C, int offC, int sC1, int sC2, int ldc,
+    __global const ST_T(BIAS_HALF)* restrict bias, int offBias, int sBias1, int sBias2, int bias_sm, int bias_sn,
     float beta,
-    __global const float* Z, int offZ, int sZ1, int sZ2, int ldz,
+    __global const ST_T(Z_HALF)* Z, int offZ, int sZ1, int sZ2, int ldz,
     int M, int N, int K, int D2, float alpha, int flags, float act_a, float act_b, float act_c CONV_ARGS)
 {
     __local float Al[KWG * LDAL];
@@ -189,11 +209,11 @@ void xgemm(
         return;
     const int z1 = z / D2;
     const int z2 = z - z1 * D2;
-    const __global float* pa = A + offA + z1 * sA1 + z2 * sA2;
+    const __global ST_T(A_HALF)* pa = A + offA + z1 * sA1 + z2 * sA2;
 #if B_PANEL
-    const __global float* pb = B + offB + z1 * sB1 + z2 * sB2 + get_group_id(0) * (K * NWG);
+    const __global ST_T(B_HALF)* pb = B + offB + z1 * sB1 + z2 * sB2 + get_group_id(0) * (K * NWG);
 #else
-    const __global float* pb = B + offB + z1 * sB1 + z2 * sB2;
+    const __global ST_T(B_HALF)* pb = B + offB + z1 * sB1 + z2 * sB2;
 #endif
 
     float acc[MWI][NWI];
@@ -217,7 +237,7 @@ void xgemm(
             const int kk = e / MWG, mm = e - kk * MWG;
 #endif
             const int gm = m0 + mm, gk = k0 + kk;
-            Al[kk * LDAL + mm] = gm < M && gk < K ? pa[gm * lda_m + gk * lda_k] : 0.0f;
+            Al[kk * LDAL + mm] = gm < M && gk < K ? ST_LD(A_HALF, pa, gm * lda_m + gk * lda_k) : 0.0f;
         }
 #if B_CONV
 #pragma unroll
@@ -229,7 +249,7 @@ void xgemm(
                 const int th = DIV_BY(r, cInvKW);
                 const int iy = iy0 + th * cDH, ix = ix0 + (r - th * cKW) * cDW;
                 if (iy >= 0 && iy < cH && ix >= 0 && ix < cW)
-                    v = pb[(ci * cH + iy) * cW + ix];
+                    v = ST_LD(B_HALF, pb, (ci * cH + iy) * cW + ix);
             }
             Bl[kk * LDBL + bn] = v;
         }
@@ -242,10 +262,10 @@ void xgemm(
 #endif
             const int gk = k0 + kk;
 #if B_PANEL
-            Bl[kk * LDBL + nn] = gk < K ? pb[gk * NWG + nn] : 0.0f;  /* panels are zero padded along N */
+            Bl[kk * LDBL + nn] = gk < K ? ST_LD(B_HALF, pb, gk * NWG + nn) : 0.0f;  /* panels are zero padded along N */
 #else
             const int gn = n0 + nn;
-            Bl[kk * LDBL + nn] = gn < N && gk < K ? pb[gk * ldb_k + gn * ldb_n] : 0.0f;
+            Bl[kk * LDBL + nn] = gn < N && gk < K ? ST_LD(B_HALF, pb, gk * ldb_k + gn * ldb_n) : 0.0f;
 #endif
         }
 #endif
@@ -274,9 +294,9 @@ void xgemm(
     /* Epilogue: alpha, bias, residual, activation; only outputs inside M x N. */
     const bool has_bias = (flags & FLAG_BIAS) != 0;
     const bool has_res = (flags & FLAG_RES) != 0;
-    __global float* pc = C + offC + z1 * sC1 + z2 * sC2;
-    const __global float* pz = Z + offZ + z1 * sZ1 + z2 * sZ2;
-    const __global float* pbias = bias + offBias + z1 * sBias1 + z2 * sBias2;
+    __global ST_T(C_HALF)* pc = C + offC + z1 * sC1 + z2 * sC2;
+    const __global ST_T(Z_HALF)* pz = Z + offZ + z1 * sZ1 + z2 * sZ2;
+    const __global ST_T(BIAS_HALF)* pbias = bias + offBias + z1 * sBias1 + z2 * sBias2;
 #pragma unroll
     for (int i = 0; i < MWI; ++i) {
         const int gm = m0 + ROW_OF(tm, i);
@@ -289,10 +309,10 @@ void xgemm(
                 continue;
             float v = acc[i][j] * alpha;
             if (has_bias)
-                v += beta * pbias[gm * bias_sm + gn * bias_sn];
+                v += beta * ST_LD(BIAS_HALF, pbias, gm * bias_sm + gn * bias_sn);
             if (has_res)
-                v += pz[gm * ldz + gn];
-            pc[gm * ldc + gn] = act_s(v, act_a, act_b, act_c);
+                v += ST_LD(Z_HALF, pz, gm * ldz + gn);
+            ST_ST(C_HALF, pc, gm * ldc + gn, act_s(v, act_a, act_b, act_c));
         }
     }
 }

@@ -67,8 +67,9 @@ X into float panels or phase images (im2col.cl X_HALF), gemm.cl writes Y and rea
 (C_HALF), winograd.cl, dwconv.cl and conv_gemv.cl take XH / YH. A half X is not read in place
 as a GEMM operand where gemm.cl would convert it once per tile (a 1x1 packs it, the transposed
 paths widen their pixel rows): ResNet-50 fp16 kernel time 1.14x fp32's on pocl, where conversions
-are integer code (no gain is expected on a CPU without half arithmetic). The other rows (3-D, GPU
-family's xgemm / local-memory kernels) run on float32 copies (lower/half.py).
+are integer code (no gain is expected on a CPU without half arithmetic). The GPU family's rows
+(xgemm.cl B_HALF / C_HALF / Z_HALF, gpu_winograd.cl and gpu_dwconv.cl XH / YH) read and write it
+too; the 3-D rows run on float32 copies (lower/half.py).
 
 Between two convs (LowerCtx offers, fixed by the planner, runtime/executor.py): a stride-1 conv
 offers to read its input as its zero-padded phase image directly (offer_padded_in), a 1x1 conv
@@ -261,7 +262,8 @@ class ConvPath:
 _HALF_IO = HalfIO((0, 3), (0,))
 # The paths that read and write half storage themselves (the rest run on float32 copies).
 HALF_PATHS = frozenset({"pointwise", "implicit", "im2col", "transposed", "transposed rows", "winograd", "gemv", "regions",
-                        "depthwise"})
+                        "depthwise", "xgemm pointwise", "xgemm implicit", "xgemm im2col", "gpu winograd",
+                        "gpu depthwise"})
 
 
 # A 1x1 conv on a half X packs it into float panels (pack_b, one pass) instead of reading it in
@@ -470,11 +472,12 @@ def _lower_xgemm_pointwise(ctx: LowerCtx, c: ConvCase) -> list:
     """1x1 on xgemm.cl: X itself is B ([Cin/G, H*W] per image and group), no producer launch."""
     g, e = c.geom, c.epi
     a, bias, c_s1, c_s2 = _xgemm_operands(ctx, c)
-    b = Operand(ctx.buf(0), ld=g.hw, ld2=1, s1=g.cin * g.hw, s2=g.cin_g * g.hw)
-    res = Operand(ctx.buf(3), s1=c_s1, s2=c_s2, ld=g.npix) if e.has_res else None
+    b = Operand(ctx.buf(0), ld=g.hw, ld2=1, s1=g.cin * g.hw, s2=g.cin_g * g.hw, half=_half(ctx, 0))
+    res = Operand(ctx.buf(3), s1=c_s1, s2=c_s2, ld=g.npix, half=_half(ctx, 3)) if e.has_res else None
     cfg = tuned_xgemm(c.target, gemm_key(g.m, g.npix, g.kk, "inplace"), c.label)
     return [xgemm_launch(cfg, m=g.m, n=g.npix, k=g.kk, batch=g.n_img * g.groups, d2=g.groups, a=a,
-                         b=b, c=Operand(ctx.out(0), ld=g.npix, s1=c_s1, s2=c_s2), bias=bias, res=res, act=e.act,
+                         b=b, c=Operand(ctx.out(0), ld=g.npix, s1=c_s1, s2=c_s2, half=_y_half(ctx)), bias=bias,
+                         res=res, act=e.act,
                          act_alpha=e.alpha, act_beta=e.beta, label=ctx.label())]
 
 
@@ -485,12 +488,13 @@ def _lower_xgemm_im2col(ctx: LowerCtx, c: ConvCase) -> list:
     cfg = tuned_xgemm(c.target, gemm_key(g.m, g.npix, g.kk, "packed"), c.label)
     a, bias, c_s1, c_s2 = _xgemm_operands(ctx, c)
     launches: list = []
-    for producer, b, i0, ni, n0, nn in pixel_panels(ctx, cfg.nwg, g):
+    for producer, b, i0, ni, n0, nn in pixel_panels(ctx, cfg.nwg, g, x_half=_half(ctx, 0)):
         launches.append(producer)
         off = i0 * c_s1 + n0
-        res = Operand(ctx.buf(3), off=off, s1=c_s1, s2=c_s2, ld=g.npix) if e.has_res else None
+        res = Operand(ctx.buf(3), off=off, s1=c_s1, s2=c_s2, ld=g.npix, half=_half(ctx, 3)) if e.has_res else None
         launches.append(xgemm_launch(cfg, m=g.m, n=nn, k=g.kk, batch=ni * g.groups, d2=g.groups, a=a, b=b,
-                                     c=Operand(ctx.out(0), off=off, ld=g.npix, s1=c_s1, s2=c_s2), bias=bias, res=res,
+                                     c=Operand(ctx.out(0), off=off, ld=g.npix, s1=c_s1, s2=c_s2, half=_y_half(ctx)),
+                                     bias=bias, res=res,
                                      act=e.act, act_alpha=e.alpha, act_beta=e.beta, label=ctx.label()))
     return launches
 

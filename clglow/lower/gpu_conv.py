@@ -18,6 +18,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
+import numpy as np
+
 from ..target import Target
 from .base import Buf, Launch, LowerCtx
 from .common import ConvGeometry
@@ -62,16 +64,18 @@ def gather(g: ConvGeometry) -> ConvGather:
 
 
 def implicit_launch(cfg: XgemmConfig, g: ConvGeometry, x, w, y, *, bias=None, res=None, act: str = "",
-                    act_alpha: float = 0.0, act_beta: float = 0.0, label: str = "") -> Launch:
+                    act_alpha: float = 0.0, act_beta: float = 0.0, label: str = "", x_half: bool = False,
+                    y_half: bool = False, z_half: bool = False) -> Launch:
     """One xgemm.cl B_CONV launch for the whole conv: Y[n, g] = act(W[g] @ gather(X[n, g]) + bias + Z)
-    over every image n and group g (x, w, y, bias, res: the kernel arguments of X, W, Y, B, Z)."""
+    over every image n and group g (x, w, y, bias, res: the kernel arguments of X, W, Y, B, Z;
+    x_half, y_half, z_half: X, Y, Z stored as half, xgemm.cl B_HALF, C_HALF, Z_HALF)."""
     c_s1, c_s2 = g.cout * g.npix, g.m * g.npix
     return tiled_launch(
         cfg, m=g.m, n=g.npix, k=g.kk, batch=g.n_img * g.groups, d2=g.groups,
-        a=Operand(w, ld=g.kk, ld2=1, s2=g.m * g.kk), b=Operand(x, s1=g.cin * g.hw, s2=g.cin_g * g.hw),
-        c=Operand(y, ld=g.npix, s1=c_s1, s2=c_s2),
+        a=Operand(w, ld=g.kk, ld2=1, s2=g.m * g.kk), b=Operand(x, s1=g.cin * g.hw, s2=g.cin_g * g.hw, half=x_half),
+        c=Operand(y, ld=g.npix, s1=c_s1, s2=c_s2, half=y_half),
         bias=Bias(bias, sm=1, sn=0, s2=g.m) if bias is not None else None,
-        res=Operand(res, ld=g.npix, s1=c_s1, s2=c_s2) if res is not None else None,
+        res=Operand(res, ld=g.npix, s1=c_s1, s2=c_s2, half=z_half) if res is not None else None,
         act=act, act_alpha=act_alpha, act_beta=act_beta, label=label, conv=gather(g))
 
 
@@ -81,7 +85,13 @@ def lower_implicit(ctx: LowerCtx, c: "ConvCase") -> list:
     cfg = tuned_conv_config(c.target, g, c.label)
     return [implicit_launch(cfg, g, ctx.buf(0), ctx.buf(1), ctx.out(0), bias=ctx.buf(2) if e.has_bias else None,
                             res=ctx.buf(3) if e.has_res else None, act=e.act, act_alpha=e.alpha, act_beta=e.beta,
-                            label=ctx.label())]
+                            label=ctx.label(), x_half=_stored_half(ctx.inputs[0]),
+                            y_half=_stored_half(ctx.outputs[0]), z_half=e.has_res and _stored_half(ctx.inputs[3]))]
+
+
+def _stored_half(t) -> bool:
+    """Whether tensor info `t` is stored as half (passes/precision.py)."""
+    return np.dtype(t.dtype) == np.float16
 
 
 # --- the tunable family: xgemm.cl's configuration per conv shape ----------------------------------------------

@@ -18,6 +18,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
+import numpy as np
+
 from ..target import Target
 from .base import Buf, Launch, LowerCtx, f32, i32
 from .common import ConvGeometry
@@ -95,11 +97,13 @@ def depthwise_applicable(c: "ConvCase") -> Optional[str]:
 
 
 def dw_launch(tile: DwTile, g: ConvGeometry, x, w, y, *, bias=None, res=None, act: str = "", act_alpha: float = 0.0,
-              act_beta: float = 0.0, label: str = "") -> Launch:
-    """The gpu_dwconv.cl launch of conv `g` (x, w, y, bias, res: the arguments of X, W, Y, B, Z)."""
+              act_beta: float = 0.0, label: str = "", x_half: bool = False, y_half: bool = False) -> Launch:
+    """The gpu_dwconv.cl launch of conv `g` (x, w, y, bias, res: the arguments of X, W, Y, B, Z;
+    x_half: X stored as half, y_half: Y and Z, gpu_dwconv.cl XH / YH)."""
     act_code, act_p = act_params(act, act_alpha, act_beta)
     defines = {"TW": tile.tw, "TH": tile.th, "WX": tile.wx, "WY": tile.wy, "KH": g.kh, "KW": g.kw, "SH": g.sh,
                "SW": g.sw, "DH": g.dh, "DW": g.dw}
+    defines.update({name: 1 for name, h in (("XH", x_half), ("YH", y_half)) if h})
     if act_code:
         defines["ACT"] = act_code
     flags = (1 if bias is not None else 0) | (2 if res is not None else 0)
@@ -117,7 +121,8 @@ def lower_depthwise(ctx: LowerCtx, c: "ConvCase") -> list:
     tile = tuned_tile(c.target, g, c.label)
     return [dw_launch(tile, g, ctx.buf(0), ctx.buf(1), ctx.out(0), bias=ctx.buf(2) if e.has_bias else None,
                       res=ctx.buf(3) if e.has_res else None, act=e.act, act_alpha=e.alpha, act_beta=e.beta,
-                      label=ctx.label())]
+                      label=ctx.label(), x_half=np.dtype(ctx.inputs[0].dtype) == np.float16,
+                      y_half=np.dtype(ctx.outputs[0].dtype) == np.float16)]
 
 
 # --- the tunable family: the tile per depthwise conv shape ----------------------------------------------------

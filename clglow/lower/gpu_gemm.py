@@ -35,7 +35,7 @@ from ..errors import InvalidModel
 from ..target import Target
 from .base import Launch, f32, i32, unaligned
 from .gemm_kernel import ACTIVATIONS, Bias, Operand, act_params
-from .gpu_gemv import MAX_ROWS, gemv_applicable, gemv_launch
+from .gpu_gemv import MAX_ROWS, gemv_applicable, gemv_launch, storage_defines
 from .tunable import Family, Params, ShapeKey, choose, register
 
 
@@ -233,6 +233,7 @@ def tiled_launch(cfg: XgemmConfig, *, m: int, n: int, k: int, batch: int, d2: in
     act_code, act_p = act_params(act, act_alpha, act_beta)
     defines = xgemm_defines(cfg, a_kfast=a.ld2 == 1, b_nfast=b.ld2 == 1 or conv is not None, b_panel=b.packed,
                             act_code=act_code, b_conv=conv is not None)
+    defines.update(storage_defines(a, b, c, bias, res))
     bias_ = bias if bias is not None else Bias(c.arg, sm=0, sn=0, beta=0.0)
     res_ = res if res is not None else Operand(c.arg, ld=c.ld)
     flags = (1 if bias is not None else 0) | (2 if res is not None else 0)

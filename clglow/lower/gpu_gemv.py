@@ -37,6 +37,14 @@ def gemv_applicable(m: int, b: Operand) -> Optional[str]:
     return None
 
 
+def storage_defines(a: Operand, b: Operand, c: Operand, bias: Optional[Bias], res: Optional[Operand]) -> dict:
+    """The half-storage defines of xgemm.cl and gpu_gemv.cl (kernels_cl/storage.h): one per operand
+    stored as half (Operand.half / Bias.half), none for float32 (the programs keep their options)."""
+    flags = (("A_HALF", a.half), ("B_HALF", b.half), ("C_HALF", c.half), ("Z_HALF", res is not None and res.half),
+             ("BIAS_HALF", bias is not None and bias.half))
+    return {name: 1 for name, half in flags if half}
+
+
 def _pow2_at_most(n: int) -> int:
     p = 1
     while p * 2 <= n:
@@ -76,7 +84,7 @@ def gemv_launch(*, m: int, n: int, k: int, batch: int, d2: int, a: Operand, b: O
     act_code, act_p = act_params(act, act_alpha, act_beta)
     b_kfast = b.ld == 1 and b.ld2 != 1
     d0, d1 = gemv_group(n, k, b_kfast, limits)
-    defines: dict = {"MR": m, "LS": d0 * d1, "B_KFAST": int(b_kfast)}
+    defines: dict = {"MR": m, "LS": d0 * d1, "B_KFAST": int(b_kfast), **storage_defines(a, b, c, bias, res)}
     if act_code:
         defines["ACT"] = act_code
     bias_ = bias if bias is not None else Bias(c.arg, sm=0, sn=0, beta=0.0)
@@ -95,4 +103,4 @@ def gemv_launch(*, m: int, n: int, k: int, batch: int, d2: int, a: Operand, b: O
     return Launch("gpu_gemv", "gemv", gsize, args, (d0, d1, 1), defines, label, noop_args=noop)
 
 
-__all__ = ["MAX_ROWS", "gemv_applicable", "gemv_group", "gemv_launch"]
+__all__ = ["MAX_ROWS", "gemv_applicable", "gemv_group", "gemv_launch", "storage_defines"]

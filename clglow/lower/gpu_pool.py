@@ -18,8 +18,8 @@ from .gpu_reduce import applicable, choose_ls, linear_layout, reduce_launch
 
 
 def lower_global_pool_wg(ctx: LowerCtx) -> list[Launch]:
-    """GlobalAveragePool / GlobalMaxPool of float32 [N, C, spatial...] as one launch of wg_reduce
-    (a mean or a max over each plane; NaN propagates, as numpy's max does)."""
+    """GlobalAveragePool / GlobalMaxPool of float32 [N, C, spatial...] (or its half storage) as one
+    launch of wg_reduce (a mean or a max over each plane; NaN propagates, as numpy's max does)."""
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
         return []
@@ -31,12 +31,17 @@ def lower_global_pool_wg(ctx: LowerCtx) -> list[Launch]:
     lay = linear_layout("rows", nc, length, 1)
     ls = choose_ls(ctx.device, lay, 4, ctx.label())
     is_max = ctx.node.op_type == "GlobalMaxPool"
-    defines = {"T": "float", "TO": "float", "ACC": "float", "ACC_FLOAT": None,
-               "OP_MAX" if is_max else "OP_MEAN": None}
+    defines = {"T": _storage(x.dtype), "TO": _storage(out.dtype), "ACC": "float", "ACC_FLOAT": None,
+               "OP_MAX" if is_max else "OP_MEAN": None}  # half: storage only (gpu_reduce.storage_defines)
     if is_max:
         defines["EMPTY"] = "(-INFINITY)"
     return [reduce_launch(ctx.device, lay, ctx.buf(0), ctx.out(0), defines, ls, ctx.const_buffer(lay.meta),
                           ctx.label())]
+
+
+def _storage(dtype) -> str:
+    """The element type of a float32 tensor or of its half storage."""
+    return "half" if np.dtype(dtype) == np.float16 else "float"
 
 
 __all__ = ["applicable", "lower_global_pool_wg"]

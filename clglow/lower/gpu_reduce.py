@@ -136,6 +136,17 @@ def shape_key(lay: Layout) -> ShapeKey:
     return (lay.kind, lay.n_hi, lay.n_red, lay.inner)
 
 
+def storage_defines(defines: dict) -> dict:
+    """`defines` with half storage as gpu_reduce.cl reads and writes it: T = half becomes T = float
+    with XH (x stored as half), TO = half TO = float with YH (kernels_cl/storage.h: exact
+    conversions, float arithmetic; no cl_khr_fp16 needed)."""
+    d = dict(defines)
+    for t, flag in (("T", "XH"), ("TO", "YH")):
+        if d.get(t) == "half":
+            d[t], d[flag] = "float", 1
+    return d
+
+
 def reduce_defines(lay: Layout, ls: int) -> dict:
     """The layout's and work-group size's -D defines (with the caller's types and op)."""
     d: dict = {"LS": ls}
@@ -152,7 +163,7 @@ def reduce_launch(target: Target, lay: Layout, x, y, defines: dict, ls: int, met
     any buffer when the layout is linear), `defines` the types and op (reduce.py's); n_div: what a
     mean divides by (default the reduced size)."""
     gsize, lsize, lr = group_shape(target, lay, ls)
-    d = dict(defines, **reduce_defines(lay, ls))
+    d = dict(storage_defines(defines), **reduce_defines(lay, ls))
     if lay.kind == "rows":
         args = [x, y, i32(lay.n_hi), i32(lay.n_red), i32(lr), meta_arg, i32(lay.n_red if n_div is None else n_div)]
         return Launch("gpu_reduce", "wg_reduce", gsize, args, lsize, d, label)
@@ -179,10 +190,11 @@ def split_launches(target: Target, lay: Layout, x, y, defines: dict, ls: int, me
     """A `rows` reduction in two launches: wg_reduce_split combines `parts` chunks of each run into
     `scratch` (n_hi * parts values of type `acc`), then wg_reduce combines each run's parts."""
     chunk = -(-lay.n_red // parts)
-    d = dict(defines, **reduce_defines(lay, ls))
+    d = dict(storage_defines(defines), **reduce_defines(lay, ls))
     first = Launch("gpu_reduce", "wg_reduce_split", (lay.n_hi * parts * ls,),
                    [x, scratch, i32(lay.n_red), i32(chunk), i32(parts), meta_arg], (ls,), d, label)
-    second = dict(defines, T=acc, FROM_PARTIAL=None)
+    second = dict(storage_defines(defines), T=acc, FROM_PARTIAL=None)
+    second.pop("XH", None)  # the partials are ACC values, whatever x's storage
     return [first, reduce_launch(target, linear_layout("rows", lay.n_hi, parts, 1), scratch, y, second, ls, meta_arg,
                                  label, n_div=lay.n_red)]
 
@@ -232,5 +244,5 @@ WG_REDUCE_FAMILY = register(Family("wg_reduce", "gpu_reduce", _space, _default, 
                                    tolerance=1e-3))
 
 __all__ = ["LOCAL_SIZES", "Layout", "applicable", "arg_launch", "choose_ls", "linear_layout", "local_sizes", "plan",
-           "group_shape", "pow2_at_least", "reduce_launch", "shape_key", "split_launches", "split_parts",
+           "group_shape", "pow2_at_least", "reduce_launch", "shape_key", "split_launches", "split_parts", "storage_defines",
            "WG_REDUCE_FAMILY"]

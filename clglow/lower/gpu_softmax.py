@@ -17,12 +17,13 @@ from .tunable import Family, Params, ShapeKey, register
 
 
 def softmax_launch(target: Target, x, y, rows: int, length: int, inner: int, log_softmax: bool, ls: int,
-                   label: str = "") -> Launch:
+                   label: str = "", x_half: bool = False, y_half: bool = False) -> Launch:
     """The launch of softmax over `rows` rows of `length` elements `inner` apart (row r of outer
-    index o = r // inner starts at o * length * inner + r % inner)."""
+    index o = r // inner starts at o * length * inner + r % inner); x_half / y_half: x / y stored
+    as half (gpu_softmax.cl XH / YH)."""
     lay = _layout(rows, length, inner)
     gsize, lsize, lr = group_shape(target, lay, ls)
-    defines: dict = {"LS": ls}
+    defines: dict = {"LS": ls, **{name: 1 for name, h in (("XH", x_half), ("YH", y_half)) if h}}
     if log_softmax:
         defines["LOG_SOFTMAX"] = None
     if lay.kind == "rows":
@@ -38,10 +39,11 @@ def _layout(rows: int, length: int, inner: int) -> Layout:
 
 
 def lower_softmax_wg(target: Target, x, y, rows: int, length: int, inner: int, log_softmax: bool,
-                     label: str = "") -> List[Launch]:
-    """softmax.py's GPU-family row: the work-group size from the tuning database or the default."""
+                     label: str = "", x_half: bool = False, y_half: bool = False) -> List[Launch]:
+    """softmax.py's GPU-family row: the work-group size from the tuning database or the default
+    (x_half, y_half: half storage, as softmax_launch)."""
     ls = choose_ls(target, _layout(rows, length, inner), 4, label, family="wg_softmax")
-    return [softmax_launch(target, x, y, rows, length, inner, log_softmax, ls, label)]
+    return [softmax_launch(target, x, y, rows, length, inner, log_softmax, ls, label, x_half, y_half)]
 
 
 def _space(target: Target, key: ShapeKey = ()) -> List[Params]:

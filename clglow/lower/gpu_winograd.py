@@ -77,13 +77,18 @@ def lower_gpu_winograd(ctx: LowerCtx, c: "ConvCase") -> list:
     bias = ctx.buf(2) if e.has_bias else ctx.out(0)  # absent: the flags say so, never read
     z = ctx.buf(3) if e.has_res else ctx.out(0)
     x_s, y_s = g.cin * g.hw, g.cout * g.npix
+    # half storage (conv.py's HALF_PATHS): X read as half, Y written and Z read as stored (Z as Y)
+    in_defs = {"XH": 1} if ctx.inputs[0].dtype == np.float16 else {}
+    out_defs = {"YH": 1} if ctx.outputs[0].dtype == np.float16 else {}
+    if act_code:
+        out_defs["ACT"] = act_code
     launches: list = []
     for i0 in range(0, g.n_img, ni):
         k = min(ni, g.n_img - i0)
         head = [ctx.buf(0), i32(i0 * x_s), i32(x_s), vs, i32(per_v)]
         tail = [i32(g.h), i32(g.w), i32(g.ph), i32(g.pw), i32(tw)]
         gsize, ls = grid(ctx.device, (nt, g.cin, k), (64, 1, 1))
-        launches.append(Launch("gpu_winograd", "wino2_in", gsize, head + [i32(g.cin)] + tail + [i32(nt)], ls, {},
+        launches.append(Launch("gpu_winograd", "wino2_in", gsize, head + [i32(g.cin)] + tail + [i32(nt)], ls, in_defs,
                                label, noop_args=head + [i32(0)] + tail + [i32(0)]))  # C = NT = 0: no-op
         launches.append(tiled_launch(cfg, m=g.m, n=nt, k=g.cin, batch=k * _XI, d2=_XI,
                                      a=Operand(u, ld=g.cin, ld2=1, s2=g.m * g.cin),
@@ -94,7 +99,7 @@ def lower_gpu_winograd(ctx: LowerCtx, c: "ConvCase") -> list:
         rest = [i32(flags)] + [f32(p) for p in act_p]
         gsize, ls = grid(ctx.device, (nt, g.m, k), (64, 1, 1))
         launches.append(Launch("gpu_winograd", "wino2_out", gsize, head + [i32(g.m)] + tail + [i32(nt)] + rest, ls,
-                               {"ACT": act_code} if act_code else {}, label,
+                               out_defs, label,
                                noop_args=head + [i32(0)] + tail + [i32(0)] + rest))  # Cout = NT = 0: no-op
     return launches
 

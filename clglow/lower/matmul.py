@@ -5,8 +5,9 @@ where every operand is contiguous over them, outer ones looped with offsets); a 
 folds A's batch into M. FusedMatMul (passes/fuse_matmul.py) adds the epilogue (alpha, a
 per-column bias, a residual, an activation) and transposed operand/result views. The operands
 take the paths of gemm.py's table (a_path / b_path). Half storage (SessionOptions.precision):
-gemm.cl reads and writes it on the paths without run-time packing; the others (GEMV, xgemm,
-live operands packed, transposed views) run on float32 copies (lower/half.py).
+gemm.cl reads and writes it on the paths without run-time packing, xgemm.cl and gpu_gemv.cl on
+every path (transposed views too); the others (the CPU family's GEMV, live operands packed,
+gemm.cl's transposed views) run on float32 copies (lower/half.py).
 """
 from __future__ import annotations
 
@@ -143,8 +144,9 @@ def _lower_fused_matmul(ctx: LowerCtx) -> list:
     act = attr_str(act, "")
     act_t = (act, float(ctx.attr("act_alpha", 0.0)), float(ctx.attr("act_beta", 0.0)))
     perms = [ctx.attr(k) for k in ("perm_a", "perm_b", "perm_c")]
-    if has_half(ctx) and (any(perms) or any(k in ctx.node.attrs for k in GEMV_ONLY)):
-        raise _NeedsFloat
+    if has_half(ctx) and ((any(perms) and xgemm_applicable(ctx.device) is not None)
+                          or any(k in ctx.node.attrs for k in GEMV_ONLY)):
+        raise _NeedsFloat  # views on half storage: xgemm.cl's strided reads only
     if any(k in ctx.node.attrs for k in GEMV_ONLY):
         return [_gemv_only(ctx, bias, res, float(ctx.attr("alpha", 1.0)), act_t)]
     if any(perms):
@@ -282,10 +284,10 @@ def _lower_matmul_views(ctx: LowerCtx, perms: list, bias: Optional[Bias] = None,
     dims = ([1, 1] + dims)[-2:]
     st = [([0, 0] + s)[-2:] for s in st]
     batch, d2 = dims[0] * dims[1], dims[1]
-    aa = Operand(a.arg, a.packed, 0, st[0][0], st[0][1], a.ld, a.ld2)
-    bo = Operand(b.arg, b.packed, 0, st[1][0], st[1][1], b.ld, b.ld2)
-    co = Operand(ctx.out(0), False, 0, st[2][0], st[2][1], stc[-2])
-    zo = None if res is None else Operand(res, False, 0, st[2][0], st[2][1], stc[-2])
+    aa = Operand(a.arg, a.packed, 0, st[0][0], st[0][1], a.ld, a.ld2, half=_is_half(ctx, 0))
+    bo = Operand(b.arg, b.packed, 0, st[1][0], st[1][1], b.ld, b.ld2, half=_is_half(ctx, 1))
+    co = Operand(ctx.out(0), False, 0, st[2][0], st[2][1], stc[-2], half=ctx.outputs[0].dtype == F16)
+    zo = None if res is None else Operand(res, False, 0, st[2][0], st[2][1], stc[-2], half=_is_half(ctx, 3))
     if xcfg is not None:
         launches.append(xgemm_launch(xcfg, m=m, n=n, k=k, batch=batch, d2=d2, a=aa, b=bo, c=co, bias=bias, res=zo,
                                      alpha=alpha, act=act[0], act_alpha=act[1], act_beta=act[2], label=label))
@@ -343,7 +345,7 @@ def _lower_matmul(ctx: LowerCtx, bias: Optional[Bias] = None, res: Optional[Arg]
     xcfg = xgemm_config(ctx.device) if xgemm_applicable(ctx.device) is None else None
     gemv = xcfg is None and nbatch == 1 and gemv_applicable(ctx.device, m=m, nbatch_b=int(np.prod(bb, dtype=np.int64)),
                                                             b_const=ctx.const(1) is not None)
-    if has_half(ctx) and (gemv or xcfg is not None):
+    if has_half(ctx) and gemv:
         raise _NeedsFloat
     if gemv:
         return [gemv_launch(ctx, k=k, n=n, bias=bias, res=res, alpha=alpha, act=act)]
@@ -355,7 +357,7 @@ def _lower_matmul(ctx: LowerCtx, bias: Optional[Bias] = None, res: Optional[Arg]
     b_kind = "in place" if xcfg is not None else b_path(cfg, const=ctx.const(1) is not None, n=n)
     ha, hb, hc = _is_half(ctx, 0), _is_half(ctx, 1), ctx.outputs[0].dtype == F16
     hz = res is not None and _is_half(ctx, 3)
-    if (ha and a_kind == "packed") or (hb and b_kind == "packed") or (res is not None and hz != hc):
+    if (ha and a_kind == "packed") or (hb and b_kind == "packed") or (res is not None and hz != hc and xcfg is None):
         raise _NeedsFloat  # the run-time pack kernels read float32; gemm.cl stores Z as C
 
     # A

@@ -20,7 +20,6 @@ from ..target import Target
 from .base import HalfIO, Launch, LowerCtx, device_op, i32
 from . import gpu_pool
 from .common import AUTO_PADS, F16, F32, attr_str, check_dtypes, check_int32_sizes, grid, resolve_pads, work_size
-from .half import has_half, lower_as_float
 
 log = logging.getLogger(__name__)
 
@@ -116,9 +115,7 @@ def lower_global_pool(ctx: LowerCtx) -> list:
     if out.size == 0:
         return []
     if gpu_pool.applicable(ctx.device) is None:  # the GPU family: a work-group per plane (gpu_pool.py)
-        if has_half(ctx):
-            return lower_as_float(ctx, gpu_pool.lower_global_pool_wg)
-        return gpu_pool.lower_global_pool_wg(ctx)
+        return gpu_pool.lower_global_pool_wg(ctx)  # half storage too
     nc = int(np.prod(x.shape[:2], dtype=np.int64))
     length = int(np.prod(x.shape[2:], dtype=np.int64))
     if length == 0:

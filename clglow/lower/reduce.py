@@ -19,7 +19,6 @@ from ..target import Target
 from . import gpu_reduce
 from .base import HalfIO, Launch, LowerCtx, device_op, i32
 from .common import F16, acc_type, check_dtypes, floats, norm_axis, numeric, type_defines, work_size
-from .half import has_half, lower_as_float
 
 log = logging.getLogger(__name__)
 
@@ -162,13 +161,11 @@ _REDUCE_PATHS = (("work-group", gpu_reduce.applicable, _lower_reduce_wg),
 
 @device_op(*_REDUCE, supports=_supports_reduce, half=HalfIO((0,), (0,)))
 def lower_reduce(ctx: LowerCtx) -> list:
-    """Reduce* over its axes; half storage read and written by the CPU family's reduce.cl, on
-    float32 copies (lower/half.py) by the GPU family's work-group kernels."""
+    """Reduce* over its axes; half storage read and written by the CPU family's reduce.cl and the
+    GPU family's work-group kernels (gpu_reduce.storage_defines)."""
     x, out = ctx.inputs[0], ctx.outputs[0]
     if out.size == 0:
         return []
-    if has_half(ctx) and gpu_reduce.applicable(ctx.device) is None:
-        return lower_as_float(ctx, lower_reduce)
     op = _REDUCE[ctx.node.op_type]
     meta, rk, rr, _n_out, _n_red = reduce_meta(x.shape, _reduce_axes(ctx))
     dt = np.dtype(x.dtype)

@@ -20,7 +20,6 @@ from . import gpu_reduce
 from .base import HalfIO, Launch, LowerCtx, device_op, i32
 from .common import F16, F32, check_dtypes, check_int32_sizes, work_size
 from .gpu_softmax import lower_softmax_wg
-from .half import has_half, lower_as_float
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +46,9 @@ def lower_softmax(ctx: LowerCtx) -> list:
     else:
         length, inner = shape[axis], int(np.prod(shape[axis + 1:], dtype=np.int64))
     rows = x.size // length
-    if gpu_reduce.applicable(ctx.device) is None:
-        if has_half(ctx):
-            return lower_as_float(ctx, lambda c: lower_softmax_wg(c.device, c.buf(0), c.out(0), rows, length, inner,
-                                                                  c.node.op_type == "LogSoftmax", c.label()))
+    if gpu_reduce.applicable(ctx.device) is None:  # half storage too (gpu_softmax.cl XH / YH)
         return lower_softmax_wg(ctx.device, ctx.buf(0), ctx.out(0), rows, length, inner,
-                                ctx.node.op_type == "LogSoftmax", ctx.label())
+                                ctx.node.op_type == "LogSoftmax", ctx.label(), x.dtype == F16, out.dtype == F16)
     defines = {"LOG_SOFTMAX": None} if ctx.node.op_type == "LogSoftmax" else {}
     if x.dtype == F16:
         defines["XH"] = 1
