@@ -1,10 +1,13 @@
-"""If on the device: never lowered, always inlined (shapes.inline_if) once its condition is known.
+"""If and Loop on the device: never lowered, always put in place by staging once what decides
+them is known (If: shapes.inline_if; Loop: passes/unroll_loop.py, one iteration at a time).
 
 Why registered at all: placement (partition.place) judges the graph before any condition is
 known, and with host fallback off it would refuse the If that torchvision's detection heads
-guard NonMaxSuppression with. Staging (shapes.specialize) defers an If whose condition is made
-in the current stage to the next one, where the condition is a constant (engine.SHAPE_INPUTS),
-and puts the branch taken in its place; its nodes are then placed like any others.
+guard NonMaxSuppression with, or the Loop of onnx's expanded Range. Staging (shapes.specialize)
+defers an If or Loop whose condition (trip count) is made in the current stage to the next one,
+where it is a constant (engine.SHAPE_INPUTS), and puts the branch taken (the iterations) in its
+place; their nodes are then placed like any others. A Loop that cannot be unrolled reaches
+placement with its reason (passes.unroll_loop.loop_refusal) and runs on the host.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from typing import Optional
 
 from ..errors import InvalidModel
 from ..ir import Graph, Node
+from ..passes.unroll_loop import loop_refusal
 from ..shapes import inlinable_if
 from ..target import Target
 from .base import LowerCtx, device_op
@@ -25,3 +29,13 @@ def _supports_if(node: Node, graph: Graph, target: Target) -> Optional[str]:
 def lower_if(ctx: LowerCtx) -> list:
     raise InvalidModel("an If reached planning before its condition was known (staging inlines it)",
                        node=ctx.node.name)
+
+
+def _supports_loop(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    return loop_refusal(node, graph)
+
+
+@device_op("Loop", supports=_supports_loop)
+def lower_loop(ctx: LowerCtx) -> list:
+    raise InvalidModel("a Loop reached planning before its trip count and condition were known (staging "
+                       "unrolls it)", node=ctx.node.name)

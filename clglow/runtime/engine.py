@@ -40,7 +40,7 @@ def _signature(types: dict) -> tuple:
 SHAPE_INPUTS: dict = {
     "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 2, 3),
     "Squeeze": (1,), "Unsqueeze": (1,), "Split": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
-    "OneHot": (1, 2), "TopK": (1,), "If": (0,), "Resize": (1, 2, 3), "Upsample": (1,), "CenterCropPad": (1, 2),
+    "OneHot": (1, 2), "TopK": (1,), "If": (0,), "Loop": (0, 1), "Resize": (1, 2, 3), "Upsample": (1,), "CenterCropPad": (1, 2),
     "Trilu": (1,), "CumSum": (1,), "CumProd": (1,), "Dropout": (1, 2), "Col2Im": (1, 2, 3),
     "AffineGrid": (1,), "MaxUnpool": (2,), "BlackmanWindow": (0,), "HammingWindow": (0,), "HannWindow": (0,),
     "DFT": (1, 2), "STFT": (1, 3), "MelWeightMatrix": (0, 1, 2, 3, 4),
