@@ -271,6 +271,11 @@ def _tune(args: argparse.Namespace) -> int:
         _search_shapes(args, dev, family, new, t_end - time.monotonic())
     if keys:
         _check_model(args, dev, family, keys)
+    if args.family in (None, "sub_batch"):  # the plan's sub-batch budget, measured as the whole model
+        from .frontend.onnx_model import load_model
+        from .runtime.sub_batch_tune import report, tune_budget
+        print("\n".join(report(tune_budget(dev, dev.target(family), load_model(args.model)[0], force=args.force))))
+        dev.reload_tuning(family)
     if args.show:
         _show_tuned(dev, family, keys)
     return 0

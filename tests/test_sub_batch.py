@@ -231,3 +231,78 @@ def test_budget_default_from_the_environment(monkeypatch):
     assert sub_batch.budget(DeviceInfo(type="cpu", cache_bytes=32 << 20), PlanOptions.from_env()) == 0
     monkeypatch.setenv("CLGLOW_SUB_BATCH_BYTES", "65536")
     assert sub_batch.budget(DeviceInfo(type="gpu"), PlanOptions.from_env()) == 65536
+
+
+def _chain(n: int = 4):
+    """Five per-image Relus on [n, 16, 64, 64] (256 KB an image), then a Flatten that is not."""
+    big = (n, 16, 64, 64)
+    shapes = {k: big for k in ("x", "a", "b", "c", "d", "e")}
+    shapes["f"] = (n, 16 * 64 * 64)
+    names = ["x", "a", "b", "c", "d", "e"]
+    nodes = [Node("Relu", f"r{i}", [names[i]], [names[i + 1]]) for i in range(5)]
+    nodes.append(Node("Flatten", "flat", ["e"], ["f"], {"axis": 1}))
+    return _graph(nodes, shapes, ["x"], ["f"]), {nd.name for nd in nodes}
+
+
+def test_budget_from_the_tuning_database():
+    """A stored sub_batch entry for the graph's key is the budget (before the cache fraction);
+    forced options still win; another key, a malformed entry or a GPU target ignore it."""
+    from clglow.lower.tunable import key_str, params_items
+
+    g, dev_nodes = _chain()
+    key = sub_batch.graph_key(g, dev_nodes)
+    assert key == (4, 256 << 10, 5)
+
+    def entry(k, p):
+        return (("sub_batch", key_str(k), params_items(p)),)
+
+    cpu = DeviceInfo(type="cpu", cache_bytes=32 << 20)
+    tuned = cpu.__class__(**{**cpu.__dict__, "tuned": entry(key, {"bytes": 512 << 10})})
+    assert sub_batch.budget(cpu, PlanOptions(), key) == 2 << 20
+    assert sub_batch.budget(tuned, PlanOptions(), key) == 512 << 10
+    assert sub_batch.budget(tuned, PlanOptions(), (4, 1, 5)) == 2 << 20
+    assert sub_batch.budget(tuned, PlanOptions(sub_batch_bytes=4096), key) == 4096
+    bad = cpu.__class__(**{**cpu.__dict__, "tuned": entry(key, {"bytes": "x"})})
+    assert sub_batch.budget(bad, PlanOptions(), key) == 2 << 20
+    assert sub_batch.budget(tuned.with_family("gpu"), PlanOptions(), key) == 0
+    # the stored budget decides the split: 512 KB a piece is pieces of two images
+    g2, slices = sub_batch.split(g, dev_nodes, ["f"], tuned, PlanOptions())
+    assert [nd.name for nd in g2.nodes][:2] == ["r0[0:2]", "r1[0:2]"] and slices
+    assert sub_batch.split(g, dev_nodes, ["f"], cpu, PlanOptions())[0] is g  # 2 MB: the whole batch fits
+
+
+def test_budget_candidates_are_distinct_segmentations():
+    """The tuner measures one budget per distinct segmentation, the profile's default first."""
+    from clglow.runtime.sub_batch_tune import candidates
+
+    g, dev_nodes = _chain()
+    cpu = DeviceInfo(type="cpu", cache_bytes=32 << 20)
+    key = sub_batch.graph_key(g, dev_nodes)
+    got = candidates(cpu, g, dev_nodes, key)
+    assert got[0] == 2 << 20  # the default: no split (as 0 and every budget of >= 1 MB)
+    segs = [sub_batch.segmentation(g, dev_nodes, b) for b in got]
+    assert got[1:] == [256 << 10, 512 << 10]  # single images, pairs
+    assert segs == [(), ((0, 5, 1),), ((0, 5, 2),)]
+    assert sub_batch.SUB_BATCH_FAMILY.applies(cpu) is False  # never in the per-shape search
+
+
+@pytest.mark.slow
+def test_tune_budget_stores_a_measured_choice(tmp_path, monkeypatch):
+    """tune_budget on a small batched CNN: the candidates run, agree, and the database gets an
+    entry that later sessions read (their outputs unchanged)."""
+    from clglow.runtime.device import select_device
+    from clglow.runtime.sub_batch_tune import tune_budget
+    from clglow.runtime.tuning_db import TuningDB
+
+    monkeypatch.delenv("CLGLOW_SUB_BATCH_BYTES", raising=False)
+    model = resnet(18, batch=4, image_size=64, num_classes=10, seed=3)
+    dev = select_device()
+    target = dev.target("cpu")
+    if not target.sub_batching:
+        pytest.skip("the device does not sub-batch")
+    db = TuningDB(tmp_path / "db.json", {"device": "test"})
+    res = tune_budget(dev, target, model, rounds=2, db=db)
+    assert res is not None and res.key[0] == 4 and res.default in res.times and res.chosen in res.times
+    entries = db.entries()
+    assert len(entries) == 1 and next(iter(entries.values()))["params"] == {"bytes": res.chosen}
+    assert tune_budget(dev, target, model, rounds=2, db=db).source == "db"

@@ -18,6 +18,13 @@ whole batch is left as it is. A policy of the target (`Target.sub_batching`: the
 a device that reports its cache; a GPU wants the whole batch in one launch) and of the session's
 options (`PlanOptions.sub_batch_bytes` forces a budget, 0 turns it off); static, single-stage
 plans only (runtime.planning.stage).
+
+The budget is a tunable choice (family "sub_batch", runtime/sub_batch_tune.py, `clglow tune
+MODEL`): the reported cache may say little about what one image's layers keep (a KVM guest's
+pocl reports the host's whole L3, 480 MB on the Xeon measured there, so cache/16 left ResNet-50 b8
+unsplit), so the tuner runs the model at each distinct segmentation the declared budgets give and
+stores the fastest per graph key (`graph_key`: batch, largest per-image activation, per-image
+nodes); a session reads it before the cache-fraction default.
 """
 from __future__ import annotations
 
@@ -29,6 +36,7 @@ import numpy as np
 
 from ..config import PlanOptions
 from ..ir import Graph, Node, Value
+from ..lower.tunable import Family, register, stored
 from ..target import Target
 
 log = logging.getLogger(__name__)
@@ -66,15 +74,68 @@ class Slice:
     nbytes: int
 
 
-def budget(target: Target, options: PlanOptions) -> int:
+# The declared budgets the tuner tries besides the cache-fraction default (bytes per piece; 0:
+# off): powers of two from 256 KiB to 32 MiB, one per distinct segmentation of the model.
+BUDGETS = (0,) + tuple(1 << e for e in range(18, 26))
+
+
+def default_budget(target: Target) -> int:
+    """The profile's budget: a fraction of the reported cache where the target sub-batches."""
+    return target.cache_bytes // _CACHE_FRACTION if target.sub_batching else 0
+
+
+def budget(target: Target, options: PlanOptions, key: Optional[tuple] = None) -> int:
     """Bytes of activation per piece (0: no sub-batches): `options.sub_batch_bytes` when set
-    (CLGLOW_SUB_BATCH_BYTES or the session option), else a fraction of the cache on a target
-    whose policy is to sub-batch (Target.sub_batching), else 0."""
+    (CLGLOW_SUB_BATCH_BYTES or the session option), else, on a target whose policy is to
+    sub-batch (Target.sub_batching), the tuning database's budget for the graph `key` or a
+    fraction of the cache, else 0."""
     if options.sub_batch_bytes is not None:
         return max(0, int(options.sub_batch_bytes))
     if not target.sub_batching:
         return 0
-    return target.cache_bytes // _CACHE_FRACTION
+    hit = stored(target, "sub_batch", key) if key is not None else None
+    if hit is not None and isinstance(hit.get("bytes"), int) and hit["bytes"] >= 0:
+        return int(hit["bytes"])
+    return default_budget(target)
+
+
+def graph_key(graph: Graph, device_nodes: set) -> Optional[tuple]:
+    """The sub_batch family's key of a specialised graph: (batch, the largest per-image
+    activation in bytes, how many per-image device nodes), None without a batch to split. Two
+    graphs with the same key share a budget (a coarse key: the choice is a cache budget)."""
+    batches, largest, count = set(), 0, 0
+    for nd in graph.nodes:
+        n = _batch(graph, nd) if nd.name in device_nodes else None
+        if n is None:
+            continue
+        batches.add(n)
+        count += 1
+        largest = max([largest] + [_nbytes(graph.values[t]) // n for t in list(nd.inputs) + list(nd.outputs)
+                                   if t and graph.values[t].const is None])
+    if not batches:
+        return None
+    return (max(batches), int(largest), count)
+
+
+# The last split graph's key, graph and device nodes (the tuner reads them after planning a model).
+last_split: Optional[tuple] = None
+
+
+def segmentation(graph: Graph, device_nodes: set, limit: int) -> tuple:
+    """The (start, end, piece size) of each segment a budget gives: budgets with the same one
+    plan the same graph (the tuner measures each distinct one once)."""
+    return tuple((b0, b1, s) for b0, b1, s, _n in _segments(graph, device_nodes, limit)) if limit > 0 else ()
+
+
+def _space(target: Target, key: tuple) -> list:
+    return [{"bytes": default_budget(target)}] + [{"bytes": b} for b in BUDGETS if b != default_budget(target)]
+
+
+# Measured as the whole model (runtime/sub_batch_tune.py), never by the per-shape search
+# (applies: False keeps it out of search.ordered); keyed by gemm.cl's hash (the pieces' kernels).
+SUB_BATCH_FAMILY = register(Family("sub_batch", "gemm", _space, lambda target, key: _space(target, key)[0],
+                                   lambda target, key, p: None, flops=lambda key: float(key[0] * key[1]),
+                                   applies=lambda target: False, priority=20, tolerance=1e-3))
 
 
 def _nbytes(v: Value) -> int:
@@ -185,7 +246,12 @@ def split(graph: Graph, device_nodes: set, outputs: Sequence[str], target: Targe
           options: PlanOptions) -> tuple:
     """(graph with the segments repeated per piece, {piece tensor: Slice}). The graph is returned
     unchanged (and no slices) when nothing is worth splitting (budget(target, options) is 0)."""
-    limit = budget(target, options)
+    if options.sub_batch_bytes is None and not target.sub_batching:
+        return graph, {}
+    global last_split
+    key = graph_key(graph, device_nodes)
+    last_split = (key, graph, frozenset(device_nodes)) if key is not None else None
+    limit = budget(target, options, key)
     if limit <= 0:
         return graph, {}
     segments = _segments(graph, device_nodes, limit)
