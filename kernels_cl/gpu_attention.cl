@@ -17,7 +17,8 @@
  * st15 as attention.cl's st (Q, K, V, Y (b, h, s) in elements, the last dimension contiguous, then
  * the mask's (b, h, q, k)), run-time arguments (scalars: what the tuner's benchmark can pass).
  * -D parameters: WG (work-group size, a power of two), RQ (rows per group), SKV_MAX and HD_MAX
- * (the local arrays' extents); MASK_FLOAT.
+ * (the local arrays' extents); MASK_FLOAT; QH, KH, VH, YH = 1: Q, K, V, Y stored as half
+ * (kernels_cl/storage.h; the local arrays, the mask and every sum stay float).
  * gsize = (WG * ceil(SQ / RQ), B * H), lsize (WG, 1). OpenCL 1.2, no extension.
  */
 #ifndef WG
@@ -32,6 +33,20 @@
 #ifndef HD_MAX
 #define HD_MAX 64
 #endif
+#ifndef QH
+#define QH 0
+#endif
+#ifndef KH
+#define KH 0
+#endif
+#ifndef VH
+#define VH 0
+#endif
+#ifndef YH
+#define YH 0
+#endif
+#include "storage.h"
+
 /* RQ rounded up to a power of two, and the work-items of each row's reductions */
 #define RP (RQ <= 1 ? 1 : RQ <= 2 ? 2 : RQ <= 4 ? 4 : RQ <= 8 ? 8 : 16)
 #define LANES (WG / RP)
@@ -43,11 +58,12 @@
                 int st10, int st11, int st12, int st13, int st14, int st15
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void attn_block(__global const float* restrict q, __global const float* restrict k, __global const float* restrict v,
+void attn_block(__global const ST_T(QH)* restrict q, __global const ST_T(KH)* restrict k,
+                __global const ST_T(VH)* restrict v,
 #ifdef MASK_FLOAT
                 __global const float* restrict mask,
 #endif
-                __global float* y, int H, int SQ, int SKV, int HD, int HDV, ST_ARGS, const float scale)
+                __global ST_T(YH)* y, int H, int SQ, int SKV, int HD, int HDV, ST_ARGS, const float scale)
 {
     __local float ql[RQ * HD_MAX];
     __local float s[RQ * SKV_MAX];
@@ -58,21 +74,21 @@ void attn_block(__global const float* restrict q, __global const float* restrict
     const int i0 = get_group_id(0) * RQ;
     const int bh = get_group_id(1), b = bh / H, h = bh - b * H;
     const int nr = min(RQ, SQ - i0); /* rows of this block (>= 1: the grid has no empty block) */
-    const __global float* qb = q + b * st0 + h * st1 + i0 * st2;
-    const __global float* kb = k + b * st3 + h * st4;
-    const __global float* vb = v + b * st6 + h * st7;
+    const __global ST_T(QH)* qb = q + b * st0 + h * st1 + i0 * st2;
+    const __global ST_T(KH)* kb = k + b * st3 + h * st4;
+    const __global ST_T(VH)* vb = v + b * st6 + h * st7;
 
     for (int e = lid; e < RQ * HD; e += WG) {
         const int r = e / HD, d = e - r * HD;
-        ql[r * HD_MAX + d] = r < nr ? qb[r * st2 + d] * scale : 0.0f;
+        ql[r * HD_MAX + d] = r < nr ? ST_LD(QH, qb, r * st2 + d) * scale : 0.0f;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int e = lid; e < nr * SKV; e += WG) {
         const int r = e / SKV, j = e - r * SKV;
-        const __global float* kr = kb + j * st5;
+        const __global ST_T(KH)* kr = kb + j * st5;
         float acc = 0.0f;
         for (int d = 0; d < HD; ++d)
-            acc = fma(ql[r * HD_MAX + d], kr[d], acc);
+            acc = fma(ql[r * HD_MAX + d], ST_LD(KH, kr, d), acc);
 #ifdef MASK_FLOAT
         acc += mask[b * st12 + h * st13 + (i0 + r) * st14 + j * st15];
 #endif
@@ -118,10 +134,10 @@ void attn_block(__global const float* restrict q, __global const float* restrict
 
     for (int e = lid; e < nr * HDV; e += WG) {
         const int rr = e / HDV, d = e - rr * HDV;
-        const __global float* vc = vb + d;
+        const __global ST_T(VH)* vc = vb + d;
         float acc = 0.0f;
         for (int j = 0; j < SKV; ++j)
-            acc = fma(s[rr * SKV_MAX + j], vc[j * st8], acc);
-        y[b * st9 + h * st10 + (i0 + rr) * st11 + d] = acc * rinv[rr];
+            acc = fma(s[rr * SKV_MAX + j], ST_LD(VH, vc, j * st8), acc);
+        ST_ST(YH, y, b * st9 + h * st10 + (i0 + rr) * st11 + d, acc * rinv[rr]);
     }
 }

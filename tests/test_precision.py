@@ -375,14 +375,14 @@ def _cpu_tiles():
     return info
 
 
-def _conv_forced(x_shape, w_shape, attrs: dict, path: str, act: str, residual: bool):
-    """(device with a database entry choosing `path`, the FusedConv node) for this conv."""
+def _conv_forced(x_shape, w_shape, attrs: dict, path: str, act: str, residual: bool, dev=None):
+    """(device (default: the CPU tiles') with a database entry choosing `path`, the FusedConv node)."""
     import dataclasses
 
     from clglow.lower import tunable
     from clglow.lower.common import ConvGeometry
 
-    dev = _cpu_tiles()
+    dev = dev if dev is not None else _cpu_tiles()
     (ph, pw, _, _), (sh, sw) = attrs.get("pads", (0,) * 4), attrs.get("strides", (1, 1))
     dh, dw = attrs.get("dilations", (1, 1))
     (n, c, h, w), (m, cg, kh, kw) = x_shape, w_shape
@@ -499,3 +499,262 @@ def test_reduce_half_storage(op, shape, axes):
     (got,), _ = run(node, {"x": x}, consts, opset=18, expected=[y.astype(F16)])
     assert got.dtype == F16
     np.testing.assert_allclose(got.astype(F32), y.astype(F16).astype(F32), rtol=1e-3, atol=1e-3 * float(np.abs(y).max()))
+
+
+# --- the GPU family's kernels on half storage (dedicated local memory, as a GPU and Oclgrind report) ----------
+def _gpu_local():
+    """The test device under the GPU family, told its local memory is dedicated (xgemm.cl and the
+    work-group kernels apply; pocl's is emulated, so a plain CLGLOW_TARGET=gpu keeps gemm.cl)."""
+    import dataclasses
+
+    from run_launches import device_info
+
+    return dataclasses.replace(device_info().with_family("gpu"), local_mem_type="local")
+
+
+def _no_copies(launches: list, expect: str) -> None:
+    """The lowering ran `expect` on the tensors as stored: no cast kernels (float32 copies)."""
+    kernels = [ln.kernel for ln in launches]
+    assert expect in kernels, kernels
+    assert not [k for k in kernels if k.startswith("cast_")], kernels
+
+
+def _run_half(node, feeds: dict, consts: dict, expected: np.ndarray, kernel: str, rtol: float = 2e-3,
+              opset: int = 17) -> None:
+    """The node on the GPU family with half storage: `kernel` reads and writes it (no copies), the
+    result vs `expected` (float math on the half values) rounded to half, within rtol (a half store
+    rounds by 2^-11 relative; accumulation is fp32)."""
+    from harness import lower
+
+    dev = _gpu_local()
+    _no_copies(lower(node, feeds, consts, {"y": (expected.shape, F16)}, opset, dev), kernel)
+    (got,), _ = run(node, feeds, consts, opset, expected=[expected.astype(F16)], device=dev)
+    assert got.dtype == F16
+    np.testing.assert_allclose(got.astype(F32), expected.astype(F16).astype(F32), rtol=rtol,
+                               atol=rtol * float(np.abs(expected).max()))
+
+
+GPU_CONV_HALF = [  # (X, W, attributes, path forced, its GEMM or conv kernel)
+    ((1, 16, 8, 12), (40, 16, 1, 1), {}, "xgemm pointwise", "xgemm"),
+    ((1, 16, 5, 5), (3, 16, 1, 1), {}, "xgemm pointwise", "gemv"),  # 3 output channels: gpu_gemv.cl
+    ((2, 6, 15, 17), (24, 6, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2]), "xgemm implicit", "xgemm"),
+    ((1, 4, 9, 9), (6, 2, 3, 3), dict(pads=[1, 1, 1, 1]), "xgemm implicit", "xgemm"),  # 2 groups
+    ((1, 6, 11, 13), (20, 6, 3, 3), dict(pads=[1, 0, 1, 0], strides=[2, 2]), "xgemm im2col", "im2col"),
+    ((1, 16, 12, 13), (16, 16, 3, 3), dict(pads=[1, 1, 1, 1]), "gpu winograd", "wino2_in"),
+    ((1, 12, 10, 10), (12, 1, 3, 3), dict(pads=[1, 1, 1, 1]), "gpu depthwise", "dw_tile"),
+    ((1, 6, 9, 40), (12, 1, 2, 2), dict(pads=[1, 1, 1, 1]), "gpu depthwise", "dw_tile"),  # multiplier 2
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs,path,kernel", GPU_CONV_HALF,
+                         ids=[f"{c[3]}{i}" for i, c in enumerate(GPU_CONV_HALF)])
+@pytest.mark.parametrize("act,residual", [("", False), ("Relu", True)])
+def test_gpu_conv_half_storage(x_shape, w_shape, attrs, path, kernel, act, residual):
+    """FusedConv with X, the residual and Y in half on the GPU family's conv rows (xgemm.cl B_HALF /
+    C_HALF / Z_HALF, gpu_winograd.cl and gpu_dwconv.cl XH / YH) vs onnx.reference on the half values
+    in float32, Y rounded to half: no float32 copies; bound 2e-3 relative, atol 2e-3 x max|Y|."""
+    from harness import lower
+    from run_launches import reference
+
+    dev, node = _conv_forced(x_shape, w_shape, attrs, path, act, residual, dev=_gpu_local())
+    rng = np.random.default_rng(len(path) + x_shape[1])
+    x, w = _half(rng, *x_shape), rng.standard_normal(w_shape).astype(F32) * 0.3
+    b = rng.standard_normal(w_shape[0]).astype(F32)
+    y = reference(helper.make_node("Conv", ["x", "w", "b"], ["y"], group=x_shape[1] // w_shape[1], **attrs),
+                  {"x": x.astype(F32)}, {"w": w, "b": b}, 17)[0]
+    feeds = {"x": x}
+    if residual:
+        feeds["z"] = _half(rng, *y.shape)
+        y = np.maximum(y + feeds["z"].astype(F32), 0)
+    launches = lower(node, feeds, {"w": w, "b": b}, {"y": (y.shape, F16)}, device=dev)
+    _no_copies(launches, kernel)
+    (got,), _ = run(node, feeds, {"w": w, "b": b}, expected=[y.astype(F16)], device=dev)
+    assert got.dtype == F16
+    np.testing.assert_allclose(got.astype(F32), y.astype(F16).astype(F32), rtol=2e-3,
+                               atol=2e-3 * float(np.abs(y).max()))
+
+
+@pytest.mark.parametrize("m,k,n,batch,const_b", [(37, 50, 45, (), True), (3, 64, 70, (), True),
+                                                 (20, 33, 17, (2, 3), False), (1, 40, 9, (2,), False)])
+def test_gpu_matmul_half_storage(m, k, n, batch, const_b):
+    """MatMul on xgemm.cl (or gpu_gemv.cl for 1 to 4 rows) with A, B and Y in half: no copies."""
+    rng = np.random.default_rng(m + n)
+    a, b = _half(rng, *batch, m, k), _half(rng, *(() if const_b else batch), k, n)
+    node = helper.make_node("MatMul", ["a", "b"], ["y"])
+    y = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    feeds, consts = ({"a": a}, {"b": b}) if const_b else ({"a": a, "b": b}, {})
+    _run_half(node, feeds, consts, y, "gemv" if m <= 4 else "xgemm")
+
+
+@pytest.mark.parametrize("rows", [24, 2])
+def test_gpu_fused_matmul_half_epilogue_and_views(rows):
+    """Attention scores as FusedMatMul with a half bias constant, a half residual, Relu, Q read through
+    perm_a (a head split's view) and K through perm_b: xgemm.cl / gpu_gemv.cl read each as stored
+    (BIAS_HALF, Z_HALF, strided A and B)."""
+    rng = np.random.default_rng(rows)
+    a = _half(rng, 2, rows, 3, 16)  # [B, S, H, D] read as [B, H, S, D]
+    b = _half(rng, 2, 3, 20, 16)  # [B, H, T, D] read as [B, H, D, T]
+    bias, z = _half(rng, 20), _half(rng, 2, 3, rows, 20)
+    node = helper.make_node("FusedMatMul", ["a", "b", "bias", "z"], ["y"], domain="clglow", perm_a=[0, 2, 1, 3],
+                            perm_b=[0, 1, 3, 2], activation="Relu")
+    y = np.matmul(a.astype(np.float64).transpose(0, 2, 1, 3), b.astype(np.float64).transpose(0, 1, 3, 2))
+    y = np.maximum(y + bias + z, 0)
+    _run_half(node, {"a": a, "b": b, "z": z}, {"bias": bias}, y, "gemv" if rows <= 4 else "xgemm")
+
+
+@pytest.mark.parametrize("shape,axis,op", [((6, 300), -1, "Softmax"), ((2, 5, 7, 9), 1, "Softmax"),
+                                           ((3, 40), -1, "LogSoftmax")])
+def test_gpu_softmax_half_storage(shape, axis, op):
+    """gpu_softmax.cl's rows and cols with x and y in half (XH / YH; max, sum and exp in fp32)."""
+    from run_launches import reference
+
+    x = _half(np.random.default_rng(sum(shape)), *shape)
+    node = helper.make_node(op, ["x"], ["y"], axis=axis)
+    y = reference(node, {"x": x.astype(F32)}, {}, 17)[0]
+    _run_half(node, {"x": x}, {}, y, "softmax_rows" if axis == -1 else "softmax_cols", rtol=1e-3)
+
+
+@pytest.mark.parametrize("op,shape,axes,kernel", [("ReduceMean", (2, 6, 5, 7), [2, 3], "wg_reduce"),
+                                                  ("ReduceMax", (3, 40, 9), [1], "wg_reduce_cols"),
+                                                  ("ReduceSum", (2, 9000), [1], "wg_reduce_split"),
+                                                  ("ReduceLogSumExp", (5, 17), [1], "wg_reduce")])
+def test_gpu_reduce_half_storage(op, shape, axes, kernel):
+    """gpu_reduce.cl's work-group reductions with x and y in half (XH / YH, fp32 accumulation; a
+    split reduction's partials stay float32), within 1e-3 relative."""
+    from run_launches import reference
+
+    x = _half(np.random.default_rng(sum(shape)), *shape)
+    node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=1)
+    consts = {"axes": np.array(axes, np.int64)}
+    y = reference(node, {"x": x.astype(F32)}, consts, 18)[0]
+    _run_half(node, {"x": x}, consts, y, kernel, rtol=1e-3, opset=18)
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
+def test_gpu_global_pool_half_storage(op):
+    """Global pools on gpu_reduce.cl (a work-group per plane) with X and Y in half."""
+    from run_launches import reference
+
+    x = _half(np.random.default_rng(3), 2, 7, 9, 9)
+    node = helper.make_node(op, ["x"], ["y"])
+    y = reference(node, {"x": x.astype(F32)}, {}, 17)[0]
+    _run_half(node, {"x": x}, {}, y, "wg_reduce", rtol=1e-3)
+
+
+@pytest.mark.parametrize("mask", [False, True])
+def test_gpu_attention_half_storage(mask):
+    """FusedAttention as gpu_attention.cl's block with Q, K, V and Y in half (QH .. YH), the mask in
+    float32; vs float64 math on the half values, within 2e-3 relative."""
+    rng = np.random.default_rng(5)
+    q, k, v = _half(rng, 2, 3, 5, 16), _half(rng, 2, 3, 37, 16), _half(rng, 2, 3, 37, 8)
+    s = 0.25 * np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), k.astype(np.float64))
+    feeds = {"q": q, "k": k, "v": v}
+    if mask:
+        feeds["mask"] = rng.standard_normal((2, 1, 1, 37)).astype(F32)
+        s = s + feeds["mask"]
+    e = np.exp(s - s.max(-1, keepdims=True))
+    y = np.einsum("bhqk,bhkd->bhqd", e / e.sum(-1, keepdims=True), v.astype(np.float64))
+    node = helper.make_node("FusedAttention", ["q", "k", "v"] + (["mask"] if mask else []), ["y"], domain="clglow",
+                            scale=0.25)
+    _run_half(node, feeds, {}, y, "attn_block")
+
+
+def test_cpu_attention_half_storage_on_copies():
+    """The CPU family's attention.cl reads float32: on half storage it runs on float32 copies."""
+    import dataclasses
+
+    from harness import lower
+    from run_launches import device_info
+
+    rng = np.random.default_rng(6)
+    q, k, v = _half(rng, 1, 2, 3, 8), _half(rng, 1, 2, 9, 8), _half(rng, 1, 2, 9, 8)
+    node = helper.make_node("FusedAttention", ["q", "k", "v"], ["y"], domain="clglow", scale=0.5)
+    dev = dataclasses.replace(device_info().with_family("cpu"))
+    kernels = [ln.kernel for ln in lower(node, {"q": q, "k": k, "v": v}, {}, {"y": ((1, 2, 3, 8), F16)}, device=dev)]
+    assert kernels[0] == "cast_from_half" and kernels[-1] == "cast_to_half", kernels
+    s = 0.5 * np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), k.astype(np.float64))
+    e = np.exp(s - s.max(-1, keepdims=True))
+    y = np.einsum("bhqk,bhkd->bhqd", e / e.sum(-1, keepdims=True), v.astype(np.float64))
+    (got,), _ = run(node, {"q": q, "k": k, "v": v}, {}, expected=[y.astype(F16)], device=dev)
+    np.testing.assert_allclose(got.astype(F32), y.astype(F16).astype(F32), rtol=2e-3, atol=2e-3 * float(np.abs(y).max()))
+
+
+# --- whole models in fp16 under the GPU family (dedicated local memory: xgemm.cl and the work-group kernels) --
+def _gpu_session_pair(model):
+    """(fp32 session, fp16 session) under target "gpu" on a Device whose local memory is called
+    dedicated (what a GPU and Oclgrind report), so the GPU family's kernels run on pocl too."""
+    import dataclasses
+
+    from clglow.runtime import device as D
+
+    base = D.select_device()
+    dev = D.Device(base.context, base.cl_device)
+    dev.cache = base.cache
+    dev.info = dataclasses.replace(dev.info, local_mem_type="local")
+    data = model.SerializeToString()
+    return tuple(clglow.InferenceSession(data, clglow.SessionOptions(target="gpu", tune=False, precision=p), device=dev)
+                 for p in ("fp32", "fp16"))
+
+
+def _gpu_fp16_vs_fp32(model, feeds: dict, kernels: set) -> tuple:
+    """(fp16 output, fp32 output, fp16 session's kernel names): the GPU family's `kernels` ran and
+    no launch but a Cast node's converts between half and float32 (no float32 copies, lower/half.py)."""
+    from clglow.runtime.binding import KernelStep
+
+    s32, s16 = _gpu_session_pair(model)
+    ref, got = s32.run(None, feeds)[0], s16.run(None, feeds)[0]
+    assert got.dtype == ref.dtype
+    steps = [st for st in s16._last_plan.steps if isinstance(st, KernelStep)]
+    names = [st.kernel_name for st in steps]
+    assert kernels <= set(names), sorted(set(names))
+    # (a graph output stored as half has its Cast node at the edge: passes/precision.py)
+    assert not [(st.label, st.kernel_name) for st in steps if st.kernel_name.startswith("cast_")
+                and st.op_type != "Cast"], names
+    return got, ref, names
+
+
+def test_gpu_encoder_fp16_accuracy():
+    """BERT-style encoder under the GPU family in fp16: xgemm.cl and gpu_softmax.cl on half storage,
+    no cast launch; relative error measured 7.5e-4 on pocl (as the CPU family's), bound 3e-3."""
+    model = transformer_encoder(seq=16)
+    got, ref, _ = _gpu_fp16_vs_fp32(model, sample_inputs(model, seed=1, dims={"seq_len": 16}),
+                                    {"xgemm", "softmax_rows"})
+    assert _rel(got, ref) < 3e-3
+
+
+def test_gpu_decoder_fp16_accuracy():
+    """GPT-2-style decoder under the GPU family in fp16: relative error of the logits measured 1.1e-3
+    on pocl, bound 5e-3; the next token agrees at every position; no cast launch."""
+    model = causal_decoder()
+    got, ref, _ = _gpu_fp16_vs_fp32(model, sample_inputs(model, seed=1, dims={"seq": 12}), {"xgemm"})
+    assert _rel(got, ref) < 5e-3
+    assert (got[0].argmax(-1) == ref[0].argmax(-1)).all()
+
+
+@pytest.mark.slow
+def test_gpu_mobilenet_fp16_accuracy():
+    """MobileNet-style model under the GPU family in fp16 (gpu_dwconv.cl, xgemm.cl's 1x1s, the SE
+    blocks' pools on gpu_reduce.cl, the classifier on gpu_gemv.cl): relative error measured 1.1e-3,
+    bound 5e-3, the classes agree, no cast launch."""
+    model = mobilenet_se()
+    got, ref, _ = _gpu_fp16_vs_fp32(model, sample_inputs(model, seed=1), {"dw_tile", "xgemm", "wg_reduce"})
+    assert _rel(got, ref) < 5e-3
+    assert (got.argmax(-1) == ref.argmax(-1)).all()
+
+
+@pytest.mark.slow
+def test_gpu_resnet50_fp16_top1():
+    """ResNet-50 under the GPU family in fp16 (xgemm.cl's implicit GEMM and 1x1s, gpu_reduce.cl's
+    global pool): no cast launch, top-1 equals fp32's on 2 seeded images; relative error of the
+    logits measured 6.9e-4 on pocl, bound 1e-2."""
+    from clglow.models import resnet50
+    from clglow.runtime.binding import KernelStep
+
+    s32, s16 = _gpu_session_pair(resnet50(seed=0))
+    for seed in range(2):
+        x = np.random.default_rng(seed).random((1, 3, 224, 224), dtype=np.float64).astype(F32)
+        ref, got = s32.run(None, {"data": x})[0], s16.run(None, {"data": x})[0]
+        assert int(got.argmax()) == int(ref.argmax())
+        assert _rel(got, ref) < 1e-2
+    names = [st.kernel_name for st in s16._last_plan.steps if isinstance(st, KernelStep)]
+    assert "xgemm" in names and not [k for k in names if k.startswith("cast_")]

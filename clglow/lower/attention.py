@@ -16,9 +16,10 @@ import numpy as np
 from ..errors import InvalidModel
 from ..ir import Graph, Node
 from ..target import Target
-from .base import Launch, LowerCtx, device_op, i32
+from .base import HalfIO, Launch, LowerCtx, device_op, i32
 from .common import BOOL, check_dtypes, check_int32_sizes, dtype_of, floats, grid, type_defines, work_size
 from .gpu_attention import BlockShape, block_applicable, lower_block
+from .half import has_half, lower_as_float
 from .index_space import contiguous_strides
 from .movement import copy_launches
 
@@ -165,9 +166,12 @@ def lower_rotary(ctx: LowerCtx) -> list:
 
 # --- clglow.FusedAttention (passes/fuse_attention.py) -------------------------------------------------
 def _supports_fused_attention(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    r = check_dtypes(node, graph, {np.dtype(np.float32)}, inputs=[0, 1, 2, 3])
+    r = (check_dtypes(node, graph, {np.dtype(np.float32), np.dtype(np.float16)}, inputs=[0, 1, 2])
+         or check_dtypes(node, graph, {np.dtype(np.float32)}, inputs=[3, 4, 5]))  # Q, K, V: float32 or half storage
     if r:
         return r
+    if bool(node.input(4)) != bool(node.input(5)):
+        return "FusedAttention takes both past tensors or neither"
     if float(node.attrs.get("scale", 1.0)) <= 0:
         return "FusedAttention takes a positive scale"
     return None
@@ -181,10 +185,54 @@ def _view_strides(shape: tuple, perm: list) -> tuple:
     return tuple(shape[p] for p in perm), [st[p] for p in perm]
 
 
-@device_op("FusedAttention", domain="clglow", supports=_supports_fused_attention)
+def _past_length(ctx: LowerCtx, K: tuple, V: tuple) -> int:
+    """Rows of the past tensors (inputs 4, 5: [B, H, PAST, D], before K's and V's rows, written
+    with them into outputs 1, 2); 0 without them. InvalidModel when they do not fit K and V."""
+    if not (ctx.has_input(4) and ctx.node.input(4)):
+        return 0
+    pk, pv = (tuple(int(d) for d in ctx.inputs[i].shape) for i in (4, 5))
+    if (len(pk) != 4 or pk[:2] != K[:2] or pk[3] != K[3] or pv != pk[:3] + (V[3],) or len(ctx.outputs) < 3
+            or np.dtype(ctx.inputs[1].dtype) != np.float32 or np.dtype(ctx.inputs[2].dtype) != np.float32):
+        raise InvalidModel(f"FusedAttention past K {pk} / V {pv} do not fit K {K}, V {V}", node=ctx.label())
+    return pk[2]
+
+
+def _append_copies(ctx: LowerCtx, past: int, K: tuple, V: tuple) -> list:
+    """The present tensors (outputs 1, 2) as copies, the past rows then the new ones: for the
+    kernels that do not read the past tensors themselves (they then read K and V there)."""
+    launches: list = []
+    f32 = np.dtype(np.float32)
+    for new_i, past_i, out_j, (b, h, t, d) in ((1, 4, 1, K), (2, 5, 2, V)):
+        dst = contiguous_strides((b, h, past + t, d))
+        launches += copy_launches(ctx, ctx.buf(past_i), ctx.out(out_j), f32, (b, h, past, d),
+                                  contiguous_strides((b, h, past, d)), dst)
+        launches += copy_launches(ctx, ctx.buf(new_i), ctx.out(out_j), f32, (b, h, t, d),
+                                  contiguous_strides((b, h, t, d)), dst, 0, past * d)
+    return launches
+
+
+def _mask(ctx: LowerCtx, full: tuple) -> Optional[list]:
+    """The mask's four element strides, broadcast to `full` [B, H, SQ, SKV]; None without one."""
+    if not (ctx.has_input(3) and ctx.node.input(3)):
+        return None
+    label = ctx.label()
+    m = tuple(int(d) for d in ctx.inputs[3].shape)
+    if len(m) > 4:
+        raise InvalidModel(f"FusedAttention mask of rank {len(m)}", node=label, tensor=ctx.node.input(3))
+    shape = (1,) * (4 - len(m)) + m
+    if any(d not in (1, f) for d, f in zip(shape, full)):
+        raise InvalidModel(f"FusedAttention mask {m} does not broadcast to {full}", node=label)
+    cst = contiguous_strides(shape)
+    return [0 if shape[a] == 1 else cst[a] for a in range(4)]
+
+
+@device_op("FusedAttention", domain="clglow", supports=_supports_fused_attention, half=HalfIO((0, 1, 2), (0,)))
 def lower_fused_attention(ctx: LowerCtx) -> list:
     """softmax(scale * Q K^T + mask) V with Q (through perm_q) [B, H, S, D], K [B, H, T, D] and V
-    [B, H, T, Dv] contiguous, Y stored through perm_y: attention.cl's kernel, ONNX Softmax."""
+    [B, H, T, Dv] contiguous, Y stored through perm_y: attention.cl's kernel, ONNX Softmax.
+    With past tensors (inputs 4, 5: passes/fuse_attention.py's KV append) K and V are past + new
+    along T, also written to outputs 1 and 2 (the present tensors): by the row kernel as it reads
+    them (no launch of their own), else by copies before the attention."""
     check_int32_sizes(ctx)
     label = ctx.label()
     pq, py = [int(p) for p in ctx.attr("perm_q") or []], [int(p) for p in ctx.attr("perm_y") or []]
@@ -192,47 +240,51 @@ def lower_fused_attention(ctx: LowerCtx) -> list:
     K, V = (tuple(int(d) for d in ctx.inputs[i].shape) for i in (1, 2))
     if len(K) != 4 or len(V) != 4 or K[:2] != (B, H) or K[3] != HD or V[:3] != K[:3] or qst[3] != 1:
         raise InvalidModel(f"FusedAttention Q {(B, H, SQ, HD)}, K {K}, V {V} do not match", node=label)
-    SKV, HDV = K[2], V[3]
+    past = _past_length(ctx, K, V)
+    SKV, HDV = past + K[2], V[3]
     y_shape = tuple(int(d) for d in ctx.outputs[0].shape)
     y_st = contiguous_strides(y_shape)
     yst = [0] * 4
     for j, p in enumerate(py or range(4)):
         yst[p] = y_st[j]
     rows = B * H * SQ
-    if rows == 0 or HDV == 0:
-        return []
-    defines = type_defines(T=np.dtype(np.float32))
-    defines["SOFTMAX_PLAIN"] = None
-    args = [ctx.buf(0), ctx.buf(1), ctx.buf(2)]
-    mst, mlen = [0, 0, 0, 0], SKV
-    if ctx.has_input(3) and ctx.node.input(3):
-        m = tuple(int(d) for d in ctx.inputs[3].shape)
-        if len(m) > 4:
-            raise InvalidModel(f"FusedAttention mask of rank {len(m)}", node=label, tensor=ctx.node.input(3))
-        shape = (1,) * (4 - len(m)) + m
-        if any(d not in (1, full) for d, full in zip(shape, (B, H, SQ, SKV))):
-            raise InvalidModel(f"FusedAttention mask {m} does not broadcast to {(B, H, SQ, SKV)}", node=label)
-        cst = contiguous_strides(shape)
-        mst = [0 if shape[a] == 1 else cst[a] for a in range(4)]
-        defines["MASK_FLOAT"] = None
-        args.append(ctx.buf(3))
-    blk = BlockShape(B, H, SQ, SKV, HD, HDV, mask=len(args) > 3)
-    if block_applicable(ctx.device, blk) is None:  # GPU family, dedicated local memory (lower/gpu_attention.py)
-        return lower_block(ctx, blk, args, qst, yst, mst, float(ctx.attr("scale", 1.0)))
-    args += [ctx.out(0), ctx.scratch(rows * SKV * 4)]
-    dims = [B, H, H, SQ, SKV, HD, HDV, 0, mlen, -1, -1]
-    st = qst[:3] + list(contiguous_strides(K)[:3]) + list(contiguous_strides(V)[:3]) + yst[:3] + mst
-    meta = [ctx.const_buffer(np.array(dims, np.int32)), ctx.const_buffer(np.array(st, np.int32))]
+    mst = _mask(ctx, (B, H, SQ, SKV))
+    blk = BlockShape(B, H, SQ, SKV, HD, HDV, mask=mst is not None)
+    block = block_applicable(ctx.device, blk) is None  # GPU family, dedicated local memory (lower/gpu_attention.py)
+    if not block and has_half(ctx):  # attention.cl reads float32: copies (lower/half.py)
+        return lower_as_float(ctx, lower_fused_attention)
     vw = _row_width(ctx.device, HD, HDV)
+    in_kernel = past > 0 and bool(vw) and not block
+    copies = _append_copies(ctx, past, K, V) if past and not in_kernel else []
+    if rows == 0 or HDV == 0:
+        return copies
+    k_arg, v_arg = (ctx.out(1), ctx.out(2)) if copies else (ctx.buf(1), ctx.buf(2))
+    kst = contiguous_strides((B, H, SKV, HD) if copies else K)[:3]
+    vst = contiguous_strides((B, H, SKV, HDV) if copies else V)[:3]
+    args = [ctx.buf(0), k_arg, v_arg] + ([ctx.buf(3)] if mst is not None else [])
+    mst = mst if mst is not None else [0, 0, 0, 0]
+    if block:
+        return copies + lower_block(ctx, blk, args, qst, yst, mst, float(ctx.attr("scale", 1.0)))
+    defines = type_defines(T=np.dtype(np.float32))
+    if len(args) > 3:
+        defines["MASK_FLOAT"] = None
+    if in_kernel:  # the row kernel reads the past tensors and writes the present ones
+        defines["KV_APPEND"] = None
+        args += [ctx.buf(4), ctx.buf(5)]
+    args += [ctx.out(0), ctx.scratch(rows * SKV * 4)] + ([ctx.out(1), ctx.out(2)] if in_kernel else [])
+    dims = [B, H, H, SQ, SKV, HD, HDV, past if in_kernel else 0, SKV, -1, -1]
+    st = qst[:3] + list(kst) + list(vst) + yst[:3] + mst
+    meta = [ctx.const_buffer(np.array(dims, np.int32)), ctx.const_buffer(np.array(st, np.int32))]
     if vw:  # head sizes in whole vectors: the row kernel (vector dot products, V walked by rows)
-        defines.pop("SOFTMAX_PLAIN")
         defines.update({"ROW_VW": vw, "NV_MAX": max(HD, HDV) // vw})
         gsize, ls = grid(ctx.device, (rows,), (1,))
-        return [Launch("attention", "attention_rows", gsize, args + meta + [np.float32(ctx.attr("scale", 1.0)),
-                                                                              i32(rows)], ls, defines, label)]
+        return copies + [Launch("attention", "attention_rows", gsize,
+                                args + meta + [np.float32(ctx.attr("scale", 1.0)), i32(rows)], ls, defines, label)]
+    defines["SOFTMAX_PLAIN"] = None
     g, l = work_size(ctx, rows, cap=64)
     sc = np.float32(np.sqrt(float(ctx.attr("scale", 1.0))))
-    return [Launch("attention", "attention", g, args + meta + [sc, np.float32(0.0), i32(rows)], l, defines, label)]
+    return copies + [Launch("attention", "attention", g, args + meta + [sc, np.float32(0.0), i32(rows)], l,
+                            defines, label)]
 
 
 def _row_width(target: Target, hd: int, hdv: int) -> int:

@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
+import numpy as np
+
 from ..target import Target
 from .base import Buf, Launch, LowerCtx, f32, i32
 from .tunable import Family, Params, ShapeKey, choose, register
@@ -85,10 +87,11 @@ def block_applicable(target: Target, s: BlockShape) -> Optional[str]:
 
 
 def block_launch(s: BlockShape, wg: int, rq: int, q, k, v, mask, y, strides: Sequence[int], scale: float,
-                 label: str = "") -> Launch:
+                 label: str = "", halves: Sequence[bool] = (False,) * 4) -> Launch:
     """The gpu_attention.cl launch (q, k, v, mask (or None), y: the kernel's arguments; `strides`:
-    attention.cl's 16 strides)."""
+    attention.cl's 16 strides; `halves`: Q, K, V, Y stored as half, gpu_attention.cl QH .. YH)."""
     defines = {"WG": wg, "RQ": rq, "SKV_MAX": s.skv_max, "HD_MAX": s.hd_max}
+    defines.update({name: 1 for name, h in zip(("QH", "KH", "VH", "YH"), halves) if h})
     head = [q, k, v] + ([mask] if mask is not None else []) + [y, i32(s.h)]
     if mask is not None:
         defines["MASK_FLOAT"] = None
@@ -104,8 +107,9 @@ def lower_block(ctx: LowerCtx, s: BlockShape, args: list, qst: Sequence[int], ys
     qst, yst: Q's and Y's (b, h, s) strides, mst the mask's four; K and V contiguous."""
     wg, rq = tuned_point(ctx.device, s, ctx.label())
     st = list(qst[:3]) + _contiguous(s)[3:9] + list(yst[:3]) + list(mst[:4])
+    halves = [np.dtype(t.dtype) == np.float16 for t in (ctx.inputs[0], ctx.inputs[1], ctx.inputs[2], ctx.outputs[0])]
     return [block_launch(s, wg, rq, args[0], args[1], args[2], args[3] if s.mask else None, ctx.out(0), st,
-                         scale, ctx.label())]
+                         scale, ctx.label(), halves)]
 
 
 # --- the tunable family: (WG, RQ) per attention shape -------------------------------------------------------
