@@ -19,7 +19,7 @@
  *          padded: whole-vector loads; consecutive work-items on consecutive units); 2: as
  *          [HPU / VU][hidden][G][VU], each work-item's units one contiguous run (streamed by one
  *          thread: the CPU family); 0: R as the node has it, [G * hidden][hidden] (a live R)
- *   KS     multiply-add chains per gate in the k loop of R_T 2 (1, 2 or more: k mod KS)
+ *   KS     multiply-add chains per gate in the k loop of R_T 1 / 2 (1, 2 or 4: k mod KS)
  *   LBR    GRU linear_before_reset; INPUT_FORGET (LSTM: f = 1 - i); CLIP (clip the gates'
  *          pre-activations to [-clip, clip])
  *   ACT_F0 ACT_G0 ACT_H0 (direction 0) and ACT_F1 ACT_G1 ACT_H1 (direction 1): activation codes
@@ -35,6 +35,7 @@
  * memory is read and written through loadv/storev, which touch only the valid units of a
  * partial last vector. */
 #include "vmath.h"
+#pragma OPENCL FP_CONTRACT ON
 
 #ifndef BB
 #define BB 1
@@ -155,23 +156,31 @@ inline floatv act(const int code, const floatv x, const float a, const float b) 
 #define CLAMP(x) (x)
 #endif
 
-/* acc[gi * BB + bb] += rk[gi * gstep ..] * hv[bb * HP + k], gi < ng: one k of gate_dots */
-inline void r_dots(const __global float* restrict rk, const int gstep, const __local float* hv, const int k,
-                   const int ng, floatv* acc) {
+/* acc[gi * BB + bb] += rk[gi * gstep ..] * hv[bb * HP + k], gi < ng: one k of gate_dots. Every
+ * loop has a bound that is a constant once inlined (ng is a literal at each call) and unrolls, so
+ * that the accumulators are registers (a loop left rolled kept them in memory: a load and a store
+ * per multiply-add); loads of R are vector-pointer reads (pocl does not inline vloadN). */
+inline __attribute__((always_inline)) void r_dots(const __global float* restrict rk, const int gstep,
+                                                  const __local float* hv, const int k, const int ng,
+                                                  floatv* acc) {
     float h[BB];
+#pragma unroll
     for (int bb = 0; bb < BB; ++bb) h[bb] = hv[bb * HP + k];
-    for (int gi = 0; gi < ng; ++gi) {
-        const floatv w = VLOAD(rk + gi * gstep);
-        for (int bb = 0; bb < BB; ++bb) acc[gi * BB + bb] = mad(w, (floatv)h[bb], acc[gi * BB + bb]);
+#pragma unroll
+    for (int gi = 0; gi < G; ++gi) {
+        if (gi < ng) {
+            const floatv w = *(const __global floatv*)(rk + gi * gstep);
+#pragma unroll
+            for (int bb = 0; bb < BB; ++bb) acc[gi * BB + bb] += w * h[bb];
+        }
     }
 }
 
 /* acc[gi * BB + bb] = sum_k hv[bb * HP + k] * R[d][(g0 + gi) * hidden + j0 + i][k], i < VU, for ng
  * gates (ng a constant at each call: the loops unroll, the accumulators stay in registers) */
-inline void gate_dots(const __global float* restrict rw, const __local float* hv, const int d,
-                      const int j0, const int nv, const int hidden, const int hpu, const int g0,
-                      const int ng, floatv* acc) {
-    for (int i = 0; i < ng * BB; ++i) acc[i] = (floatv)0.0f;
+inline __attribute__((always_inline)) void gate_dots(const __global float* restrict rw, const __local float* hv,
+                                                     const int d, const int j0, const int nv, const int hidden,
+                                                     const int hpu, const int g0, const int ng, floatv* acc) {
 #if R_T
 #if R_T == 2
     /* this work-item's units as one contiguous run: [hidden][G][VU] */
@@ -183,38 +192,34 @@ inline void gate_dots(const __global float* restrict rw, const __local float* hv
 #define R_KSTEP (G * hpu)
 #define R_GSTEP hpu
 #endif
-#if KS > 2
-    /* k mod KS into KS sets of accumulators: KS multiply-add chains per gate in flight */
-    floatv accs[KS - 1][G * BB];
+    /* k mod KS into KS sets of accumulators (KS 1, 2 or 4): KS multiply-add chains per gate in
+     * flight; loop bounds are defines (G * BB, KS), so every loop unrolls whatever ng is */
+    floatv accs[KS][G * BB];
 #pragma unroll
-    for (int c = 0; c < KS - 1; ++c)
-        for (int i = 0; i < ng * BB; ++i) accs[c][i] = (floatv)0.0f;
+    for (int c = 0; c < KS; ++c)
+#pragma unroll
+        for (int i = 0; i < G * BB; ++i) accs[c][i] = (floatv)0.0f;
     int k = 0;
     for (; k + KS - 1 < hidden; k += KS) {
-        r_dots(rt + (size_t)k * R_KSTEP, R_GSTEP, hv, k, ng, acc);
-#pragma unroll
-        for (int c = 0; c < KS - 1; ++c)
-            r_dots(rt + (size_t)(k + 1 + c) * R_KSTEP, R_GSTEP, hv, k + 1 + c, ng, accs[c]);
-    }
-    for (; k < hidden; ++k) r_dots(rt + (size_t)k * R_KSTEP, R_GSTEP, hv, k, ng, acc);
-#pragma unroll
-    for (int c = 0; c < KS - 1; ++c)
-        for (int i = 0; i < ng * BB; ++i) acc[i] += accs[c][i];
-#elif KS == 2
-    /* even and odd k into two sets of accumulators: two multiply-add chains per gate in flight */
-    floatv acc2[G * BB];
-    for (int i = 0; i < ng * BB; ++i) acc2[i] = (floatv)0.0f;
-    int k = 0;
-    for (; k + 1 < hidden; k += 2) {
-        r_dots(rt + (size_t)k * R_KSTEP, R_GSTEP, hv, k, ng, acc);
-        r_dots(rt + (size_t)(k + 1) * R_KSTEP, R_GSTEP, hv, k + 1, ng, acc2);
-    }
-    if (k < hidden) r_dots(rt + (size_t)k * R_KSTEP, R_GSTEP, hv, k, ng, acc);
-    for (int i = 0; i < ng * BB; ++i) acc[i] += acc2[i];
-#else
-    for (int k = 0; k < hidden; ++k) r_dots(rt + (size_t)k * R_KSTEP, R_GSTEP, hv, k, ng, acc);
+        r_dots(rt + (size_t)k * R_KSTEP, R_GSTEP, hv, k, ng, accs[0]);
+#if KS > 1
+        r_dots(rt + (size_t)(k + 1) * R_KSTEP, R_GSTEP, hv, k + 1, ng, accs[1]);
 #endif
+#if KS > 2
+        r_dots(rt + (size_t)(k + 2) * R_KSTEP, R_GSTEP, hv, k + 2, ng, accs[2]);
+        r_dots(rt + (size_t)(k + 3) * R_KSTEP, R_GSTEP, hv, k + 3, ng, accs[3]);
+#endif
+    }
+    for (; k < hidden; ++k) r_dots(rt + (size_t)k * R_KSTEP, R_GSTEP, hv, k, ng, accs[0]);
+#pragma unroll
+    for (int i = 0; i < G * BB; ++i) {
+        floatv t = accs[0][i];
+#pragma unroll
+        for (int c = 1; c < KS; ++c) t += accs[c][i];
+        if (i < ng * BB) acc[i] = t;
+    }
 #else
+    for (int i = 0; i < ng * BB; ++i) acc[i] = (floatv)0.0f;
     const __global float* rr = rw + ((size_t)(d * G + g0) * hidden + j0) * hidden;
     for (int k = 0; k < hidden; ++k) {
         for (int gi = 0; gi < ng; ++gi) {
@@ -225,7 +230,7 @@ inline void gate_dots(const __global float* restrict rw, const __local float* hv
 #else
             const floatv w = VLOAD(t);
 #endif
-            for (int bb = 0; bb < BB; ++bb) acc[gi * BB + bb] = mad(w, (floatv)hv[bb * HP + k], acc[gi * BB + bb]);
+            for (int bb = 0; bb < BB; ++bb) acc[gi * BB + bb] += w * hv[bb * HP + k];
         }
     }
 #endif
