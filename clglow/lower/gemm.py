@@ -7,7 +7,7 @@ take their operands by the same table.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
 import numpy as np
 
@@ -19,7 +19,7 @@ from .common import float32_only, shape_of
 from .gemm_kernel import (Bias, GemmConfig, Operand, b_unpacked_ok, fit_rows, gemm_config, gemm_key, gemm_launch,
                           pack_a, pack_b, pack_b_launch, pack_rows_launch, packed_b_bytes, tuned_tiles)
 from .gpu_gemm import tuned_xgemm, xgemm_applicable, xgemm_launch
-from .tunable import forget
+from .tunable import Family, Params, ShapeKey, choose, forget, register
 
 
 # --- supports -----------------------------------------------------------------------------------------
@@ -76,6 +76,96 @@ def b_path(cfg: GemmConfig, *, const: bool, n: int, row_major: bool = True) -> s
     return "in place" if row_major and b_unpacked_ok(cfg, n) and not conflicting_pitch(n) else "packed"
 
 
+# --- the tunable family of live operands' paths (lower/tunable.py) -------------------------------
+# Whether a live operand is packed at run time or read where it lies depends on the device (its
+# caches, its driver's code for the in-place loops) and the shape: packing costs a pass over the
+# operand (SGEMM 1024^3 on pocl: 0.35 ms for A, 0.40 ms for B against 7.7 ms of GEMM), an
+# in-place read at an unlucky pitch can halve the GEMM's speed. The heuristics above are the
+# default; `clglow tune` measures the other paths as one-node MatMul models (all their launches,
+# runtime/node_bench.py). Key: (M, N, K, A "live" | "const", B "live" | "const") of an
+# unbatched, untransposed product with at least one live operand; params {"a": "packed" |
+# "strided"} for a live A, {"b": "packed" | "inplace"} for a live B.
+OPERANDS_FAMILY_NAME = "gemm_operands"
+
+
+def operands_key(m: int, n: int, k: int, a_live: bool, b_live: bool) -> ShapeKey:
+    """The gemm_operands family's shape key (see above)."""
+    return (int(m), int(n), int(k), "live" if a_live else "const", "live" if b_live else "const")
+
+
+def _operands_default(target: Target, key: ShapeKey) -> Params:
+    """The path table's heuristics (a_path, b_path) with the family's default tiles for the shape."""
+    m, n, k, a_src, b_src = key
+    cfg = fit_rows(target, gemm_config(target), m, n)
+    p: Params = {}
+    if a_src == "live":
+        p["a"] = a_path(target, cfg, const=False, m=m, k=k, row_pitch=k)
+    if b_src == "live":
+        p["b"] = "inplace" if b_path(cfg, const=False, n=n) == "in place" else "packed"
+    return p
+
+
+def _operands_space(target: Target, key: ShapeKey) -> List[Params]:
+    """Every path of each live operand (the default first); B in place only where gemm.cl reads
+    it whole-tile or wide enough (b_unpacked_ok with the default tiles)."""
+    m, n, k, a_src, b_src = key
+    cfg = fit_rows(target, gemm_config(target), m, n)
+    a_opts = ("packed", "strided") if a_src == "live" else (None,)
+    b_opts = (("packed", "inplace") if b_unpacked_ok(cfg, n) else ("packed",)) if b_src == "live" else (None,)
+    out = [_operands_default(target, key)]
+    for a in a_opts:
+        for b in b_opts:
+            p = {name: v for name, v in (("a", a), ("b", b)) if v is not None}
+            if p not in out:
+                out.append(p)
+    return out
+
+
+OPERANDS_FAMILY = register(Family(OPERANDS_FAMILY_NAME, "gemm", _operands_space, _operands_default,
+                                  lambda target, key, p: None,  # whole-node points: runtime/node_bench.py
+                                  flops=lambda key: 2.0 * key[0] * key[1] * key[2],
+                                  applies=lambda target: xgemm_applicable(target) is not None,  # gemm.cl's GEMMs
+                                  priority=1, tolerance=1e-4))
+
+
+def operand_paths(ctx: LowerCtx, cfg: GemmConfig, m: int, n: int, k: int) -> tuple:
+    """(A path, B path) of an unbatched, untransposed product (the table's names: "constant",
+    "packed", "strided" / "constant", "in place", "packed"): constants packed at plan time, live
+    operands by the gemm_operands family's stored choice for this shape, else the heuristics."""
+    a_const, b_const = ctx.const(0) is not None, ctx.const(1) is not None
+    a = a_path(ctx.device, cfg, const=a_const, m=m, k=k, row_pitch=k)
+    b = b_path(cfg, const=b_const, n=n)
+    if (a_const and b_const) or not OPERANDS_FAMILY.applies(ctx.device):
+        return a, b
+    ok = {"a": ("packed", "strided"), "b": ("packed", "inplace")}
+
+    def valid(p: Params) -> bool:
+        return (set(p) == {name for name, live in (("a", not a_const), ("b", not b_const)) if live}
+                and all(p[name] in ok[name] for name in p) and (p.get("b") != "inplace" or b_unpacked_ok(cfg, n)))
+    p, source = choose(ctx.device, OPERANDS_FAMILY_NAME, operands_key(m, n, k, not a_const, not b_const),
+                       ctx.label(), valid=valid)
+    if source == "db":
+        a = p.get("a", a)
+        b = {"inplace": "in place", "packed": "packed"}.get(p.get("b", ""), b)
+    return a, b
+
+
+def tuned_operands(ctx: LowerCtx, cfg: GemmConfig, m: int, n: int, k: int) -> tuple:
+    """(tiles, A path, B path) of an unbatched, untransposed product: the operand paths first
+    (operand_paths, with the tiles that pad less), then the gemm family's tiles stored for
+    that layout (key: B "inplace" or "packed", A "packed" or "strided"), else those tiles. A
+    stored tile under which gemm.cl cannot read this B in place is not taken."""
+    cfg = fit_rows(ctx.device, cfg, m, n)
+    a_kind, b_kind = operand_paths(ctx, cfg, m, n, k)
+    layout = "inplace" if b_kind == "in place" else "packed"
+
+    def keeps(c: GemmConfig) -> bool:
+        return b_kind != "in place" or b_unpacked_ok(c, n)
+    key = gemm_key(m, n, k, layout, "strided" if a_kind == "strided" else "packed")
+    cfg, _ = tuned_tiles(ctx.device, key, cfg, ctx.label(), valid=keeps)
+    return cfg, a_kind, b_kind
+
+
 def conflicting_pitch(pitch: int) -> bool:
     """Whether rows `pitch` floats apart fall on at most two line offsets of a 4 KiB page (the
     pitch a multiple of 2 KiB): a column tile's K rows then share the few cache sets those
@@ -107,9 +197,11 @@ def pack_live_a(ctx: LowerCtx, cfg: GemmConfig, i: int, m: int, k: int, trans: b
 
 
 def _a_operand(ctx: LowerCtx, cfg: GemmConfig, i: int, m: int, k: int, trans: bool,
-               launches: list) -> Operand:
-    """A as packed constant panels (weights), panels packed at run time, or a strided read."""
-    path = a_path(ctx.device, cfg, const=ctx.const(i) is not None, m=m, k=k, row_pitch=1 if trans else k)
+               launches: list, path: Optional[str] = None) -> Operand:
+    """A as packed constant panels (weights), panels packed at run time, or a strided read
+    (`path`: chosen by the caller, else the table's)."""
+    if path is None:
+        path = a_path(ctx.device, cfg, const=ctx.const(i) is not None, m=m, k=k, row_pitch=1 if trans else k)
     if path == "constant":
         def fn(w: np.ndarray) -> np.ndarray:
             w2 = np.asarray(w, np.float32).reshape(-1, w.shape[-1]) if w.ndim >= 2 else w.reshape(1, -1)
@@ -122,9 +214,11 @@ def _a_operand(ctx: LowerCtx, cfg: GemmConfig, i: int, m: int, k: int, trans: bo
 
 
 def _b_operand(ctx: LowerCtx, cfg: GemmConfig, i: int, k: int, n: int, trans: bool,
-               launches: list) -> Operand:
-    """B as packed constant panels, an in-place row-major read, or panels packed at run time."""
-    path = b_path(cfg, const=ctx.const(i) is not None, n=n, row_major=not trans)
+               launches: list, path: Optional[str] = None) -> Operand:
+    """B as packed constant panels, an in-place row-major read, or panels packed at run time
+    (`path`: chosen by the caller, else the table's)."""
+    if path is None:
+        path = b_path(cfg, const=ctx.const(i) is not None, n=n, row_major=not trans)
     if path == "constant":
         def fn(w: np.ndarray) -> np.ndarray:
             w2 = np.asarray(w, np.float32)
@@ -158,7 +252,11 @@ def _lower_gemm_tiles(ctx: LowerCtx, m: int, n: int, k: int, ta: bool, tb: bool,
     # the tiles that pad less (fit_rows: the family's default for the key, as conv lowering takes)
     cfg = fit_rows(ctx.device, gemm_config(ctx.device), m, n)
     layout = "packed" if ctx.const(1) is not None or tb or conflicting_pitch(n) else "inplace"
-    if ctx.const(0) is not None:  # weights as A, packed: the gemm family's benchmark layout (lower/tunable.py)
+    paths: tuple = (None, None)
+    if not ta and not tb and (ctx.const(0) is None or ctx.const(1) is None):
+        # a live operand, untransposed: its path and the tiles for it as MatMul takes them
+        cfg, *paths = tuned_operands(ctx, cfg, m, n, k)
+    elif ctx.const(0) is not None:  # weights as A, packed: the gemm family's benchmark layout (lower/tunable.py)
         cfg, _ = tuned_tiles(ctx.device, gemm_key(m, n, k, layout), cfg, ctx.label())
     elif not ta and a_path(ctx.device, cfg, const=False, m=m, k=k, row_pitch=k) == "strided":
         # a live row-major A read in place: the family's "strided" keys (its k block, AKB, is
@@ -167,8 +265,8 @@ def _lower_gemm_tiles(ctx: LowerCtx, m: int, n: int, k: int, ta: bool, tb: bool,
             return a_path(ctx.device, c, const=False, m=m, k=k, row_pitch=k) == "strided"
         cfg, _ = tuned_tiles(ctx.device, gemm_key(m, n, k, layout, "strided"), cfg, ctx.label(), valid=keeps)
     launches: list = []
-    a = _a_operand(ctx, cfg, 0, m, k, ta, launches)
-    b = _b_operand(ctx, cfg, 1, k, n, tb, launches)
+    a = _a_operand(ctx, cfg, 0, m, k, ta, launches, paths[0])
+    b = _b_operand(ctx, cfg, 1, k, n, tb, launches, paths[1])
     c = Operand(ctx.out(0), ld=n)
     launches.append(gemm_launch(cfg, m=m, n=n, k=k, batch=1, d2=1, a=a, b=b, c=c, bias=bias,
                                 alpha=float(ctx.attr("alpha", 1.0)), label=ctx.label()))

@@ -20,9 +20,9 @@ from ..ir import Graph, Node
 from ..target import Target
 from .base import Arg, HalfIO, LowerCtx, device_op, round_up
 from .common import F16, F32, attr_str, check_dtypes, shape_of
-from .gemm import a_path, b_path, conflicting_pitch, pack_live_a
-from .gemm_kernel import (ACTIVATIONS, Bias, GemmConfig, Operand, fit_rows, gemm_config, gemm_key, gemm_launch, pack_a, pack_b,
-                          pack_b_launch, packed_b_bytes, tuned_tiles)
+from .gemm import a_path, b_path, pack_live_a, tuned_operands
+from .gemm_kernel import (ACTIVATIONS, Bias, Operand, gemm_config, gemm_launch, pack_a, pack_b, pack_b_launch,
+                          packed_b_bytes)
 from .fused import check_expr
 from .gemv import gemv_applicable, gemv_launch
 from .gpu_gemm import xgemm_applicable, xgemm_config, xgemm_launch
@@ -297,24 +297,6 @@ def _lower_matmul_views(ctx: LowerCtx, perms: list, bias: Optional[Bias] = None,
     return launches
 
 
-def _tuned(ctx: LowerCtx, cfg: GemmConfig, m: int, n: int, k: int) -> GemmConfig:
-    """The gemm family's tiles for a single (unbatched) product, as Gemm takes them (gemm.py):
-    weights as A, the family's packed-A keys; a live row-major A, its "strided" keys, B
-    "packed" (weights or a pitch packed at run time) or "inplace", from the tuning database;
-    else `cfg`. A stored point that would pack a live A instead is not taken."""
-    forget(ctx.label())  # the profiler's record of this node's tuned choices starts again
-    cfg = fit_rows(ctx.device, cfg, m, n)  # the tiles that pad less: the family's default, as Gemm's
-    layout = "packed" if ctx.const(1) is not None or conflicting_pitch(n) else "inplace"
-    if ctx.const(0) is not None:
-        return tuned_tiles(ctx.device, gemm_key(m, n, k, layout), cfg, ctx.label())[0]
-    if a_path(ctx.device, cfg, const=False, m=m, k=k, row_pitch=k) != "strided":
-        return cfg
-
-    def keeps(c: GemmConfig) -> bool:
-        return a_path(ctx.device, c, const=False, m=m, k=k, row_pitch=k) == "strided"
-    return tuned_tiles(ctx.device, gemm_key(m, n, k, layout, "strided"), cfg, ctx.label(), valid=keeps)[0]
-
-
 def _lower_matmul(ctx: LowerCtx, bias: Optional[Bias] = None, res: Optional[Arg] = None, alpha: float = 1.0,
                   act: tuple = ("", 0.0, 0.0)) -> list:
     cfg = gemm_config(ctx.device)
@@ -349,12 +331,16 @@ def _lower_matmul(ctx: LowerCtx, bias: Optional[Bias] = None, res: Optional[Arg]
         raise _NeedsFloat
     if gemv:
         return [gemv_launch(ctx, k=k, n=n, bias=bias, res=res, alpha=alpha, act=act)]
-    if xcfg is None and nbatch == 1:
-        cfg = _tuned(ctx, cfg, m, n, k)
-    # xgemm reads both operands in place (weights too); gemm.cl takes them by the path table
-    a_kind = "strided" if xcfg is not None else a_path(ctx.device, cfg, const=ctx.const(0) is not None, m=m, k=k,
-                                                        row_pitch=k)
-    b_kind = "in place" if xcfg is not None else b_path(cfg, const=ctx.const(1) is not None, n=n)
+    # xgemm reads both operands in place (weights too); gemm.cl takes them by the path table, an
+    # unbatched product by the gemm_operands family's choice for a live operand (gemm.py)
+    if xcfg is not None:
+        a_kind, b_kind = "strided", "in place"
+    elif nbatch == 1:
+        forget(label)  # the profiler's record of this node's tuned choices starts again
+        cfg, a_kind, b_kind = tuned_operands(ctx, cfg, m, n, k)
+    else:
+        a_kind = a_path(ctx.device, cfg, const=ctx.const(0) is not None, m=m, k=k, row_pitch=k)
+        b_kind = b_path(cfg, const=ctx.const(1) is not None, n=n)
     ha, hb, hc = _is_half(ctx, 0), _is_half(ctx, 1), ctx.outputs[0].dtype == F16
     hz = res is not None and _is_half(ctx, 3)
     if (ha and a_kind == "packed") or (hb and b_kind == "packed") or (res is not None and hz != hc and xcfg is None):

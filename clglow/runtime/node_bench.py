@@ -63,7 +63,24 @@ def conv_model(key: ShapeKey, seed: int = 0) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
-MODELS: Dict[str, Callable[[ShapeKey], onnx.ModelProto]] = {"conv": conv_model}
+def operands_model(key: ShapeKey, seed: int = 0) -> onnx.ModelProto:
+    """A one-MatMul model for a gemm_operands key (lower/gemm.py): Y[M, N] = A[M, K] @ B[K, N],
+    live operands as inputs, constant ones random initializers."""
+    m, n, k, a_src, b_src = key
+    rng = np.random.default_rng(seed)
+    inputs, inits = [], []
+    for name, shape, src in (("A", [m, k], a_src), ("B", [k, n], b_src)):
+        if src == "live":
+            inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, shape))
+        else:
+            inits.append(numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name))
+    out = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [m, n])
+    graph = helper.make_graph([helper.make_node("MatMul", ["A", "B"], ["Y"])], "gemm_operands_bench", inputs,
+                              [out], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+MODELS: Dict[str, Callable[[ShapeKey], onnx.ModelProto]] = {"conv": conv_model, "gemm_operands": operands_model}
 
 
 def _feeds(model: onnx.ModelProto) -> Dict[str, np.ndarray]:
@@ -194,4 +211,4 @@ def compare_tables(device, target: Target, tables: Dict[str, tuple], model: onnx
     return {name: float(np.median(v)) for name, v in times.items()}
 
 
-__all__ = ["conv_model", "measure_node", "MODELS", "kernel_ms", "model_engine", "compare_tables"]
+__all__ = ["conv_model", "operands_model", "measure_node", "MODELS", "kernel_ms", "model_engine", "compare_tables"]

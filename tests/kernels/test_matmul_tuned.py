@@ -1,4 +1,4 @@
-"""MatMul asks the gemm family for its tiles as Gemm does (lower/matmul.py _tuned): a live A with
+"""MatMul asks the gemm family for its tiles as Gemm does (lower/gemm.py tuned_operands): a live A with
 constant weights takes the family's "strided" key, weights as A its packed-A key, a batched
 product none; the tiles the family answers are the ones launched, and the product stays right
 (vs numpy). The family is stubbed: no dependence on the tuning database."""
@@ -14,7 +14,7 @@ try:  # tests/kernels may or may not be a package
 except ImportError:
     from run_launches import execute, lower_ctx  # type: ignore
 
-from clglow.lower import matmul as mm
+from clglow.lower import gemm as gm
 from clglow.lower.gemm_kernel import GemmConfig
 from clglow.target import Target
 
@@ -24,7 +24,7 @@ RNG = np.random.default_rng(29)
 
 @pytest.mark.parametrize("a_shape,b_shape,const,key", [
     ((1, 64, 96), (96, 200), "b", (64, 200, 96, "packed", "strided")),   # a vocabulary head's shape
-    ((48, 96), (96, 40), "a", (48, 40, 96, "inplace")),                   # weights as A
+    ((48, 96), (96, 40), "a", (48, 40, 96, "packed")),                    # weights as A, a narrow B packed
     ((3, 20, 16), (3, 16, 24), "b", None),                                # batched: no key
 ])
 def test_tiles_from_the_family(monkeypatch, a_shape, b_shape, const, key):
@@ -35,7 +35,7 @@ def test_tiles_from_the_family(monkeypatch, a_shape, b_shape, const, key):
         asked.append(k)
         return (chosen if valid is None or valid(chosen) else fallback), "db"
 
-    monkeypatch.setattr(mm, "tuned_tiles", family)
+    monkeypatch.setattr(gm, "tuned_tiles", family)
     a, b = RNG.standard_normal(a_shape).astype(np.float32), RNG.standard_normal(b_shape).astype(np.float32)
     feeds, consts = ({"a": a}, {"b": b}) if const == "b" else ({"b": b}, {"a": a})
     want = np.matmul(a, b)
