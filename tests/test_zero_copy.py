@@ -277,6 +277,27 @@ def _det_on_the_host(monkeypatch) -> None:
     monkeypatch.delitem(REGISTRY, ("", "Det"))
 
 
+def test_a_run_ending_in_a_launch_waits_for_it_without_a_marker(monkeypatch):
+    """Zero copy, the plan's last step a launch (A and B packed at run time, then the GEMM
+    writing the returned array): the run waits for that launch's event (the queue is in order)
+    instead of enqueueing a marker, and every output is complete when run() returns."""
+    markers = []
+    real = cl.enqueue_marker
+    monkeypatch.setattr(cl, "enqueue_marker", lambda *a, **k: markers.append(1) or real(*a, **k))
+    m, k, n = 64, 1024, 512  # rows 4 KiB and 2 KiB apart: both operands packed before the GEMM
+    sess = clglow.InferenceSession(_matmul(m, k, n).SerializeToString())
+    rng = np.random.default_rng(14)
+    for _ in range(4):
+        a, b = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+        y = sess.run(None, {"A": a, "B": b})[0]
+        np.testing.assert_allclose(y, a @ b, rtol=1e-4, atol=1e-3)  # checked at once: no sleep
+    plan = sess._engine.last_plan
+    assert plan.n_launches >= 2
+    if plan.zero_copy:
+        assert markers == []
+    _expect_bound(sess, {"A", "B", "Y"})
+
+
 def test_run_waits_for_outputs_written_in_place_after_a_host_step(monkeypatch):
     """A host-fallback node (Det) reads a device value with a blocking read in the middle of the
     run; the MatMul after it writes its output straight into the returned array. The run must
