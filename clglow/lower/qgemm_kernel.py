@@ -153,7 +153,8 @@ def _q_space(target: Target, key: ShapeKey = ()) -> List[Params]:
 
 def _q_default(target: Target, key: ShapeKey) -> Params:
     n = int(key[1]) if len(key) > 1 else 1 << 30
-    return fit_columns(default_qgemm_config(target), n).params()
+    m = int(key[0]) if key else 1
+    return fit_columns(default_qgemm_config(target), n, m).params()
 
 
 def qgemm_bench(target: Target, key: ShapeKey, p: Params) -> Tuple[Launch, dict]:
@@ -178,20 +179,24 @@ def tuned_qgemm(target: Target, m: int, n: int, k: int, label: str = "") -> QGem
     point, else the family default narrowed to the shape (fit_columns)."""
     key = (int(m), int(n), int(k))
     p, source = choose(target, "qgemm", key, valid=_valid)
-    cfg = _params_config(p) if source == "db" else fit_columns(default_qgemm_config(target), n)
+    cfg = _params_config(p) if source == "db" else fit_columns(default_qgemm_config(target), n, m)
     if label:
         record_decision(label, "qgemm", key, cfg.params(), source)
     return cfg
 
 
-def fit_columns(cfg: QGemmConfig, n: int) -> QGemmConfig:
-    """A KC=1 config narrowed to a GEMM with few columns (a conv's last layers: 16, 4 or 1
-    pixels; a GEMV): fewer column vectors, or narrower ones, so that the tile computes few padded
-    columns, with taller tiles where that frees accumulators (at most 16 vectors). Without it a
-    1-pixel layer computes 64 columns for 1 (ResNet-18 at 32x32: QOperator 25 ms against 5.5 ms
-    for its float run, on a loaded pocl). Other configs are returned as they are."""
-    if cfg.kc != 1 or n >= cfg.nr:
+def fit_columns(cfg: QGemmConfig, n: int, m: int = 1) -> QGemmConfig:
+    """A KC=1 config fitted to the GEMM's shape. With few columns (a conv's last layers: 16, 4
+    or 1 pixels; a GEMV): fewer column vectors, or narrower ones, so that the tile computes few
+    padded columns, with taller tiles where that frees accumulators (at most 16 vectors). Without
+    it a 1-pixel layer computes 64 columns for 1 (ResNet-18 at 32x32: QOperator 25 ms against
+    5.5 ms for its float run, on a loaded pocl). Otherwise the tile of the same accumulator count
+    (MR x NV) that computes the fewest padded rows and columns (fit_tile). Other configs are
+    returned as they are."""
+    if cfg.kc != 1:
         return cfg
+    if n >= cfg.nr:
+        return fit_tile(cfg, n, m)
     if n <= 4:  # a GEMV-like product: dot products along k (KC=16) use every lane, columns don't
         # (measured on pocl, 512 x 4608 x 1: 0.19 ms against 0.84 with 4-lane columns;
         # 256 x 2304 x 4: 0.15 against 0.24; at 16 columns the column vectors win again)
@@ -201,6 +206,26 @@ def fit_columns(cfg: QGemmConfig, n: int) -> QGemmConfig:
         vw //= 2
     mr = min(12, max(cfg.mr, 16 // nv))
     return QGemmConfig(mr, vw, nv, cfg.ku, 1, cfg.lsize, fa=cfg.fa)
+
+
+def fit_tile(cfg: QGemmConfig, n: int, m: int = 1) -> QGemmConfig:
+    """Among the tiles with cfg's accumulator count (MR x NV the same, NV 1-4, MR 4-12: the same
+    registers and about the same loads per product), the one whose padded M x N product is at
+    least 1/16 smaller than cfg's, the smallest (more column vectors first on a tie: fewer row
+    broadcasts per product); cfg where none is. ResNet-50's 7x7 layers (49 pixels) computed 96
+    columns with 8 x 48 tiles, 64 with 6 x 64: a third fewer products, the same kernel."""
+    def padded(c: QGemmConfig) -> int:
+        return round_up(max(m, 1), c.mr) * round_up(max(n, 1), c.nr)
+
+    best = cfg
+    for nv in range(4, 0, -1):
+        mr, rem = divmod(cfg.mr * cfg.nv, nv)
+        if rem or not 4 <= mr <= 12 or mr % 2:
+            continue
+        c = QGemmConfig(mr, cfg.vw, nv, cfg.ku, cfg.kc, cfg.lsize, fa=cfg.fa)
+        if padded(c) < padded(best) and 16 * padded(c) <= 15 * padded(cfg):
+            best = c
+    return best
 
 
 # --- host side ----------------------------------------------------------------------------------
@@ -366,6 +391,6 @@ def int_bytes(n: int) -> int:
 
 
 __all__ = ["INT8", "UINT8", "QTYPES", "EPI_INT", "EPI_QUANT", "EPI_FLOAT", "QGemmConfig", "default_qgemm_config",
-           "qgemm_space", "qgemm_config", "fit_columns", "qgemm_bench", "QGEMM_FAMILY", "tuned_qgemm", "kpad",
+           "qgemm_space", "qgemm_config", "fit_columns", "fit_tile", "qgemm_bench", "QGEMM_FAMILY", "tuned_qgemm", "kpad",
            "im2col_rows", "panel_elems", "pack_b_host", "QEpilogue", "qdefines", "exact_float_block",
            "qgemm_launch", "widen_a", "side_defines", "qpack_launch", "qcolsum_launch", "qrowsum_launch", "int_bytes"]

@@ -283,3 +283,39 @@ def test_requantisation_ties_round_half_to_even():
     node = helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
     got, _ = run_node(node, {"a": a}, consts, opset=13, expected=[e])
     np.testing.assert_array_equal(got[0], e)
+
+
+def test_fit_tile_fewer_padded_products_same_registers():
+    """The default KC=1 tile is fitted to the shape among tiles of its accumulator count: a
+    49-pixel layer (ResNet-50's 7x7) gets a tile that computes fewer padded columns, in the
+    declared space; shapes where the saving is small keep the default; and the fitted tile's
+    QLinearConv-shaped product is exact."""
+    from clglow.lower import qgemm_kernel as qk
+    try:
+        from .run_launches import device_info
+    except ImportError:
+        from run_launches import device_info  # type: ignore
+    t = device_info().with_family("cpu")
+    d = qk.default_qgemm_config(t)
+    fit = qk.fit_columns(d, 49, 512)
+    padded = lambda c: qk.round_up(512, c.mr) * qk.round_up(49, c.nr)  # noqa: E731
+    assert fit.mr * fit.nv == d.mr * d.nv and fit.kc == d.kc and fit.fa == d.fa
+    assert padded(fit) < padded(d) and fit in qk.qgemm_space(t)
+    big = qk.fit_columns(d, 16 * d.nr * 9, 8 * d.mr)  # whole tiles: nothing to save
+    assert big == d
+    assert qk.tuned_qgemm(t, 512, 49, 4608) == fit  # the tests' own empty cache: the default path
+    a = np.random.default_rng(3).integers(0, 256, (1, 40, 7, 7)).astype(np.uint8)
+    w = np.random.default_rng(4).integers(-128, 128, (20, 40, 3, 3)).astype(np.int8)
+    e = _conv_int(a, w)
+    got, _ = run_node(helper.make_node("ConvInteger", ["x", "w"], ["y"], pads=[1, 1, 1, 1]), {"x": a}, {"w": w},
+                      opset=10, expected=[e])
+    np.testing.assert_array_equal(got[0], e)
+
+
+def _conv_int(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Exact int32 3x3 pad-1 stride-1 convolution of one image (int64 sums)."""
+    _, c, h, wd = x.shape
+    xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    cols = np.stack([xp[0, :, i:i + h, j:j + wd] for i in range(3) for j in range(3)], 1)  # [c, 9, h, w]
+    return np.einsum("ockl,cklhw->ohw", w.astype(np.int64).reshape(w.shape[0], c, 3, 3),
+                     cols.reshape(c, 3, 3, h, wd))[None].astype(np.int32)
