@@ -227,7 +227,7 @@ __kernel void nms_write(__global const int* sel, __global const int* counts, __g
 /* --- Unique ----------------------------------------------------------------------------------- *
  * x viewed as [outer, dim, inner]: entry k is the slice x[:, k, :] (an element when there is no
  * axis), compared lexicographically in C order as numpy.unique does (NaNs equal, after numbers).
- * One work-item per entry compares it with every other (quadratic: lower/select.py bounds dim).
+ * The entries are sorted (unique_merge), then grouped; any dim.
  *   TV   the element type;  FLOAT_T  when it is a float type
  */
 #ifndef TV
@@ -252,31 +252,100 @@ inline int cmp_entries(__global const TV* x, const int a, const int b, const int
     return 0;
 }
 
-/* first[k]: the first entry equal to k; cnt[k]: how many are; rep[k]: k is its value's first */
-__kernel void unique_first(__global const TV* x, const int outer, const int dim, const int inner,
-                           __global int* first, __global int* cnt, __global uchar* rep) {
-    const int k = get_global_id(0);
-    if (k >= dim) return;
-    int f = k, c = 0;
-    for (int j = 0; j < dim; ++j)
-        if (cmp_entries(x, j, k, outer, dim, inner) == 0) {
-            if (j < f) f = j;
-            ++c;
-        }
-    first[k] = f;
-    cnt[k] = c;
-    rep[k] = f == k;
+/* The entries sorted by a stable merge sort on their indices (cmp_entries, then index order):
+ * ceil(log2(dim)) passes, each work-item placing one entry by a binary search in the other run
+ * of its pair, so a pass costs dim * log(dim) compares and any dim fits (no local memory, one
+ * kernel for scalars and slices). Equal entries end up adjacent, first occurrence first. */
+/* KEYED (scalar entries: outer = inner = 1): the values travel with the indices (keys k*), so a
+ * compare reads them in place instead of through the index */
+#ifdef KEYED
+#define UKEY_ARGS , __global const TV* ksrc, __global TV* kdst
+#define UCMP(m, e) (eqv(ksrc[m], ke) ? 0 : (ltv(ksrc[m], ke) ? -1 : 1))
+#else
+#define UKEY_ARGS
+#define UCMP(m, e) cmp_entries(x, src[m], e, outer, dim, inner)
+#endif
+
+__kernel void unique_iota(__global const TV* x, __global int* idx, const int n UKEY_ARGS) {
+    const int i = get_global_id(0);
+    if (i >= n) return;
+    idx[i] = i;
+#ifdef KEYED
+    kdst[i] = x[i];
+#endif
 }
 
-/* sorted: each first entry's place among the distinct values -> order[place] = k, pos[k] = place */
-__kernel void unique_rank(__global const TV* x, const int outer, const int dim, const int inner,
-                          __global const uchar* rep, __global int* order, __global int* pos) {
-    const int k = get_global_id(0);
-    if (k >= dim || !rep[k]) return;
-    int r = 0;
-    for (int j = 0; j < dim; ++j) r += rep[j] && cmp_entries(x, j, k, outer, dim, inner) < 0;
-    order[r] = k;
-    pos[k] = r;
+/* runs [r * width, (r + 1) * width) of src (sorted) merged pairwise into dst */
+__kernel void unique_merge(__global const TV* x, const int outer, const int dim, const int inner,
+                           __global const int* src, __global int* dst, const int width UKEY_ARGS) {
+    const int i = get_global_id(0);
+    if (i >= dim) return;
+    const long run = i / width, base = (run & ~1L) * width;
+    const int e = src[i];
+#ifdef KEYED
+    const TV ke = ksrc[i];
+#endif
+    const int odd = (int)(run & 1);
+    /* the other run: after this one (count entries below e) or before it (count those <= e) */
+    const long lo = odd ? base : min((long)dim, base + width);
+    const long hi = odd ? base + width : min((long)dim, base + 2L * width);
+    long a = lo, b = hi;
+    while (a < b) {
+        const long m = (a + b) >> 1;
+        const int c = UCMP(m, e);
+        if (c < 0 || (odd && c == 0)) a = m + 1; else b = m;
+    }
+    const long to = base + (i - base - (odd ? width : 0)) + (a - lo);
+    dst[to] = e;
+#ifdef KEYED
+    kdst[to] = ke;
+#endif
+}
+
+/* flag[p]: sorted entry p is the first of its value */
+__kernel void unique_starts(__global const TV* x, const int outer, const int dim, const int inner,
+                            __global const int* sorted, __global uchar* flag UKEY_ARGS) {
+    const int p = get_global_id(0);
+    if (p >= dim) return;
+#ifdef KEYED
+    flag[p] = p == 0 || !eqv(ksrc[p - 1], ksrc[p]);
+#else
+    flag[p] = p == 0 || cmp_entries(x, sorted[p - 1], sorted[p], outer, dim, inner) != 0;
+#endif
+}
+
+/* per chunk of the sorted entries (offs from scan_counts over flag): uid[p], the place of p's
+ * value among the distinct values; start[u], where value u's entries begin */
+__kernel void unique_ids(__global const uchar* flag, const int n, const int chunk, const int groups,
+                         __global const int* offs, __global int* uid, __global int* start) {
+    const int g = get_global_id(0);
+    if (g >= groups) return;
+    int u = offs[g] - 1;
+    const int hi = min(n, g * chunk + chunk);
+    for (int p = g * chunk; p < hi; ++p) {
+        if (flag[p]) start[++u] = p;
+        uid[p] = u;
+    }
+}
+
+/* first[k], cnt[k], rep[k] of every entry k (as unique_write reads them); SORTED: the distinct
+ * values' order as well (order[u] = first entry of value u, pos[k] = u) */
+__kernel void unique_groups(__global const int* sorted, __global const int* uid, __global const int* start,
+                            __global const long* total, const int dim, __global int* first, __global int* cnt,
+                            __global uchar* rep, __global int* order, __global int* pos) {
+    const int p = get_global_id(0);
+    if (p >= dim) return;
+    const int k = sorted[p], u = uid[p], s = start[u];
+    const int e = u + 1 < total[0] ? start[u + 1] : dim;
+    first[k] = sorted[s];
+    cnt[k] = e - s;
+    rep[k] = p == s;
+#ifdef SORTED
+    if (p == s) {
+        order[u] = k;
+        pos[k] = u;
+    }
+#endif
 }
 
 /* unsorted: the first entries in their own order (offs from scan_counts over rep) */

@@ -369,8 +369,27 @@ def test_empty_inputs():
                   "sthr": np.array([0.0], np.float32)}], "NonMaxSuppression")
 
 
+@pytest.mark.parametrize("dtype,shape,axis", [(np.float32, (70001,), None), (np.int32, (3, 5000, 2), 1)])
+@pytest.mark.parametrize("sort", [1, 0])
+def test_large_unique_on_the_device(dtype, shape, axis, sort):
+    """Any size on the device (sorted there: select.cl unique_merge, 17 passes for 70001 entries),
+    scalars with NaNs and -0.0 and slices along an axis, against numpy's unique."""
+    elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    model = _unique_model(shape, elem, axis, sort)
+    x = np.random.default_rng(21).integers(-300, 300, shape).astype(dtype)
+    if dtype == np.float32:
+        x[::97] = np.nan
+        x[5::101] = -0.0
+    sess = clglow.InferenceSession(model.SerializeToString(),
+                                   sess_options=clglow.SessionOptions(host_fallback=False))
+    for g, w in zip(sess.run(None, {"x": x}), _unique_spec(x, axis, sort)):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_array_equal(g, w)
+    assert all(p.where == "opencl" for p in sess.placement), sess.explain()
+
+
 def test_large_unique_prefers_the_host_sort_unless_host_fallback_is_off():
-    """Above UNIQUE_HOST_ENTRIES the host's sort is placed (the device compares all pairs)."""
+    """Above UNIQUE_HOST_ENTRIES the host's sort is placed (numpy's is faster on a CPU device)."""
     from clglow.lower.select import UNIQUE_HOST_ENTRIES
 
     n = UNIQUE_HOST_ENTRIES + 1

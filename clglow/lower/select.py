@@ -365,11 +365,11 @@ def _nms_sorted(ctx: LowerCtx, b: int, c: int, n: int, cap: int, d: dict, params
 
 
 # --- Unique ----------------------------------------------------------------------------------------------
-# The kernels compare every entry with every other (0:0 under load: 4096 int64 entries 60 ms, 16384
-# 1.1 s, where numpy's sort takes 2 ms): beyond UNIQUE_HOST_ENTRIES the host's sort is placed when
-# host fallback is on; beyond UNIQUE_MAX_ENTRIES the device never runs it.
+# Sorted on the device (a stable merge sort of the entry indices, select.cl unique_merge): any size.
+# numpy's sort is still the faster one on a CPU device (pocl 3.1 / 3.0 under load, int64 entries:
+# 16384 in 8 / 6 ms, numpy 2 ms; 2^20 in 2.4 / 1.7 s, numpy 0.4-0.7 s): beyond UNIQUE_HOST_ENTRIES
+# the host's is placed when host fallback is on.
 UNIQUE_HOST_ENTRIES = 2048
-UNIQUE_MAX_ENTRIES = 1 << 15
 
 
 def _unique_geometry(node: Node, graph: Graph) -> tuple:
@@ -389,11 +389,6 @@ def _unique_supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
     dt = dtype_of(graph, node.input(0))
     if dt is not None and dt not in numeric(target) | {BOOL}:
         return f"Unique over dtype {dt.name} runs on the host"
-    shape = shape_of(graph, node.input(0))
-    if shape is not None and all(isinstance(d, int) for d in shape):
-        _, dim, _, _ = _unique_geometry(node, graph)
-        if dim > UNIQUE_MAX_ENTRIES:
-            return f"Unique over {dim} entries (more than {UNIQUE_MAX_ENTRIES}) runs on the host"
     return None
 
 
@@ -410,37 +405,69 @@ def _unique_prefers_host(node: Node, graph: Graph) -> Optional[str]:
     return f"Unique over {dim} entries: the host's sort is faster" if dim > UNIQUE_HOST_ENTRIES else None
 
 
+def _unique_sort(ctx: LowerCtx, geo: list, d: dict, dim: int, keyed: bool) -> tuple:
+    """(launches sorting the entry indices, the buffer holding them sorted, the extra arguments
+    of the kernels that read them: the sorted values when `keyed`)."""
+    size = np.dtype(ctx.inputs[0].dtype).itemsize
+    bufs = [ctx.scratch(4 * dim), ctx.scratch(4 * dim)]
+    keys = [ctx.scratch(size * dim), ctx.scratch(size * dim)] if keyed else None
+    g, l = work_size(ctx, dim, 64)
+
+    def key_args(src: int) -> list:
+        return [keys[src], keys[1 - src]] if keyed else []
+
+    launches = [Launch("select", "unique_iota", g, [ctx.buf(0), bufs[0], i32(dim)] + key_args(1), l, d,
+                       ctx.label())]
+    width, src = 1, 0
+    while width < dim:
+        launches.append(Launch("select", "unique_merge", g, geo + [bufs[src], bufs[1 - src], i32(width)]
+                               + key_args(src), l, d, ctx.label()))
+        width, src = width * 2, 1 - src
+    return launches, bufs[src], key_args(src)
+
+
 @sized_op("Unique", bound=_unique_bound, supports=_unique_supports, prefer_host=_unique_prefers_host)
 def lower_unique(ctx: LowerCtx) -> list:
-    """Entries compared on the device; sorted=0 keeps the order of first occurrence (the spec's:
-    onnx.reference sorts a lone output anyway, and takes along axis 0 whatever the axis)."""
+    """Entries sorted on the device, then grouped (select.cl); sorted=0 keeps the order of first
+    occurrence (the spec's: onnx.reference sorts a lone output anyway, and takes along axis 0
+    whatever the axis)."""
     x, count = ctx.inputs[0], ctx.outputs[-1]
     check_int32_sizes(ctx)
     outer, dim, inner, _ = _unique_geometry(ctx.node, ctx.graph)
     tv = _mask_type(x.dtype)
     d = {"TV": tv, **_fp64(x.dtype), **({"FLOAT_T": None} if np.dtype(x.dtype).kind == "f" else {})}
+    geo = [ctx.buf(0), i32(outer), i32(dim), i32(inner)]
+    if not dim:
+        return _mask_launches(ctx, ctx.scratch(1), 0, "uchar", count.name)[0]
+    keyed = outer == 1 and inner == 1  # scalar entries: the values sorted along (select.cl KEYED)
+    d = {**d, "KEYED": None} if keyed else d
+    launches, srt, kargs = _unique_sort(ctx, geo, d, dim, keyed)
+    g, l = work_size(ctx, dim, 64)
+    flag, uid, start = ctx.scratch(dim), ctx.scratch(4 * dim), ctx.scratch(4 * dim)
     first, cnt, rep = ctx.scratch(4 * dim), ctx.scratch(4 * dim), ctx.scratch(dim)
     order, pos = ctx.scratch(4 * dim), ctx.scratch(4 * dim)
-    g, l = work_size(ctx, dim, 64)
-    geo = [ctx.buf(0), i32(outer), i32(dim), i32(inner)]
-    launches = [Launch("select", "unique_first", g, geo + [first, cnt, rep], l, d, ctx.label())] if dim else []
-    scan, chunk, groups, offs = _mask_launches(ctx, rep, dim, "uchar", count.name)
-    launches += scan
-    if dim:
-        if int(ctx.attr("sorted", 1)):
-            launches.append(Launch("select", "unique_rank", g, geo + [rep, order, pos], l, d, ctx.label()))
-        else:
-            gg, gl = work_size(ctx, groups, 64)
-            launches.append(Launch("select", "unique_order", gg, [rep, i32(dim), i32(chunk), i32(groups), offs, order,
-                                                                 pos], gl, {"TM": "uchar"}, ctx.label()))
-        outs = {j: Buf(name) for j, name in enumerate(ctx.node.outputs[:-1]) if name}  # [-1]: the count
-        flags = {f: None for j, f in ((1, "HAS_INDICES"), (2, "HAS_INVERSE"), (3, "HAS_COUNTS")) if j in outs}
-        if flags:
-            launches.append(Launch("select", "unique_write", g,
-                                   [order, first, cnt, pos, Buf(count.name), i32(dim),
-                                    *(outs.get(j, ctx.buf(0)) for j in (1, 2, 3))], l, flags, ctx.label()))
-        n = outer * dim * inner
-        launches.append(Launch("select", "compress_gather", work_size(ctx, n)[0],
-                               [ctx.buf(0), order, Buf(count.name), i32(dim), i32(inner), i32(dim), i32(n),
-                                ctx.out(0)], work_size(ctx, n)[1], {"T": storage_type(x.dtype)}, ctx.label()))
+    launches.append(Launch("select", "unique_starts", g, geo + [srt, flag] + kargs, l, d, ctx.label()))
+    scan, chunk, groups, offs = _mask_launches(ctx, flag, dim, "uchar", count.name)  # count = distinct values
+    gg, gl = work_size(ctx, groups, 64)
+    launches += scan + [Launch("select", "unique_ids", gg, [flag, i32(dim), i32(chunk), i32(groups), offs, uid,
+                                                            start], gl, {"TM": "uchar"}, ctx.label())]
+    sort = int(ctx.attr("sorted", 1))
+    launches.append(Launch("select", "unique_groups", g, [srt, uid, start, Buf(count.name), i32(dim), first, cnt,
+                                                          rep, order, pos], l, {"SORTED": None} if sort else {},
+                           ctx.label()))
+    if not sort:  # the first entries in their own order
+        scan, chunk, groups, offs = _mask_launches(ctx, rep, dim, "uchar", count.name)
+        gg, gl = work_size(ctx, groups, 64)
+        launches += scan + [Launch("select", "unique_order", gg, [rep, i32(dim), i32(chunk), i32(groups), offs,
+                                                                  order, pos], gl, {"TM": "uchar"}, ctx.label())]
+    outs = {j: Buf(name) for j, name in enumerate(ctx.node.outputs[:-1]) if name}  # [-1]: the count
+    flags = {f: None for j, f in ((1, "HAS_INDICES"), (2, "HAS_INVERSE"), (3, "HAS_COUNTS")) if j in outs}
+    if flags:
+        launches.append(Launch("select", "unique_write", g,
+                               [order, first, cnt, pos, Buf(count.name), i32(dim),
+                                *(outs.get(j, ctx.buf(0)) for j in (1, 2, 3))], l, flags, ctx.label()))
+    n = outer * dim * inner
+    launches.append(Launch("select", "compress_gather", work_size(ctx, n)[0],
+                           [ctx.buf(0), order, Buf(count.name), i32(dim), i32(inner), i32(dim), i32(n),
+                            ctx.out(0)], work_size(ctx, n)[1], {"T": storage_type(x.dtype)}, ctx.label()))
     return launches
