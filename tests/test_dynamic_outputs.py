@@ -209,7 +209,7 @@ def test_unique_and_compress():
 
 def test_loop_scan_output():
     """A Loop whose trip count is data (an input) and whose scan output stacks one row per
-    iteration; the stacked rows feed device nodes after it."""
+    iteration; the stacked rows feed device nodes after it; every node on OpenCL."""
     body = helper.make_graph(
         [helper.make_node("Add", ["acc_in", "step"], ["acc_out"]),
          helper.make_node("Mul", ["acc_out", "acc_out"], ["row"]),
@@ -228,6 +228,8 @@ def test_loop_scan_output():
     x = np.array([0.5, -1.0, 0.25], np.float32)
     for trips in (4, 1, 7):
         _check(model, {"trips": np.array(trips, np.int64), "x": x}, sess)
+        # the trip count is a plan constant (engine.SHAPE_INPUTS): staging unrolls the Loop
+        assert {p.where for p in sess.placement} == {"opencl"}, sess.explain()
 
 
 def test_symbolic_output_dims_are_named():
