@@ -178,7 +178,10 @@ __kernel void rotary(__global const T* x, __global const T* cosc, __global const
  * (HD, HDV multiples of VW; HDV / VW accumulators: NV_MAX at most). q . k_j is VW-lane products
  * summed once per key; the context walks V's contiguous rows, p_j times a row per key, instead
  * of a strided column per output. ONNX Softmax semantics (a row of -inf only gives NaN).
- * dims and st as in attention above (float32; no causal/window/nonpad). */
+ * dims and st as in attention above (float32; no causal/window/nonpad).
+ * KV_APPEND (a decode step's Concat(past, new) of K and V fused): keys/values j < PAST = dims[7]
+ * come from pk/pv [B, H, PAST, D] (contiguous), the rest from k/v (strides st); the head's
+ * first query row writes all SKV rows into ok/ov [B, H, SKV, D], the present tensors. */
 #ifdef ROW_VW
 #if ROW_VW == 16
 typedef float16 rowv;
@@ -200,7 +203,13 @@ __kernel void attention_rows(__global const float* q, __global const float* k, _
 #ifdef MASK_FLOAT
                              __global const float* mask,
 #endif
+#ifdef KV_APPEND
+                             __global const float* pk, __global const float* pv,
+#endif
                              __global float* y, __global float* p,
+#ifdef KV_APPEND
+                             __global float* ok, __global float* ov,
+#endif
                              __global const int* restrict dims, __global const int* restrict st,
                              const float scale, const int rows) {
     const int row = get_global_id(0);
@@ -211,16 +220,38 @@ __kernel void attention_rows(__global const float* q, __global const float* k, _
     __global const float* kb = k + (long)b * st[3] + (long)h * st[4];
     __global const float* vb = v + (long)b * st[6] + (long)h * st[7];
     __global float* pr = p + (long)row * SKV;
+#ifdef KV_APPEND
+    /* keys and values j < PAST from the past tensors, the rest from k and v (row j - PAST); the
+     * head's first query row also stores every row it reads into the present tensors (the Concat) */
+    const int PAST = dims[7];
+    const long head = (long)b * QH + h;
+    __global const float* pkb = pk + head * PAST * HD;
+    __global const float* pvb = pv + head * PAST * HDV;
+    __global float* okb = ok + head * SKV * HD;
+    __global float* ovb = ov + head * SKV * HDV;
+    const int store = i == 0;
+#define K_ROW(j) ((j) < PAST ? pkb + (long)(j) * HD : kb + (long)((j) - PAST) * st[5])
+#define V_ROW(j) ((j) < PAST ? pvb + (long)(j) * HDV : vb + (long)((j) - PAST) * st[8])
+#else
+#define K_ROW(j) (kb + (long)(j) * st[5])
+#define V_ROW(j) (vb + (long)(j) * st[8])
+#endif
     const int nq = HD / ROW_VW, nv = HDV / ROW_VW;
     rowv qv[NV_MAX];
     for (int d = 0; d < nq; ++d)
         qv[d] = *(const __global rowv_u*)(qr + d * ROW_VW);
     float m = -INFINITY;
     for (int j = 0; j < SKV; ++j) {
-        __global const float* kr = kb + (long)j * st[5];
-        rowv acc = qv[0] * *(const __global rowv_u*)kr;
-        for (int d = 1; d < nq; ++d)
-            acc += qv[d] * *(const __global rowv_u*)(kr + d * ROW_VW);
+        __global const float* kr = K_ROW(j);
+        rowv acc = (rowv)0.0f;
+        for (int d = 0; d < nq; ++d) {
+            const rowv kv = *(const __global rowv_u*)(kr + d * ROW_VW);
+            acc += qv[d] * kv;
+#ifdef KV_APPEND
+            if (store)
+                *(__global rowv_u*)(okb + (long)j * HD + d * ROW_VW) = kv;
+#endif
+        }
         float s = RV_SUM(acc) * scale;
 #ifdef MASK_FLOAT
         s += mask[(long)b * st[12] + (long)h * st[13] + (long)i * st[14] + (long)j * st[15]];
@@ -239,11 +270,19 @@ __kernel void attention_rows(__global const float* q, __global const float* k, _
     for (int d = 0; d < nv; ++d)
         o[d] = (rowv)0.0f;
     for (int j = 0; j < SKV; ++j) {
-        __global const float* vr = vb + (long)j * st[8];
+        __global const float* vr = V_ROW(j);
         const float pj = pr[j];
-        for (int d = 0; d < nv; ++d)
-            o[d] += pj * *(const __global rowv_u*)(vr + d * ROW_VW);
+        for (int d = 0; d < nv; ++d) {
+            const rowv vv = *(const __global rowv_u*)(vr + d * ROW_VW);
+            o[d] += pj * vv;
+#ifdef KV_APPEND
+            if (store)
+                *(__global rowv_u*)(ovb + (long)j * HDV + d * ROW_VW) = vv;
+#endif
+        }
     }
+#undef K_ROW
+#undef V_ROW
     __global float* yr = y + (long)b * st[9] + (long)h * st[10] + (long)i * st[11];
     for (int d = 0; d < nv; ++d)
         *(__global rowv_u*)(yr + d * ROW_VW) = o[d] * inv;

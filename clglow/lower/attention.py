@@ -254,13 +254,14 @@ def lower_fused_attention(ctx: LowerCtx) -> list:
     if not block and has_half(ctx):  # attention.cl reads float32: copies (lower/half.py)
         return lower_as_float(ctx, lower_fused_attention)
     vw = _row_width(ctx.device, HD, HDV)
-    in_kernel = past > 0 and bool(vw) and not block
-    copies = _append_copies(ctx, past, K, V) if past and not in_kernel else []
-    if rows == 0 or HDV == 0:
-        return copies
-    k_arg, v_arg = (ctx.out(1), ctx.out(2)) if copies else (ctx.buf(1), ctx.buf(2))
-    kst = contiguous_strides((B, H, SKV, HD) if copies else K)[:3]
-    vst = contiguous_strides((B, H, SKV, HDV) if copies else V)[:3]
+    appends = bool(ctx.has_input(4) and ctx.node.input(4))  # the present tensors are written, even of an empty past
+    in_kernel = appends and bool(vw) and not block
+    if rows == 0 or HDV == 0:  # no attention row to run: the present tensors alone
+        return _append_copies(ctx, past, K, V) if appends else []
+    copies = _append_copies(ctx, past, K, V) if appends and not in_kernel else []
+    k_arg, v_arg = (ctx.out(1), ctx.out(2)) if appends and not in_kernel else (ctx.buf(1), ctx.buf(2))
+    kst = contiguous_strides((B, H, SKV, HD) if appends and not in_kernel else K)[:3]
+    vst = contiguous_strides((B, H, SKV, HDV) if appends and not in_kernel else V)[:3]
     args = [ctx.buf(0), k_arg, v_arg] + ([ctx.buf(3)] if mst is not None else [])
     mst = mst if mst is not None else [0, 0, 0, 0]
     if block:

@@ -14,6 +14,12 @@ Softmax is over the last axis; the context is a MatMul (or a plain FusedMatMul, 
 keeping the last axis) of the probabilities and a contiguous V; query rows at most
 MAX_ROWS; batch and heads equal for Q, K and V. Each intermediate has that one consumer and
 is not a graph output. The fused node falls back to the three nodes when it cannot lower.
+
+Then a decode step's K and V, each Concat(past, new) along the key axis read by the attention
+alone (the present tensors are graph outputs), become inputs 4, 5 (past) and 1, 2 (new) of the
+FusedAttention, which writes the concatenations as its outputs 1 and 2 (the row kernel as it
+reads them): GPT-2 decode's two Concat launches per layer go. Its fallback is the two Concats
+and the attention.
 """
 from __future__ import annotations
 
@@ -22,7 +28,8 @@ from typing import Optional
 import numpy as np
 
 from ..ir import Graph, Node
-from .fuse_conv import rewrite_to_fixed_point, splice_fused
+from ..lower.base import GENERIC_TARGET, lookup
+from .fuse_conv import in_graph_order, rewrite_to_fixed_point, splice_fused
 
 MAX_ROWS = 16  # query rows: more, and the GEMM kernels' tiles beat one work-item per row
 
@@ -96,9 +103,46 @@ def _fuse_one(g: Graph, consumers: dict, outputs: set) -> bool:
     return False
 
 
+def _kv_concat(g: Graph, producers: dict, consumers: dict, name: str, attn: Node) -> Optional[Node]:
+    """The Concat(past, new) along the key axis that makes `name` (K or V of `attn`), read by
+    `attn` alone (a graph output too: the present tensor), both parts static float32 4-D."""
+    c = producers.get(name)
+    if c is None or c.op_type != "Concat" or c.domain not in ("", "ai.onnx") or len(c.inputs) != 2:
+        return None
+    users = consumers.get(name, [])
+    if len(users) != 1 or users[0] is not attn or int(c.attr("axis", 0)) not in (2, -2):
+        return None
+    shapes = [_static(g, x) for x in c.inputs]
+    if any(s is None or len(s) != 4 for s in shapes) or shapes[0][:2] + shapes[0][3:] != shapes[1][:2] + shapes[1][3:]:
+        return None
+    return c
+
+
+def _append_one(g: Graph, consumers: dict, outputs: set) -> bool:
+    producers = {o: n for n in g.nodes for o in n.outputs if o}
+    for a in g.nodes:
+        if a.op_type != "FusedAttention" or a.domain != "clglow" or any(a.input(i) for i in (4, 5)):
+            continue
+        ck, cv = (_kv_concat(g, producers, consumers, a.input(i), a) for i in (1, 2))
+        if ck is None or cv is None or ck is cv or _static(g, ck.inputs[0])[2] != _static(g, cv.inputs[0])[2]:
+            continue
+        fused = Node("FusedAttention", a.name, [a.input(0), ck.inputs[1], cv.inputs[1], a.input(3) or "",
+                                                ck.inputs[0], cv.inputs[0]],
+                     [a.outputs[0], ck.outputs[0], cv.outputs[0]], dict(a.attrs), "clglow", None)
+        op = lookup(fused)
+        if op is None or op.supports(fused, g, GENERIC_TARGET) is not None:
+            continue
+        fused.unfused = in_graph_order(g, [ck, cv, a])  # partition.unfuse: the Concats and the attention
+        g.nodes = [fused if n is a else n for n in g.nodes if n is not ck and n is not cv]
+        return True
+    return False
+
+
 def fuse_attention(graph: Graph) -> Graph:
-    """Every attention block that fits (see the module doc) as one clglow.FusedAttention."""
-    return rewrite_to_fixed_point(graph, _fuse_one)
+    """Every attention block that fits (see the module doc) as one clglow.FusedAttention, then
+    a decode step's Concat(past, new) of K and V taken into it (past tensors as inputs 4 and 5,
+    the concatenations as outputs 1 and 2: two launches fewer per layer)."""
+    return rewrite_to_fixed_point(rewrite_to_fixed_point(graph, _fuse_one), _append_one)
 
 
 def output_shape(node: Node, graph: Graph) -> dict:
@@ -112,4 +156,12 @@ def output_shape(node: Node, graph: Graph) -> dict:
     pq, py = _perm(node, "perm_q"), _perm(node, "perm_y")
     ql = [q.shape[p] for p in pq] if pq else list(q.shape)
     y = [ql[0], ql[1], ql[2], v.shape[3]]
-    return {node.outputs[0]: (np.dtype(np.float32), tuple(y[p] for p in py) if py else tuple(y))}
+    out = {node.outputs[0]: (np.dtype(np.float32), tuple(y[p] for p in py) if py else tuple(y))}
+    for new, past, j in ((1, 4, 1), (2, 5, 2)):  # the present tensors: past + new rows
+        n, pt = graph.values.get(node.input(new)), graph.values.get(node.input(past)) if node.input(past) else None
+        if pt is None or j >= len(node.outputs) or not node.outputs[j]:
+            continue
+        if n is None or n.shape is None or pt.shape is None or any(not isinstance(d, int) for d in tuple(n.shape) + tuple(pt.shape)):
+            return {}
+        out[node.outputs[j]] = (np.dtype(np.float32), tuple(n.shape[:2]) + (pt.shape[2] + n.shape[2], n.shape[3]))
+    return out
