@@ -85,6 +85,10 @@ class Target:
     # the OpenCL spec requires); Oclgrind's compiler crashes on concurrent builds (a segfault in
     # clang's code generation), so its builds go one at a time (runtime.device.Device.program)
     concurrent_builds: bool = True
+    # `__builtin_prefetch` builds into a kernel the driver can create (probed by building one:
+    # runtime/capabilities.py; Oclgrind's interpreter has no llvm.prefetch): where not, programs
+    # build with -DCLG_NO_PREFETCH and gemm.cl's prefetches compile to nothing
+    prefetch: bool = True
 
     def __post_init__(self) -> None:
         if not self.family:

@@ -358,7 +358,7 @@ typedef AKB_CAT(float, AKB) akv;
     const __global B_T* pf = pb + K * NR + (z + n_z * tm) * share;
     const __global B_T* pf_end = (tn + 1) * NR >= N ? pf
                                    : pf + share < pb + 2 * K * NR ? pf + share : pb + 2 * K * NR;
-#define PREFETCH_NEXT(k) do { if (((k) & 1) == 0 && pf < pf_end) { __builtin_prefetch(pf); pf += 16; } } while (0)
+#define PREFETCH_NEXT(k) do { if (((k) & 1) == 0 && pf < pf_end) { CLG_PREFETCH(pf); pf += 16; } } while (0)
 #else
 #define PREFETCH_NEXT(k) do { } while (0)
 #endif
@@ -402,8 +402,8 @@ typedef AKB_CAT(float, AKB) akv;
 #define PREFETCH_B_ROW(p, W) do {                               \
         const __global B_T* p_ = (p);                           \
         _Pragma("unroll") for (int i_ = 0; i_ < (W); i_ += 16)  \
-            __builtin_prefetch(p_ + i_);                        \
-        __builtin_prefetch(p_ + (W) - 1);                       \
+            CLG_PREFETCH(p_ + i_);                              \
+        CLG_PREFETCH(p_ + (W) - 1);                             \
     } while (0)
 #if HAS_IMPLICIT
     if (flags & FLAG_IMPLICIT) {

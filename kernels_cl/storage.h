@@ -23,6 +23,15 @@
 #ifndef CLGLOW_STORAGE_H
 #define CLGLOW_STORAGE_H
 
+/* A prefetch hint for the kernels that include this header (gemm.cl), or nothing where the
+ * device's compiler cannot create a kernel that calls __builtin_prefetch (-DCLG_NO_PREFETCH,
+ * from Target.prefetch, probed by runtime/capabilities.py: Oclgrind has no llvm.prefetch). */
+#ifdef CLG_NO_PREFETCH
+#define CLG_PREFETCH(p) ((void)(p))
+#else
+#define CLG_PREFETCH(p) __builtin_prefetch(p)
+#endif
+
 #define ST_CAT_(a, b) a##b
 #define ST_CAT(a, b) ST_CAT_(a, b)
 

@@ -35,6 +35,7 @@ import pyopencl as cl
 from .. import config
 from ..errors import CompileError, InvalidArgument, NoDevice
 from ..target import Target, query as query_target
+from .capabilities import prefetch_builds
 from . import selection
 from .cache import ProgramCache
 from .preparation import Preparer
@@ -62,7 +63,8 @@ class Device:
         self.tuning = TuningState()
         self.preparation = Preparer(self)
         self._lock = threading.Lock()
-        self._base: Target = dataclasses.replace(query_target(device), gemm_tiles=None, xgemm_tiles=None, tuned=())
+        self._base: Target = dataclasses.replace(query_target(device), gemm_tiles=None, xgemm_tiles=None, tuned=(),
+                                                 prefetch=prefetch_builds(context, device))
         self._targets: Dict[str, Target] = {}  # family -> Target with that family's tiles
         self._profiling_queue: Optional[cl.CommandQueue] = None
         self._build_lock = threading.RLock()  # builds one at a time where the driver needs it
@@ -171,10 +173,13 @@ class Device:
 
     def device_options(self, options: Sequence[str]) -> Tuple[str, ...]:
         """A program's build options with the ones this device adds (the float16 math split of
-        kernels_cl/vmath.h); a compile helper builds with exactly these."""
+        kernels_cl/vmath.h, no prefetches where they do not build: Target.prefetch); a compile
+        helper builds with exactly these."""
         options = tuple(options)
         if self._base.float16_math_split:
             options += ("-DCLG_SPLIT16=1",)
+        if not self._base.prefetch:
+            options += ("-DCLG_NO_PREFETCH=1",)
         return options
 
     def program(self, name: str, options: Sequence[str] = ()) -> cl.Program:

