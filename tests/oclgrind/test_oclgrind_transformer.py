@@ -31,3 +31,10 @@ def test_fused_attention(oclgrind_env):  # noqa: F811
     freeze" in attention_rows (a fatal error, not a report), as in test_oclgrind_spectral.py."""
     run_checked(dict(oclgrind_env, CLGLOW_TARGET="cpu"),
                 pytest_args("tests/passes/test_pass_fuse_attention.py") + ["-k", "test_fused"], uninitialized=False)
+
+
+def test_fused_attention_kv_append(oclgrind_env):  # noqa: F811
+    """The decode step's KV append (the row kernel writing the present tensors, the copies before
+    the generic kernel): bounds and races, as above."""
+    run_checked(dict(oclgrind_env, CLGLOW_TARGET="cpu"),
+                pytest_args("tests/test_fuse_attention_kv.py") + ["-k", "fused"], uninitialized=False)
