@@ -22,7 +22,7 @@ from .frontend import contrib_ops
 from .frontend.onnx_model import attribute_value, constant_node_value, type_to_dtype_shape
 from .ir import Graph, Node, Value
 from .passes.fold_constants import fold_node
-from .passes.unroll_loop import host_loop, loop_waits, unroll_loop
+from .passes.unroll_loop import host_loop, loop_waits, unroll_loop, unroll_scan
 
 log = logging.getLogger(__name__)
 
@@ -336,6 +336,11 @@ def specialize(graph: Graph, input_types: Mapping[str, tuple]) -> tuple[Graph, O
                 unknown.update(o for o in node.outputs if o)
                 continue
             node = host_loop(node, g)
+        if node.op_type == "Scan":  # every step in its place when its length is known, else the host
+            unrolled = unroll_scan(node, g)
+            if unrolled is not None:
+                pending[idx:idx] = unrolled
+                continue
         folded = fold_shape_op(node, g)
         outs = [folded] if folded is not None else fold_node(node, g)
         if outs is not None:  # known now: a constant from here on (graph outputs are returned as such)

@@ -131,3 +131,26 @@ def test_loop_trip_count_from_a_graph_input():
     g.input.extend([_vi("M", T.INT64, []), _vi("C", T.BOOL, [])])
     for trip in (1, 3):
         _check(model, feeds={**_FEEDS, "M": np.array(trip, np.int64), "C": np.array(True)})
+
+
+@pytest.mark.parametrize("in_axis, in_dir, out_axis, out_dir", [(0, 0, 0, 0), (1, 1, 0, 0), (-1, 0, 1, 1),
+                                                                (0, 1, -1, 0)])
+def test_scan_unrolled_on_the_device(in_axis, in_dir, out_axis, out_dir):
+    """Scan (opset 9 on): every step unrolled (slices by Gather, outputs by one Concat), scan
+    axes and directions as onnxruntime takes them, a state and an outer-scope read."""
+    body = helper.make_graph([helper.make_node("Add", ["acc_in", "xs"], ["acc_out"]),
+                              helper.make_node("Mul", ["acc_out", "w"], ["ys"])], "body",
+                             [_vi("acc_in", T.FLOAT, [2]), _vi("xs", T.FLOAT, [2])],
+                             [_vi("acc_out", T.FLOAT, [2]), _vi("ys", T.FLOAT, [2])])
+    shape = [5, 2] if in_axis == 0 else [2, 5]
+    scan = helper.make_node("Scan", ["acc0", "x"], ["acc", "y"], body=body, num_scan_inputs=1,
+                            scan_input_axes=[in_axis], scan_input_directions=[in_dir],
+                            scan_output_axes=[out_axis], scan_output_directions=[out_dir])
+    g = helper.make_graph([scan], "scan", [_vi("acc0", T.FLOAT, [2]), _vi("x", T.FLOAT, shape)],
+                          [_vi("acc", T.FLOAT, [2]), _vi("y", T.FLOAT, [None, None])],
+                          [helper.make_tensor("w", T.FLOAT, [2], [2.0, -1.0])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)])
+    feeds = {"acc0": np.array([0.5, 1.0], np.float32),
+             "x": np.arange(10, dtype=np.float32).reshape(shape)}
+    sess = _check(model, feeds=feeds)
+    assert {p.where for p in sess.placement} == {"opencl"}, sess.explain()

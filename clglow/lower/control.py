@@ -1,5 +1,6 @@
-"""If and Loop on the device: never lowered, always put in place by staging once what decides
-them is known (If: shapes.inline_if; Loop: passes/unroll_loop.py, one iteration at a time).
+"""If, Loop and Scan on the device: never lowered, always put in place by staging once what
+decides them is known (If: shapes.inline_if; Loop: passes/unroll_loop.py, one iteration at a
+time; Scan: every step at once, its length being the scan inputs' extent).
 
 Why registered at all: placement (partition.place) judges the graph before any condition is
 known, and with host fallback off it would refuse the If that torchvision's detection heads
@@ -15,7 +16,7 @@ from typing import Optional
 
 from ..errors import InvalidModel
 from ..ir import Graph, Node
-from ..passes.unroll_loop import loop_refusal
+from ..passes.unroll_loop import loop_refusal, scan_refusal
 from ..shapes import inlinable_if
 from ..target import Target
 from .base import LowerCtx, device_op
@@ -39,3 +40,13 @@ def _supports_loop(node: Node, graph: Graph, target: Target) -> Optional[str]:
 def lower_loop(ctx: LowerCtx) -> list:
     raise InvalidModel("a Loop reached planning before its trip count and condition were known (staging "
                        "unrolls it)", node=ctx.node.name)
+
+
+def _supports_scan(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    return scan_refusal(node, graph)
+
+
+@device_op("Scan", supports=_supports_scan)
+def lower_scan(ctx: LowerCtx) -> list:
+    raise InvalidModel("a Scan reached planning before its length was known (staging unrolls it)",
+                       node=ctx.node.name)

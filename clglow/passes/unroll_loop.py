@@ -146,11 +146,17 @@ def _attrs(n: onnx.NodeProto, rename: Callable[[str], str]) -> dict:
 
 
 def _body_nodes(node: Node, g: Graph, prefix: str, i: int) -> tuple:
-    """(the body's nodes for iteration i, renamed; the renaming of body names)."""
+    """(the Loop body's nodes for iteration i, renamed; the renaming of body names)."""
     body: onnx.GraphProto = node.attrs["body"]
     bind = {body.input[0].name: _const(g, f"{prefix}#iter_num", np.array(i, dtype=np.int64)),
             body.input[1].name: node.input(1) or _const(g, f"{prefix}#cond", np.array(True))}
     bind.update({vi.name: node.input(k + 2) for k, vi in enumerate(body.input[2:])})
+    return _inline_body(body, g, prefix, bind)
+
+
+def _inline_body(body: onnx.GraphProto, g: Graph, prefix: str, bind: dict) -> tuple:
+    """(`body`'s nodes renamed into `g` with `prefix`, its inputs read as `bind` says; the
+    renaming of body names). `g` gets the body's constants."""
     local = {t.name for t in body.initializer} | {o for n in body.node for o in n.output if o}
 
     def rename(name: str) -> str:
@@ -173,12 +179,12 @@ def _body_nodes(node: Node, g: Graph, prefix: str, i: int) -> tuple:
     return nodes, rename
 
 
-def _unsqueeze0(g: Graph, x: str, y: str, name: str) -> Node:
+def _unsqueeze0(g: Graph, x: str, y: str, name: str, axis: int = 0) -> Node:
     g.values.setdefault(y, Value(y))
     if g.opset("") >= 13:
-        axes = _const(g, f"{name}#axes", np.array([0], dtype=np.int64))
+        axes = _const(g, f"{name}#axes", np.array([axis], dtype=np.int64))
         return Node("Unsqueeze", name, [x, axes], [y])
-    return Node("Unsqueeze", name, [x], [y], {"axes": [0]})
+    return Node("Unsqueeze", name, [x], [y], {"axes": [axis]})
 
 
 def _finish(node: Node, g: Graph, base: str, i: int) -> Optional[list]:
@@ -255,3 +261,84 @@ def host_loop(node: Node, g: Graph) -> Node:
     if inputs == node.inputs and body is node.attrs["body"]:
         return node
     return Node("Loop", node.name, inputs, list(node.outputs), {**node.attrs, "body": body}, node.domain)
+
+
+# --- Scan (opset 9 on): its length is the scan inputs' static extent, so it unrolls at once -------------
+def _scan_length(node: Node, g: Graph) -> Optional[int]:
+    """The number of iterations (the scan inputs' extent along their axes); None when a shape is
+    not known."""
+    m = int(node.attrs.get("num_scan_inputs", 0))
+    axes = list(node.attrs.get("scan_input_axes") or [0] * m)
+    lengths = set()
+    for name, ax in zip(node.inputs[len(node.inputs) - m:], axes):
+        v = g.values.get(name)
+        if v is None or v.shape is None or not all(isinstance(d, int) for d in v.shape):
+            return None
+        lengths.add(int(v.shape[ax + len(v.shape) if ax < 0 else ax]))
+    return lengths.pop() if len(lengths) == 1 else None
+
+
+def scan_refusal(node: Node, g: Graph) -> Optional[str]:
+    """Why this Scan runs on the host (None: staging unrolls it once its inputs' shapes are known)."""
+    body = node.attrs.get("body")
+    if g.opset("") < 9:
+        return "a Scan of opset 8 (batched, with sequence lengths) runs on the host"
+    if not isinstance(body, onnx.GraphProto) or not all(_tensor_typed(vi) for vi in list(body.input) +
+                                                        list(body.output)):
+        return "a Scan carrying sequence or optional values runs on the host"
+    m = int(node.attrs.get("num_scan_inputs", 0))
+    if m < 1 or len(body.input) != len(node.inputs) or len(body.output) != len(node.outputs):
+        return "a Scan whose body's inputs and outputs do not match its own runs on the host"
+    n = _scan_length(node, g)
+    if n is not None and n > LOOP_MAX_UNROLL:
+        return f"a Scan of {n} steps (more than {LOOP_MAX_UNROLL}) runs on the host"
+    if n == 0 and len(node.outputs) > len(node.inputs) - m:
+        return "a Scan of no step cannot size its scan outputs: it runs on the host"
+    return None
+
+
+def unroll_scan(node: Node, g: Graph) -> Optional[list]:
+    """Every step of a Scan whose length is known, in its place: each step's scan input slices
+    (Gather at the step's index, reversed directions counted from the end), the body renamed
+    `{scan}#step{t}/...`, the states passed on, each scan output one Concat of the steps' slices
+    (Unsqueeze at its axis, in its direction). None when staging does not unroll it."""
+    if node.op_type != "Scan" or node.domain not in ("", "ai.onnx") or scan_refusal(node, g) is not None:
+        return None
+    n = _scan_length(node, g)
+    if n is None:
+        return None
+    body: onnx.GraphProto = node.attrs["body"]
+    m = int(node.attrs["num_scan_inputs"])
+    n_state = len(node.inputs) - m
+    k_out = len(node.outputs) - n_state
+    in_axes = list(node.attrs.get("scan_input_axes") or [0] * m)
+    in_dirs = list(node.attrs.get("scan_input_directions") or [0] * m)
+    out_axes = list(node.attrs.get("scan_output_axes") or [0] * k_out)
+    out_dirs = list(node.attrs.get("scan_output_directions") or [0] * k_out)
+    state = list(node.inputs[:n_state])
+    nodes: list = []
+    slices: list = [[] for _ in range(k_out)]
+    for t in range(n):
+        prefix = f"{node.name}#step{t}/"
+        bind = dict(zip([vi.name for vi in body.input[:n_state]], state))
+        for j, (x, ax, rev) in enumerate(zip(node.inputs[n_state:], in_axes, in_dirs)):
+            sl = f"{prefix}#in{j}"
+            idx = _const(g, f"{sl}#index", np.array(n - 1 - t if rev else t, dtype=np.int64))
+            g.values.setdefault(sl, Value(sl))
+            nodes.append(Node("Gather", f"{prefix}#gather{j}", [x, idx], [sl], {"axis": int(ax)}))
+            bind[body.input[n_state + j].name] = sl
+        step, rename = _inline_body(body, g, prefix, bind)
+        nodes += step
+        outs = [rename(vi.name) for vi in body.output]
+        state = outs[:n_state]
+        for j in range(k_out):
+            part = f"{prefix}#out{j}"
+            nodes.append(_unsqueeze0(g, outs[n_state + j], part, f"{prefix}#unsqueeze{j}", int(out_axes[j])))
+            slices[j].append(part)
+    nodes += [Node("Identity", f"{node.name}#state{k}", [s], [o])
+              for k, (s, o) in enumerate(zip(state, node.outputs)) if o]
+    for j, out in enumerate(node.outputs[n_state:]):
+        if out:
+            parts = slices[j][::-1] if out_dirs[j] else slices[j]
+            nodes.append(Node("Concat", f"{node.name}#concat{j}", parts, [out], {"axis": int(out_axes[j])}))
+    return nodes
