@@ -23,6 +23,11 @@ tests below, which fail once an Oclgrind release stops reporting them):
     process (its second launch reads the partial results that wg_reduce_split stored into a scratch
     buffer: each case is clean alone, reported after a smaller case's buffers), while every other
     wg_reduce case runs with the checker on in a process of its own.
+  * the checker itself crashes (SIGSEGV, the whole process) on some vector lane arithmetic of
+    fully written values: the sum of a float2's two lanes (lanes.h's lanes_hsum: global_pool,
+    layernorm, the GEMV's LayerNorm prologue) and dwconv_rows' lane insert
+    `(float16)(0.0f, lo.odd, ...)` (test_checker_crashes_on_lane_arithmetic: one-line
+    reproductions, clean with the checker off); those kernels run with it off.
 Races and bounds are checked everywhere.
 
 Skipped when Oclgrind is not installed (Debian: apt-get install oclgrind). Marked `oclgrind`:
@@ -267,3 +272,41 @@ def test_false_positive_grown_buffer(oclgrind_env):
     assert uninit_reports(oclgrind_env, GROWN % "[30]") == []
     if not uninit_reports(oclgrind_env, GROWN % "[30, 40]"):
         pytest.skip("this Oclgrind does not misreport the grown buffer here (see softmax's uninit_ok)")
+
+
+LANES = ("import numpy as np, pyopencl as cl\n"
+         "ctx = cl.create_some_context(interactive=False); q = cl.CommandQueue(ctx)\n"
+         "src = ('__kernel void k(__global const float* x, __global float* y) { %s }')\n"
+         "prg = cl.Program(ctx, src).build(); mf = cl.mem_flags\n"
+         "x = np.arange(32, dtype=np.float32)\n"
+         "xb = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x); yb = cl.Buffer(ctx, mf.READ_WRITE, 64)\n"
+         "prg.k(q, (1,), (1,), xb, yb); y = np.empty(16, np.float32); cl.enqueue_copy(q, y, yb); q.finish()\n"
+         "assert y[0] == %s, y\n")
+# lanes.h's lanes_hsum (pool.cl's global_pool, norm.cl's layernorm, gemv.cl's LayerNorm prologue) ends in
+# (a4.x + a4.y); dwconv.cl's dwconv_rows builds (float16)(0.0f, lo.odd, ho.s0123, ho.s456)
+LANE_SUM = "float2 s = vload2(0, x); y[0] = s.x + s.y;"
+LANE_INSERT = ("float16 lo = vload16(0, x), hi = vload16(1, x); const float8 ho = hi.odd; "
+               "vstore16((float16)(0.0f, lo.odd, ho.s0123, ho.s456), 0, y);")
+
+
+def _lanes_run(env: dict, body: str, want: str, uninitialized: bool) -> int:
+    proc = subprocess.run([sys.executable, "-c", LANES % (body, want)], capture_output=True, text=True,
+                          timeout=TIMEOUT_S, env=dict(env, PYOPENCL_CTX="0",
+                                                      OCLGRIND_UNINITIALIZED="1" if uninitialized else "0"))
+    assert not reports_in(proc.stderr), proc.stderr[:3000]
+    return proc.returncode
+
+
+def test_checker_crashes_on_lane_arithmetic(oclgrind_env):
+    """Evidence for the checker being off in global_pool, layernorm (and the GEMV's LayerNorm
+    prologue) and dwconv_rows: Oclgrind 21.10's uninitialised-value plugin kills the process
+    (SIGSEGV) on a one-line kernel over fully written memory, the sum of a float2's two lanes, and
+    on dwconv_rows' lane insert, also with -cl-opt-disable; with the checker off both run and give
+    the right values, and the scalar form of the sum (two loads) runs with it on. Oclgrind's bug,
+    not a read of ours. If this fails, Oclgrind was fixed: turn the checker back on there."""
+    assert _lanes_run(oclgrind_env, LANE_SUM, "1.0", uninitialized=False) == 0
+    assert _lanes_run(oclgrind_env, LANE_INSERT, "0.0", uninitialized=False) == 0
+    assert _lanes_run(oclgrind_env, "y[0] = x[0] + x[1];", "1.0", uninitialized=True) == 0
+    crashes = [_lanes_run(oclgrind_env, b, w, uninitialized=True) for b, w in ((LANE_SUM, "1.0"), (LANE_INSERT, "0.0"))]
+    assert all(rc != 0 for rc in crashes), \
+        f"exit codes {crashes}: Oclgrind's checker no longer crashes: turn it on for global_pool, layernorm, dwconv_rows"

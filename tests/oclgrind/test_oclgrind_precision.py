@@ -21,7 +21,8 @@ test_oclgrind_gpu_conv.py).
 Convolutions and pools on half storage (test_precision.py's conv_half / pool_half cases): im2col.cl's
 im2col with its GEMM on packed panels, dwconv.cl and pool.cl under the CPU family, bounds and
 races (the other conv paths' GEMMs read X or the pixel rows in place: the prefetch above); the
-uninitialised-value checker is off there because it segfaults in dwconv_rows and reports pool2d_rows'
+uninitialised-value checker is off there because it segfaults in dwconv_rows (Oclgrind's bug on
+lane arithmetic: test_oclgrind.py's test_checker_crashes_on_lane_arithmetic) and reports pool2d_rows'
 stores in float32 too (tests/kernels/test_pool.py on Oclgrind: "Uninitialized value written" at
 the first case)."""
 from __future__ import annotations
@@ -62,7 +63,8 @@ def test_gpu_family_half_storage(oclgrind_env):  # noqa: F811
 
 def test_half_storage_layernorm(oclgrind_env):  # noqa: F811
     """Bounds and races: Oclgrind's uninitialised-value checker segfaults in norm.cl's layernorm,
-    the float32 one too (its 16-lane row sums), as in global_pool."""
+    the float32 one too (its 16-lane row sums, lanes.h), as in global_pool: Oclgrind's bug on the
+    sum of a vector's lanes (test_oclgrind.py's test_checker_crashes_on_lane_arithmetic)."""
     run_checked(oclgrind_env, pytest_args("tests/test_precision.py") + ["-k", "layernorm_half"], uninitialized=False)
 
 

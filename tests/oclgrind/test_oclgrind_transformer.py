@@ -22,7 +22,7 @@ def test_gemv_and_parts_kernels(oclgrind_env):  # noqa: F811
     env = dict(oclgrind_env, CLGLOW_TARGET="cpu")
     run_checked(env, pytest_args(*tests) + ["-k", "not not_taken and not gpu and not prologue"])
     # the LayerNormalization prologue: bounds and races (the uninitialised-value checker segfaults
-    # in its statistics, as in norm.cl's layernorm: see test_oclgrind_precision.py)
+    # in its statistics' lane sums, as in norm.cl's layernorm: test_checker_crashes_on_lane_arithmetic)
     run_checked(env, pytest_args("tests/kernels/test_gemv_family.py") + ["-k", "prologue"], uninitialized=False)
 
 
