@@ -222,6 +222,8 @@ def test_budget_follows_the_target_and_options():
     assert sub_batch.budget(DeviceInfo(type="gpu", cache_bytes=32 << 20), PlanOptions()) == 0
     assert sub_batch.budget(cpu.with_family("gpu"), PlanOptions()) == 0  # the GPU family on a CPU device
     assert sub_batch.budget(DeviceInfo(type="cpu", cache_bytes=0), PlanOptions()) == 0
+    # a huge reported cache (a guest's view of the host's L3) is capped: 480 MB gives 4 MiB, not 30 MB
+    assert sub_batch.budget(DeviceInfo(type="cpu", cache_bytes=480 << 20), PlanOptions()) == 4 << 20
     assert sub_batch.budget(cpu, PlanOptions(sub_batch_bytes=0)) == 0
     assert sub_batch.budget(DeviceInfo(type="gpu"), PlanOptions(sub_batch_bytes=4096)) == 4096
 
