@@ -679,6 +679,28 @@ __kernel void qim2col(__global const TB* restrict X, int offX, int sX1, int G, i
     }
 }
 #else
+#if KC == 1 && NR % 16 == 0
+/* 16 columns c0.. of one im2col row (tap ky, kx of channel plane xc; column c0 at output pixel
+ * (oy, ox)) that the one-move path cannot take: walked as segments within one output row each,
+ * so that the input row, its bounds and the column count are decided once per segment rather
+ * than per byte (small maps: a 14x14 or 7x7 row ends inside nearly every chunk). */
+inline void qim_segments(__global TB* out, const __global TB* xc, int c0, int n0, int ox, int oy, int ky, int kx,
+                         int N, int H, int W, int SH, int SW, int PH, int PW, int DH, int DW, int OW, TB pad)
+{
+    for (int c = c0; c < c0 + 16;) {
+        const int seg = min(c0 + 16 - c, OW - ox), real = N - (n0 + c);
+        const int iy = oy * SH - PH + ky * DH;
+        const bool rowin = iy >= 0 && iy < H;
+        int ix = ox * SW - PW + kx * DW;
+        for (int j = 0; j < seg; ++j, ix += SW)
+            out[c + j] = j < real ? (rowin && ix >= 0 && ix < W ? xc[iy * W + ix] : pad) : (TB)0;
+        c += seg;
+        ox += seg;
+        if (ox == OW) { ox = 0; ++oy; }
+    }
+}
+#endif
+
 __kernel void qim2col(__global const TB* restrict X, int offX, int sX1, int G, int cin_g, int H, int W,
                       int KH, int KW, int SH, int SW, int PH, int PW, int DH, int DW, int OW,
                       __global const TB* xzp, int has_zp, __global TB* restrict dst, int panels, int K, int N)
@@ -712,7 +734,9 @@ __kernel void qim2col(__global const TB* restrict X, int offX, int sX1, int G, i
             ox += 16;
             if (ox == OW) { ox = 0; ++oy; }
         } else {
-            for (int c = c0; c < c0 + 16; ++c) QIM_ONE(c);
+            qim_segments(out, xc, c0, n0, ox, oy, ky, kx, N, H, W, SH, SW, PH, PW, DH, DW, OW, pad);
+            ox += 16;  /* the chunk's 16 pixels (the segments advance local copies) */
+            while (ox >= OW) { ox -= OW; ++oy; }
         }
     }
 #else
