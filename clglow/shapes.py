@@ -22,7 +22,7 @@ from .frontend import contrib_ops
 from .frontend.onnx_model import attribute_value, constant_node_value, type_to_dtype_shape
 from .ir import Graph, Node, Value
 from .passes.fold_constants import fold_node
-from .passes.unroll_loop import host_loop, loop_waits, unroll_loop, unroll_scan
+from .passes.unroll_loop import flatten_scan_concats, host_loop, loop_waits, unroll_loop, unroll_scan
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,7 @@ _FUSED_AS = {
     # a matched LayerNorm (passes/fuse_layernorm.py): Y only, X's shape and dtype
     ("clglow", "LayerNormalization"): ("Identity", lambda n: (n.inputs[:1], {})),
     ("clglow", "RMSNormalization"): ("Identity", lambda n: (n.inputs[:1], {})),  # passes/fuse_layernorm.py
+    ("clglow", "BiasSoftmax"): ("Identity", lambda n: (n.inputs[:1], {})),  # passes/fuse_softmax.py: x's shape
 }
 
 
@@ -352,6 +353,7 @@ def specialize(graph: Graph, input_types: Mapping[str, tuple]) -> tuple[Graph, O
         if not _infer_outputs(node, g):
             unknown.update(o for o in node.outputs if o)
         keep.append(node)
+    keep = flatten_scan_concats(keep, g)
     g.nodes = keep + deferred
     return g, (len(keep) if unknown else None)
 

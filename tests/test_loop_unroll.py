@@ -76,6 +76,8 @@ def test_loop_unrolled_on_the_device(m_in, cond_in, data):
     sess = _check(_model(m_in, cond_in, cond_from_data=data, trip=6))
     ops = {p.op_type for p in sess.placement}
     assert "Loop" not in ops and {p.where for p in sess.placement} == {"opencl"}, sess.explain()
+    if not data:  # every iteration in one stage: one Concat per scan output (the chain joined)
+        assert sum(p.op_type == "Concat" for p in sess.placement) <= 2, sess.explain()  # 6 unjoined
 
 
 def test_loop_without_scan_outputs_and_false_condition():

@@ -36,6 +36,7 @@ from ..ir import Graph, Node, Value
 LOOP_MAX_UNROLL = 64
 
 _ITER = re.compile(r"^(.*)#iter(\d+)$")
+_SCAN_CONCAT = re.compile(r"#iter\d+/#concat\d+$")  # unroll_loop's Concat of one scan output
 
 
 def _is_loop(node: Node) -> bool:
@@ -261,6 +262,35 @@ def host_loop(node: Node, g: Graph) -> Node:
     if inputs == node.inputs and body is node.attrs["body"]:
         return node
     return Node("Loop", node.name, inputs, list(node.outputs), {**node.attrs, "body": body}, node.domain)
+
+
+
+def flatten_scan_concats(nodes: list, g: Graph) -> list:
+    """`nodes` with each unrolled Loop's chain of scan Concats (`{loop}#iter{i}/#concat{k}`, one per
+    iteration, each reading the next one's result) made one Concat of every slice, and its empty
+    tail dropped: one launch per scan output, not one per iteration. Only chains planned in one
+    stage are joined (a tail made in a later stage is not in `nodes`)."""
+    made = {n.outputs[0]: n for n in nodes if n.op_type == "Concat" and _SCAN_CONCAT.search(n.name)}
+    readers: dict = {}
+    for n in nodes:
+        for i in n.inputs:
+            readers[i] = readers.get(i, 0) + 1
+    keep_out = set(g.outputs)
+    merged: set = set()
+    for n in nodes:  # inner Concats come first: each outer one takes its inner one's inputs
+        if n.outputs[0] not in made:
+            continue
+        ins = []
+        for i in n.inputs:
+            inner = made.get(i)
+            if inner is not None and readers.get(i) == 1 and i not in keep_out:
+                ins += inner.inputs
+                merged.add(id(inner))
+            else:
+                ins.append(i)
+        ins = [i for i in ins if not (g.const(i) is not None and g.const(i).size == 0)] or ins[:1]
+        n.inputs = ins
+    return [n for n in nodes if id(n) not in merged]
 
 
 # --- Scan (opset 9 on): its length is the scan inputs' static extent, so it unrolls at once -------------
