@@ -62,6 +62,8 @@ def pack_a_at_run_time(target: Target, cfg: GemmConfig, m: int, k: int, row_pitc
 #              "in place"  a live row-major B read where it lies (b_unpacked_ok; not at a
 #                          conflicting_pitch)
 #              "packed"    a live B packed at run time into NR-column panels (pack_b)
+# For an unbatched, untransposed product these rules are the default of the gemm_operands family
+# below: a live operand takes the path `clglow tune` measured fastest for its shape where one is stored.
 def a_path(target: Target, cfg: GemmConfig, *, const: bool, m: int, k: int, row_pitch: int) -> str:
     """The A operand's path ("constant", "packed" or "strided"; see the table above)."""
     if const:
