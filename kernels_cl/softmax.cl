@@ -51,37 +51,60 @@ __kernel void softmax(__global const XT* x, __global YT* y, const int rows, cons
 typedef float16 float16_u __attribute__((aligned(4)));
 
 #define XV(p) ST_LDV(XH, 16, p)
-__kernel void softmax_last(__global const XT* x, __global YT* y, const int rows, const int len) {
+#ifdef BIAS
+/* BIAS (clglow.BiasSoftmax: Softmax(x + bias), passes/fuse_softmax.py): a float32 bias of
+ * `len` elements per row broadcast over x's leading axes: bmeta = [nd, dims[nd], strides[nd]]
+ * (x's leading dims, the bias's element strides for them, 0 where broadcast) */
+#define XR(k) (XV(xr + 16 * (k)) + vload16(k, br))
+#define XS(k) (ST_LD(XH, xr, k) + br[k])
+#else
+#define XR(k) XV(xr + 16 * (k))
+#define XS(k) ST_LD(XH, xr, k)
+#endif
+__kernel void softmax_last(__global const XT* x, __global YT* y, const int rows, const int len
+#ifdef BIAS
+                           , __global const float* bias, __global const int* restrict bmeta
+#endif
+                           ) {
     const int i = get_global_id(0);
     if (i >= rows) return;
     __global const XT* xr = x + (long)i * len;
     __global YT* yr = y + (long)i * len;
+#ifdef BIAS
+    long bo = 0;
+    for (int a = bmeta[0] - 1, rem = i; a >= 0; --a) {
+        const int d = bmeta[1 + a];
+        bo += (long)(rem % d) * bmeta[1 + bmeta[0] + a];
+        rem /= d;
+    }
+    __global const float* br = bias + bo;
+#endif
     const int nv = len / 16;
     float16 mv = (float16)(-INFINITY);
     for (int k = 0; k < nv; ++k) {
-        const float16 v = XV(xr + 16 * k);
+        const float16 v = XR(k);
         mv = v > mv ? v : mv;  /* like fmax: a NaN element is skipped */
     }
     float m = -INFINITY;
     const float* ml = (const float*)&mv;
     for (int c = 0; c < 16; ++c) m = ml[c] > m ? ml[c] : m;
-    for (int k = 16 * nv; k < len; ++k) m = fmax(m, ST_LD(XH, xr, k));
+    for (int k = 16 * nv; k < len; ++k) m = fmax(m, XS(k));
     float16 sv = (float16)0.0f;
     float s = 0.0f;
 #if defined(LOG_SOFTMAX) || YH
     for (int k = 0; k < nv; ++k)
-        sv += clg_exp(XV(xr + 16 * k) - m);
-    for (int k = 16 * nv; k < len; ++k) s += clg_exp(ST_LD(XH, xr, k) - m);
+        sv += clg_exp(XR(k) - m);
+    for (int k = 16 * nv; k < len; ++k) s += clg_exp(XS(k) - m);
 #else
     /* the exponentials go to y on the way (one exp per element; the row is still in L1 for
      * the scaling pass: [12, 128, 128] 0.096 -> 0.065 ms on pocl) */
     for (int k = 0; k < nv; ++k) {
-        const float16 e = clg_exp(XV(xr + 16 * k) - m);
+        const float16 e = clg_exp(XR(k) - m);
         *(__global float16_u*)(yr + 16 * k) = e;
         sv += e;
     }
     for (int k = 16 * nv; k < len; ++k) {
-        const float e = clg_exp(ST_LD(XH, xr, k) - m);
+        const float e = clg_exp(XS(k) - m);
         yr[k] = e;
         s += e;
     }
@@ -91,13 +114,13 @@ __kernel void softmax_last(__global const XT* x, __global YT* y, const int rows,
 #ifdef LOG_SOFTMAX
     const float ls = m + clg_log(s);
     for (int k = 0; k < nv; ++k)
-        ST_STV(YH, 16, yr + 16 * k, XV(xr + 16 * k) - ls);
-    for (int k = 16 * nv; k < len; ++k) ST_ST(YH, yr, k, ST_LD(XH, xr, k) - ls);
+        ST_STV(YH, 16, yr + 16 * k, XR(k) - ls);
+    for (int k = 16 * nv; k < len; ++k) ST_ST(YH, yr, k, XS(k) - ls);
 #elif YH
     const float inv = 1.0f / s;
     for (int k = 0; k < nv; ++k)
-        ST_STV(YH, 16, yr + 16 * k, clg_exp(XV(xr + 16 * k) - m) * inv);
-    for (int k = 16 * nv; k < len; ++k) ST_ST(YH, yr, k, clg_exp(ST_LD(XH, xr, k) - m) * inv);
+        ST_STV(YH, 16, yr + 16 * k, clg_exp(XR(k) - m) * inv);
+    for (int k = 16 * nv; k < len; ++k) ST_ST(YH, yr, k, clg_exp(XS(k) - m) * inv);
 #else
     const float inv = 1.0f / s;
     for (int k = 0; k < nv; ++k)
@@ -105,6 +128,8 @@ __kernel void softmax_last(__global const XT* x, __global YT* y, const int rows,
     for (int k = 16 * nv; k < len; ++k) yr[k] *= inv;
 #endif
 }
+#undef XR
+#undef XS
 
 /* The same along an inner axis (inner >= 16: rows `inner` apart, e.g. over the channels of
  * [N, C, H, W]): 16 adjacent rows per work-item as float16 vectors, one per k (contiguous),

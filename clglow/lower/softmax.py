@@ -14,6 +14,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..errors import InvalidModel
 from ..ir import Graph, Node
 from ..target import Target
 from . import gpu_reduce
@@ -65,3 +66,53 @@ def lower_softmax(ctx: LowerCtx) -> list:
     g, l = work_size(ctx, rows, cap=64)
     return [Launch("softmax", "softmax", g, [ctx.buf(0), ctx.out(0), i32(rows), i32(length), i32(inner)], l,
                    defines, ctx.label())]
+
+
+# --- clglow.BiasSoftmax (passes/fuse_softmax.py) --------------------------------------------------
+def _supports_bias(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    r = check_dtypes(node, graph, {F32, F16}, inputs=[0], outputs=True) or check_dtypes(node, graph, {F32}, inputs=[1])
+    if r:
+        return r
+    if gpu_reduce.applicable(target) is None:
+        return "the GPU family's work-group softmax takes no bias (runs as Add and Softmax)"
+    return None
+
+
+def bias_strides(x_shape: tuple, b_shape: tuple) -> Optional[list]:
+    """The bias's element strides over x's leading axes (0 where it broadcasts) when it
+    broadcasts to x with x's full last axis, else None."""
+    if len(b_shape) > len(x_shape) or not x_shape or not b_shape or b_shape[-1] != x_shape[-1]:
+        return None
+    b = (1,) * (len(x_shape) - len(b_shape)) + tuple(b_shape)
+    if any(d not in (1, full) for d, full in zip(b, x_shape)):
+        return None
+    st, acc = [0] * len(b), 1
+    for a in range(len(b) - 1, -1, -1):
+        st[a] = 0 if b[a] == 1 else acc
+        acc *= b[a]
+    return st[:-1]
+
+
+@device_op("BiasSoftmax", domain="clglow", supports=_supports_bias, half=HalfIO((0,), (0,)))
+def lower_bias_softmax(ctx: LowerCtx) -> list:
+    """Softmax(x + bias) over x's last axis, bias float32 broadcast to x (a mask the scores'
+    MatMul could not take as its bias): softmax.cl's softmax_last with BIAS, one launch."""
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    check_int32_sizes(ctx)
+    shape = tuple(int(d) for d in x.shape)
+    st = bias_strides(shape, tuple(int(d) for d in ctx.inputs[1].shape))
+    length = shape[-1] if shape else 0
+    if st is None or length < 16:
+        raise InvalidModel(f"BiasSoftmax of x {shape} and bias {ctx.inputs[1].shape}", node=ctx.label())
+    defines = {"BIAS": None}
+    if x.dtype == F16:
+        defines["XH"] = 1
+    if out.dtype == F16:
+        defines["YH"] = 1
+    rows = x.size // length
+    meta = ctx.const_buffer(np.array([len(st)] + list(shape[:-1]) + st, np.int32))
+    g, l = work_size(ctx, rows, cap=16)
+    return [Launch("softmax", "softmax_last", g, [ctx.buf(0), ctx.out(0), i32(rows), i32(length), ctx.buf(1), meta],
+                   l, defines, ctx.label())]

@@ -14,6 +14,7 @@ from .fuse_attention import fuse_attention
 from .fuse_channel_shuffle import fuse_channel_shuffle
 from .fuse_elementwise import fuse_elementwise
 from .fuse_layernorm import fuse_layernorm
+from .fuse_softmax import fuse_softmax
 from .fuse_matmul import fold_transposes, fuse_matmul
 from .fuse_squeeze_excite import fuse_squeeze_excite
 from .fuse_norm_matmul import fuse_gemv_epilogue, fuse_layernorm_gemv
@@ -41,6 +42,7 @@ PIPELINE: list[Callable[[Graph], Graph]] = [
     fuse_matmul,
     fold_transposes,
     fuse_attention,  # after the scores' FusedMatMul (mask, scale, transposed views) exists
+    fuse_softmax,  # a mask the scores' FusedMatMul did not take: Add + Softmax as one launch
     fuse_layernorm,
     fuse_elementwise,
     fuse_layernorm_gemv,  # last two: the FusedMatMuls they extend are final
