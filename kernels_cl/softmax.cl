@@ -55,7 +55,7 @@ typedef float16 float16_u __attribute__((aligned(4)));
 /* BIAS (clglow.BiasSoftmax: Softmax(x + bias), passes/fuse_softmax.py): a float32 bias of
  * `len` elements per row broadcast over x's leading axes: bmeta = [nd, dims[nd], strides[nd]]
  * (x's leading dims, the bias's element strides for them, 0 where broadcast) */
-#define XR(k) (XV(xr + 16 * (k)) + vload16(k, br))
+#define XR(k) (XV(xr + 16 * (k)) + *(const __global float16_u*)(br + 16 * (k)))
 #define XS(k) (ST_LD(XH, xr, k) + br[k])
 #else
 #define XR(k) XV(xr + 16 * (k))
