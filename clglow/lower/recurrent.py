@@ -16,11 +16,18 @@ lowers the node; a new device family is a new row):
             LSTM LM, hidden 128, seq 20, batch 1): 0.49 ms against 1.37 ms for a unit per
             work-item with the k loop in vectors. A constant R is packed so that each
             work-item's units are one contiguous run (R_T 2: one stream per work-item, where
-            [hidden][gates][units] strode by a row per k), the k loop in two chains of
-            multiply-adds (KS 2; now four, KSPLIT): the zoo's 2-layer LSTM (hidden 256, 64 steps) 2.95 -> 2.47 (R_T
-            2) -> 2.33 ms of recurrent kernel time on pocl 0:0, under load. That is ~64 GB/s of R
-            read from the cache by one thread: the time grows with hidden^2 (the k loop cut to a
-            quarter: 0.72 ms), so a further step needs R read by more than one thread per step.
+            [hidden][gates][units] strode by a row per k), the k loop in KS chains of
+            multiply-adds. With the accumulators in registers (recurrent.cl: every small loop
+            unrolls, no mad/vloadN calls, which pocl 3.0 did not inline) the zoo's 2-layer LSTM
+            (hidden 256, 64 steps) takes 0.68 ms of recurrent kernel time per layer on both pocl
+            devices (1.06 / 2.84 ms before on 0:0 / 1:0): ~100 GB/s of R from the cache, about
+            one core's bandwidth. (VU, KS, BB) per shape is the tunable family "recurrent"
+            (searched by `clglow tune MODEL` and the background search; the default: the widest
+            vector, BB from batch_rows, the most chains within ACC_VECTORS accumulators).
+            Not taken: a step split over work-groups (a launch per step, or groups synchronised
+            through global memory): a 1 MB GEMV as 2 groups was no faster than as 1 on this
+            2-core shared machine (10.0-10.8 us either way, pocl 0:0), and a spin barrier
+            between groups has no forward-progress guarantee in OpenCL.
   units     a unit per work-item, consecutive work-items on consecutive units of R^T (coalesced
             loads). Any family (the GPU family's).
 A constant R is packed once per plan as R^T [direction][hidden][gates][hidden rounded up to the
@@ -38,17 +45,18 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
 from ..errors import InvalidModel
 from ..ir import Graph, Node
 from ..target import Target
-from .base import Launch, LowerCtx, device_op, f32, i32, round_up
+from .base import Buf, Launch, LowerCtx, device_op, f32, i32, round_up
 from .common import F32, attr_str, check_dtypes, shape_of
 from .gemm import a_path, pack_live_a
 from .gemm_kernel import GemmConfig, Operand, gemm_config, gemm_launch, pack_a, pack_b, pack_b_launch, packed_b_bytes
+from .tunable import Family, Params, ShapeKey, choose, product, register
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +78,14 @@ KNOWN_ATTRS = {"activation_alpha", "activation_beta", "activations", "clip", "di
 DIRECTIONS = ("forward", "reverse", "bidirectional")
 LOCAL_ROWS = {"RNN": 2, "GRU": 4, "LSTM": 3}  # local state rows of HP floats per batch row (recurrent.cl)
 MAX_BATCH_ROWS = 8
-# Multiply-add chains per gate in the streamed k loop (recurrent.cl KS): the k loop of a step waits
-# on the chains, not on R's loads. The zoo's 2-layer GRU (hidden 256, 64 steps), recurrent kernel
-# time on pocl 0:0 under load, A/B in one process: KS 1 / 2 / 4 / 8 2.03 / 1.11-1.17 / 0.92-1.01 /
-# 1.10 ms; its LSTM 1.42 / 1.33 / 1.40 ms at KS 2 / 4 / 8.
-KSPLIT = 4
+# Multiply-add chains per gate in the streamed k loop (recurrent.cl KS, searched: the tunable family
+# below): the default takes the most chains (4, 2 or 1) whose accumulators, G * BB * KS vectors,
+# stay within ACC_VECTORS, so that they are registers. Measured on pocl 0:0 (recurrent kernel per
+# layer, after the loops unrolled into registers): the builtin 2-layer LSTM at batch 8 (BB 4, 16
+# accumulators at KS 1) KS 4 / 2 / 1 390 / 280 / 210 us; at batch 1 (4 accumulators per chain) KS
+# 4 / 2 / 1 within 10% of each other (R's stream from the cache bounds the step there).
+KS_SPACE = (4, 2, 1)
+ACC_VECTORS = 16
 
 
 def parse_activations(node: Node, ndir: int) -> list:
@@ -167,7 +178,7 @@ class RecurrentPath:
     applicable: Callable[[RecurrentCase], bool]
     vu: Callable[[RecurrentCase], int]
     group: Callable[[RecurrentCase, int], int]
-    stream: bool = False  # a constant R packed per work-item's units (R_T 2) and KSPLIT k chains (KS)
+    stream: bool = False  # a constant R packed per work-item's units (R_T 2), its (VU, KS, BB) tuned
 
 
 def _vector_units(case: RecurrentCase) -> int:
@@ -288,24 +299,126 @@ def _strides(dm: Dims) -> tuple:
     return n, s * n, h, nd * h, nd * h, h, s * nd * h  # X [batch, seq, in], Y [batch, seq, dir, h]
 
 
-def _defines(ctx: LowerCtx, dm: Dims, vu: int, bb: int, acts: list, stream: bool) -> dict:
+@dataclass(frozen=True)
+class Variant:
+    """What changes recurrent.cl's code besides the mapping: the op, its attributes, the
+    activation codes per slot, and how R is read (R_T)."""
+
+    op: str
+    r_t: int
+    lbr: bool = False
+    input_forget: bool = False
+    clip: bool = False
+    act_codes: tuple = ()
+
+
+def _defines(dm: Dims, v: Variant, vu: int, bb: int, ks: int) -> dict:
     """The -D defines of the node's recurrent.cl program."""
-    op = ctx.node.op_type
-    r_t = (2 if stream else 1) if ctx.const(2) is not None else 0
-    defines = {"CELL": dm.gates, "HP": state_capacity(dm.hidden), "BB": bb, "VU": vu, "R_T": r_t}
-    if stream:
-        defines["KS"] = KSPLIT
-    if op == "GRU" and int(ctx.attr("linear_before_reset", 0)):
+    defines = {"CELL": dm.gates, "HP": state_capacity(dm.hidden), "BB": bb, "VU": vu, "R_T": v.r_t}
+    if v.r_t == 2:
+        defines["KS"] = ks
+    if v.lbr:
         defines["LBR"] = 1
-    if op == "LSTM" and int(ctx.attr("input_forget", 0)):
+    if v.input_forget:
         defines["INPUT_FORGET"] = 1
-    if ctx.attr("clip") is not None:
+    if v.clip:
         defines["CLIP"] = 1
-    per_dir = len(DEFAULT_ACTS[op])
+    per_dir = len(DEFAULT_ACTS[v.op])
     for d in range(dm.ndir):
         for slot, letter in zip(range(per_dir), "FGH"):
-            defines[f"ACT_{letter}{d}"] = acts[d * per_dir + slot][0]
+            defines[f"ACT_{letter}{d}"] = v.act_codes[d * per_dir + slot]
     return defines
+
+
+def recurrent_launch(target: Target, dm: Dims, v: Variant, p: Params, head: list, tail: list, label: str,
+                     group: Callable[[int], int]) -> Launch:
+    """The recurrent.cl launch of point p (vu, ks, bb) with its arguments (head: up to seq; tail:
+    after batch); `group(blocks)` the path's work-group size for that many work-items' units."""
+    vu, bb, ks = int(p["vu"]), int(p["bb"]), int(p["ks"])
+    ls = target.fit_group((group(-(-dm.hidden // vu)), 1, 1))
+    gsize = (ls[0], -(-dm.batch // bb), dm.ndir)
+    return Launch("recurrent", "recurrent", gsize, head + [i32(dm.batch)] + tail, ls, _defines(dm, v, vu, bb, ks),
+                  label, noop_args=head + [i32(0)] + tail)
+
+
+# --- the tunable family: the streamed path's (VU, KS, BB) per shape -------------------------------------
+# Shape key: (op, hidden, batch, directions, steps, linear_before_reset). Parameters: vu (units per
+# work-item, a float vector), ks (k chains), bb (batch rows per work-group: they share each R load;
+# fewer rows per group, more groups over the compute units).
+def _key_dims(key: ShapeKey) -> Tuple[Dims, Variant]:
+    op, hidden, batch, ndir, seq, lbr = key
+    dm = Dims(int(seq), int(batch), 1, int(hidden), int(ndir), GATES[str(op)], 0)
+    acts = tuple(ACTIVATIONS[a.lower()][0] for a in DEFAULT_ACTS[str(op)]) * int(ndir)
+    return dm, Variant(str(op), 2, bool(lbr), act_codes=acts)
+
+
+def _bb_space(target: Target, op: str, batch: int, hidden: int) -> List[int]:
+    """Powers of two up to MAX_BATCH_ROWS, no more than the batch needs, within local memory."""
+    out, bb = [], 1
+    while bb <= MAX_BATCH_ROWS and (bb == 1 or bb // 2 < batch):
+        if bb == 1 or 4 * LOCAL_ROWS[op] * state_capacity(hidden) * bb <= target.local_mem_size:
+            out.append(bb)
+        bb *= 2
+    return out
+
+
+def _vu_space(target: Target) -> List[int]:
+    """The Target's float vector width first, then the narrower ones down to 4."""
+    w = _vector_units(RecurrentCase(target, True, 1))
+    return [w] + [v for v in (8, 4) if v < w]
+
+
+def default_ks(gates: int, bb: int) -> int:
+    """The most chains whose accumulators (gates * bb * ks vectors) fit ACC_VECTORS."""
+    return next((k for k in KS_SPACE if gates * bb * k <= ACC_VECTORS), 1)
+
+
+def _default(target: Target, key: ShapeKey) -> Params:
+    op, hidden, batch = str(key[0]), int(key[1]), int(key[2])
+    bb = batch_rows(target, batch, op, hidden)
+    return {"vu": _vu_space(target)[0], "ks": default_ks(GATES[op], bb), "bb": bb}
+
+
+def _space(target: Target, key: ShapeKey) -> List[Params]:
+    op, hidden, batch = str(key[0]), int(key[1]), int(key[2])
+    d = _default(target, key)
+    rest = [p for p in product({"vu": _vu_space(target), "ks": list(KS_SPACE),
+                                "bb": _bb_space(target, op, batch, hidden)}) if p != d]
+    return [d] + rest
+
+
+def _valid(target: Target, key: ShapeKey, p: Params) -> bool:
+    op, hidden, batch = str(key[0]), int(key[1]), int(key[2])
+    return (p.get("vu") in _vu_space(target) and p.get("ks") in KS_SPACE
+            and p.get("bb") in _bb_space(target, op, batch, hidden))
+
+
+def _bench(target: Target, key: ShapeKey, p: Params) -> Tuple[Launch, dict]:
+    """The recurrence alone (the projection GEMM is gemm's): biases, Y and Y_h, zero states."""
+    if not _valid(target, key, p):
+        raise ValueError(f"recurrent does not run {p} for {key}")
+    dm, v = _key_dims(key)
+    vu, n = int(p["vu"]), dm.n
+    hpu = round_up(dm.hidden, vu)
+    xs_t, xs_b, s_d, s_b, y_t, y_d, y_b = _strides(dm)
+    flags = 1 | 32 | 64
+    head = [Buf("XW"), i32(xs_t), i32(xs_b), Buf("R"), Buf("B"), Buf("Y"), Buf("Y"), Buf("Y"), i32(s_d),
+            i32(s_b), Buf("Y"), Buf("Y"), i32(y_t), i32(y_d), i32(y_b), Buf("YH"), Buf("YH"), i32(flags), i32(dm.seq)]
+    tail = [i32(dm.hidden), i32(hpu), f32(0.0)] + [f32(0.0)] * 12
+    launch = recurrent_launch(target, dm, v, p, head, tail, "", lambda blocks: min(blocks, 256))
+    sizes = {"XW": 4 * dm.seq * dm.batch * n, "R": 4 * dm.ndir * dm.gates * hpu * dm.hidden,
+             "B": 4 * dm.ndir * 2 * dm.gates * dm.hidden, "Y": 4 * dm.seq * dm.ndir * dm.batch * dm.hidden,
+             "YH": 4 * dm.ndir * dm.batch * dm.hidden}
+    return launch, sizes
+
+
+def _flops(key: ShapeKey) -> float:
+    dm, _ = _key_dims(key)
+    return 2.0 * dm.seq * dm.batch * dm.ndir * dm.gates * dm.hidden * dm.hidden
+
+
+RECURRENT_FAMILY = register(Family("recurrent", "recurrent", _space, _default, _bench, flops=_flops,
+                                   applies=lambda target: target.is_cpu_family, priority=4))
 
 
 @device_op("RNN", "GRU", "LSTM", supports=supports_recurrent)
@@ -323,16 +436,18 @@ def lower_recurrent(ctx: LowerCtx) -> list:
         xw = ctx.buf(0)
     case = RecurrentCase(ctx.device, ctx.const(2) is not None, dm.hidden)
     path = recurrent_path(case)
-    vu = path.vu(case)
+    op = ctx.node.op_type
+    lbr = op == "GRU" and bool(int(ctx.attr("linear_before_reset", 0)))
+    p = _point(ctx, case, path, dm, lbr)
+    vu = int(p["vu"])
     hpu = round_up(dm.hidden, vu)
     stream = path.stream and vu > 1
-    bb = batch_rows(ctx.device, dm.batch, ctx.node.op_type, dm.hidden)
     xs_t, xs_b, s_d, s_b, y_t, y_d, y_b = _strides(dm)
     present = {i: bool(ctx.node.input(i)) for i in range(8)}
     flags = ((1 if present[3] else 0) | (2 if present[4] else 0) | (4 if present[5] else 0)
-             | (8 if present[6] and ctx.node.op_type == "LSTM" else 0)
-             | (16 if present[7] and ctx.node.op_type == "LSTM" else 0)
-             | (32 if outs[0] else 0) | (64 if outs[1] else 0) | (128 if outs[2] and ctx.node.op_type == "LSTM" else 0)
+             | (8 if present[6] and op == "LSTM" else 0)
+             | (16 if present[7] and op == "LSTM" else 0)
+             | (32 if outs[0] else 0) | (64 if outs[1] else 0) | (128 if outs[2] and op == "LSTM" else 0)
              | (256 if attr_str(ctx.attr("direction"), "forward") == "reverse" else 0))
     any_out = next(ctx.out(j) for j in range(3) if outs[j])
     dummy = ctx.buf(0)  # absent inputs and outputs: a buffer the flags say is never touched
@@ -344,18 +459,29 @@ def lower_recurrent(ctx: LowerCtx) -> list:
         return ctx.out(j) if outs[j] else any_out
 
     ab = [f32(v) for _, a, b in acts for v in (a, b)]
-    per_dir = len(DEFAULT_ACTS[ctx.node.op_type])
+    per_dir = len(DEFAULT_ACTS[op])
     ab = _pad_slots(ab, per_dir, dm.ndir)
     head = [xw, i32(xs_t), i32(xs_b), _r_operand(ctx, hpu, dm, vu, stream), opt(3), opt(4), opt(5), opt(6), i32(s_d),
             i32(s_b), opt(7), out(0), i32(y_t), i32(y_d), i32(y_b), out(1), out(2), i32(flags), i32(dm.seq)]
     tail = [i32(dm.hidden), i32(hpu), f32(float(ctx.attr("clip", 0.0) or 0.0))] + ab
-    ls = ctx.device.fit_group((path.group(case, -(-dm.hidden // vu)), 1, 1))
-    gsize = (ls[0], -(-dm.batch // bb), dm.ndir)
-    launches.append(Launch("recurrent", "recurrent", gsize, head + [i32(dm.batch)] + tail, ls,
-                           _defines(ctx, dm, vu, bb, acts, stream), ctx.label(),
-                           noop_args=head + [i32(0)] + tail))
-    log.debug("%s: %s path, BB %d, VU %d, %d launches", ctx.label(), path.name, bb, vu, len(launches))
+    r_t = (2 if stream else 1) if ctx.const(2) is not None else 0
+    variant = Variant(op, r_t, lbr, op == "LSTM" and bool(int(ctx.attr("input_forget", 0))),
+                      ctx.attr("clip") is not None, tuple(code for code, _, _ in acts))
+    launches.append(recurrent_launch(ctx.device, dm, variant, p, head, tail, ctx.label(),
+                                     lambda blocks: path.group(case, blocks)))
+    log.debug("%s: %s path, %s, %d launches", ctx.label(), path.name, p, len(launches))
     return launches
+
+
+def _point(ctx: LowerCtx, case: RecurrentCase, path: RecurrentPath, dm: Dims, lbr: bool) -> Params:
+    """(vu, ks, bb) of this node: the tunable family's (database or default) on the streamed path
+    (a constant R on the CPU family), else the path's width, one chain and batch_rows."""
+    op = ctx.node.op_type
+    if path.stream and case.r_const and path.vu(case) > 1:
+        key = (op, dm.hidden, dm.batch, dm.ndir, dm.seq, int(lbr))
+        p, _ = choose(ctx.device, "recurrent", key, ctx.label(), valid=lambda q: _valid(ctx.device, key, q))
+        return p
+    return {"vu": path.vu(case), "ks": 1, "bb": batch_rows(ctx.device, dm.batch, op, dm.hidden)}
 
 
 def _pad_slots(ab: list, per_dir: int, ndir: int) -> list:
