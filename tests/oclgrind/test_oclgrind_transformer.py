@@ -38,3 +38,10 @@ def test_fused_attention_kv_append(oclgrind_env):  # noqa: F811
     the generic kernel): bounds and races, as above."""
     run_checked(dict(oclgrind_env, CLGLOW_TARGET="cpu"),
                 pytest_args("tests/test_fuse_attention_kv.py") + ["-k", "fused"], uninitialized=False)
+
+
+def test_bias_softmax(oclgrind_env):  # noqa: F811
+    """softmax.cl's softmax_last with BIAS (passes/fuse_softmax.py): bounds and races (the
+    uninitialised-value checker stops with a fatal error in it, as in attention_rows above)."""
+    run_checked(dict(oclgrind_env, CLGLOW_TARGET="cpu"), pytest_args("tests/test_fuse_softmax.py") + ["-k", "test_fused"],
+                uninitialized=False)
