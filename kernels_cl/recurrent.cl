@@ -160,7 +160,7 @@ inline floatv act(const int code, const floatv x, const float a, const float b) 
  * loop has a bound that is a constant once inlined (ng is a literal at each call) and unrolls, so
  * that the accumulators are registers (a loop left rolled kept them in memory: a load and a store
  * per multiply-add); loads of R are vector-pointer reads (pocl does not inline vloadN). */
-inline __attribute__((always_inline)) void r_dots(const __global float* restrict rk, const int gstep,
+inline __attribute__((always_inline)) void r_dots(const __global float* rk, const int gstep,
                                                   const __local float* hv, const int k, const int ng,
                                                   floatv* acc) {
     float h[BB];
@@ -178,7 +178,7 @@ inline __attribute__((always_inline)) void r_dots(const __global float* restrict
 
 /* acc[gi * BB + bb] = sum_k hv[bb * HP + k] * R[d][(g0 + gi) * hidden + j0 + i][k], i < VU, for ng
  * gates (ng a constant at each call: the loops unroll, the accumulators stay in registers) */
-inline __attribute__((always_inline)) void gate_dots(const __global float* restrict rw, const __local float* hv,
+inline __attribute__((always_inline)) void gate_dots(const __global float* rw, const __local float* hv,
                                                      const int d, const int j0, const int nv, const int hidden,
                                                      const int hpu, const int g0, const int ng, floatv* acc) {
 #if R_T
