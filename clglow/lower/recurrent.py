@@ -55,7 +55,8 @@ from ..target import Target
 from .base import Buf, Launch, LowerCtx, device_op, f32, i32, round_up
 from .common import F32, attr_str, check_dtypes, shape_of
 from .gemm import a_path, pack_live_a
-from .gemm_kernel import GemmConfig, Operand, gemm_config, gemm_launch, pack_a, pack_b, pack_b_launch, packed_b_bytes
+from .gemm_kernel import (GemmConfig, Operand, fit_rows, gemm_config, gemm_key, gemm_launch, pack_a, pack_b, pack_b_launch,
+                          packed_b_bytes, tuned_tiles)
 from .tunable import Family, Params, ShapeKey, choose, product, register
 
 log = logging.getLogger(__name__)
@@ -252,8 +253,8 @@ def _dims(ctx: LowerCtx) -> Dims:
 def _projection(ctx: LowerCtx, dm: Dims, launches: list) -> Operand:
     """xw = X @ W^T for every step and direction, one GEMM into scratch [rows, n] (no bias:
     recurrent.cl adds it). W^T packed once per plan when W is constant, at run time otherwise."""
-    cfg: GemmConfig = gemm_config(ctx.device)
     m, k, n = dm.seq * dm.batch, dm.inp, dm.n
+    cfg = _projection_tiles(ctx, m, n, k)
     path = a_path(ctx.device, cfg, const=ctx.const(0) is not None, m=m, k=k, row_pitch=k)
     if path == "constant":
         a = Operand(ctx.derived(0, f"packA{cfg.mr}", lambda x: pack_a(x.reshape(m, k), cfg.mr)), packed=True)
@@ -271,6 +272,22 @@ def _projection(ctx: LowerCtx, dm: Dims, launches: list) -> Operand:
     xw = Operand(ctx.scratch(4 * m * n), ld=n)
     launches.append(gemm_launch(cfg, m=m, n=n, k=k, batch=1, d2=1, a=a, b=b, c=xw, label=ctx.label()))
     return xw
+
+
+def _projection_tiles(ctx: LowerCtx, m: int, n: int, k: int) -> GemmConfig:
+    """gemm.cl's tiles for the projection: the gemm family's per-shape entry (B packed, A read
+    strided or packed as the fallback tiles would read it; a stored point that would change A's
+    path is not taken), else the Target's tiles fitted to the shape."""
+    fallback = fit_rows(ctx.device, gemm_config(ctx.device), m, n)
+    const_a = ctx.const(0) is not None
+    path = a_path(ctx.device, fallback, const=const_a, m=m, k=k, row_pitch=k)
+
+    def keeps(c: GemmConfig) -> bool:
+        return a_path(ctx.device, c, const=const_a, m=m, k=k, row_pitch=k) == path
+
+    key = gemm_key(m, n, k, "packed", "strided" if path == "strided" else "packed")
+    cfg, _ = tuned_tiles(ctx.device, key, fallback, ctx.label(), valid=keeps)
+    return cfg
 
 
 def _r_operand(ctx: LowerCtx, hpu: int, dm: Dims, vu: int, stream: bool):
