@@ -55,8 +55,8 @@ from ..target import Target
 from .base import Buf, Launch, LowerCtx, device_op, f32, i32, round_up
 from .common import F32, attr_str, check_dtypes, shape_of
 from .gemm import a_path, pack_live_a
-from .gemm_kernel import (GemmConfig, Operand, fit_rows, gemm_config, gemm_key, gemm_launch, pack_a, pack_b, pack_b_launch,
-                          packed_b_bytes, tuned_tiles)
+from .gemm_kernel import (GemmConfig, Operand, fit_rows, gemm_config, gemm_key, gemm_launch, pack_a, pack_b,
+                          pack_b_launch, packed_b_bytes, tuned_tiles)
 from .tunable import Family, Params, ShapeKey, choose, product, register
 
 log = logging.getLogger(__name__)

@@ -65,7 +65,8 @@ def _points_match(op, hidden, batch, direction, lbr, pick) -> None:
     n, feeds, key = _node_case(op, hidden, batch, direction, lbr)
     family = FAMILIES["recurrent"]
     space = family.space(_target(key), key)
-    assert space[0] == family.default(_target(key), key) and len(space) == len({tuple(sorted(p.items())) for p in space})
+    assert space[0] == family.default(_target(key), key)
+    assert len(space) == len({tuple(sorted(p.items())) for p in space})
     live, consts = split(feeds)
     for p in pick(space):
         target = _target(key, p)
