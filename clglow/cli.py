@@ -11,6 +11,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from . import config
+from .lower.tunable import FAMILIES
 from .serve.cli import add_parser as add_serve_parser
 
 
@@ -482,8 +483,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--budget", type=float, metavar="SECONDS",
                     help="search time (default 120 with a model; without one, the standard shape set is "
                     "searched only when a budget is given)")
-    sp.add_argument("--family", help="search only this kernel family (gemm, gemv, dwconv, conv, qgemm, recurrent; "
-                    "GPU family: xgemm, xgemm_conv, gpu_dwconv, gpu_attention, wg_reduce, wg_softmax)")
+    sp.add_argument("--family", choices=sorted(FAMILIES), metavar="FAMILY",
+                    help="search only this tunable family: " + ", ".join(sorted(FAMILIES)))
     sp.add_argument("--show", action="store_true", help="print the stored choices and their time vs the default")
     sp.add_argument("--force", action="store_true", help="measure again even when a choice is stored")
     sp.add_argument("--dim", action="append", metavar="SYMBOL=N", help="value of a symbolic dimension")
