@@ -7,7 +7,7 @@
  *   identity (1, -inf, inf), Relu (1, 0, inf), LeakyRelu(alpha) (alpha, -inf, inf),
  *   Clip(lo, hi) (1, lo, hi). Every comparison is false for NaN, so NaN passes through.
  * ACT = 4 Sigmoid, 5 HardSigmoid(alpha = a, beta = b), 6 Tanh, 7 Gelu (exact: erf, see erf.h),
- * 8 Swish / SiLU (v * sigmoid(v)), 9 HardSwish (v * HardSigmoid(v) with a = 1/6, b = 1/2).
+ * 8 Swish (v * sigmoid(a v): SiLU with a = 1, CLIP's quick-GELU with a = 1.702), 9 HardSwish (v * HardSigmoid(v) with a = 1/6, b = 1/2).
  *
  * DEFINE_ACT(name, T) defines `T name(T v, float a, float b, float c)` for a scalar or vector T.
  */
@@ -51,7 +51,7 @@
 #elif ACT == 8
 #define DEFINE_ACT(NAME, T)                                       \
     inline T NAME(T v, float a, float b, float c) {              \
-        return v / ((T)1.0f + clg_exp(-v));                       \
+        return v / ((T)1.0f + clg_exp(v * -a));                   \
     }
 #elif ACT == 9
 #define DEFINE_ACT(NAME, T)                                       \

@@ -207,6 +207,55 @@ def test_sigmoid_used_elsewhere_is_not_swish():
     assert ("FusedConv", "Swish") not in ops
 
 
+def _quick_gelu(x, y, c_first, sig_first):
+    """x * Sigmoid(1.702 * x), CLIP's activation, with the operands of both Muls in either order."""
+    scale = ["k", x] if c_first else [x, "k"]
+    gate = [x + "_g", x] if sig_first else [x, x + "_g"]
+    return [helper.make_node("Mul", scale, [x + "_k"]), helper.make_node("Sigmoid", [x + "_k"], [x + "_g"]),
+            helper.make_node("Mul", gate, [y])]
+
+
+_K = numpy_helper.from_array(np.array(1.702, np.float32), "k")
+
+
+@pytest.mark.parametrize("c_first,sig_first", [(False, False), (True, True), (True, False)])
+def test_matmul_bias_quick_gelu(c_first, sig_first):
+    """CLIP's MLP: x @ W + b then quick-GELU, one FusedMatMul whose Swish has alpha 1.702."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["h"])]
+    nodes += _quick_gelu("h", "y", c_first, sig_first)
+    x = (RNG.standard_normal((2, 7, 20)) * 2).astype(np.float32)
+    model = _model(nodes, [_vi("x", [2, 7, 20])], [_vi("y", [2, 7, 48])], [_c("w", 20, 48), _c("b", 48), _K])
+    (f,) = _check(model, {"x": x}, 1, n_nodes=1)
+    assert f.attrs["activation"] == "Swish" and abs(f.attrs["act_alpha"] - 1.702) < 1e-6
+
+
+@pytest.mark.parametrize("group", [1, 8], ids=["gemm", "depthwise"])
+def test_conv_quick_gelu_is_one_node(group):
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], group=group)]
+    nodes += _quick_gelu("c", "y", False, True)
+    x = (RNG.standard_normal((1, 8, 12, 20)) * 2).astype(np.float32)
+    ops = _run(_model(nodes, [_vi("x", [1, 8, 12, 20])], [_vi("y", [1, 8, 12, 20])],
+                      [_c("w", 8, 8 // group, 3, 3), _c("b", 8), _K]), {"x": x})
+    assert ops == [("FusedConv", "Swish")]
+
+
+@pytest.mark.parametrize("case", ["scale_used_elsewhere", "vector_scale", "zero_scale"])
+def test_quick_gelu_not_fused(case):
+    """The scaled input read elsewhere, a per-column scale (not a scalar) or a zero scale: the
+    activation stays separate nodes (the MatMul may still take the bias)."""
+    k = {"vector_scale": _c("k", 48), "zero_scale": numpy_helper.from_array(np.array(0.0, np.float32), "k")}
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["h"])]
+    nodes += _quick_gelu("h", "y", False, False)
+    outs = [_vi("y", [5, 48])]
+    if case == "scale_used_elsewhere":
+        nodes.append(helper.make_node("Neg", ["h_k"], ["z"]))
+        outs.append(_vi("z", [5, 48]))
+    x = RNG.standard_normal((5, 20)).astype(np.float32)
+    model = _model(nodes, [_vi("x", [5, 20])], outs, [_c("w", 20, 48), _c("b", 48), k.get(case, _K)])
+    ops = _run(model, {"x": x})
+    assert ("FusedMatMul", "Swish") not in ops and ("FusedMatMul", "") in ops, ops
+
+
 # --- Transposes folded into MatMul strides (passes/fuse_matmul.fold_transposes) ------------------------
 def _attention(b, s, h, d, mask=True):
     """A BERT attention core: head split of q, k (to k^T) and v, scores, softmax, context,

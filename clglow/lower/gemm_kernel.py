@@ -28,13 +28,14 @@ from .tunable import Family, Params, ShapeKey, choose, record_decision, register
 # Activations the GEMM / depthwise epilogues fuse, and their ACT define (kernels_cl/activation.h):
 # 0 is piecewise linear with run-time parameters, so the common ones share one program.
 ACTIVATIONS = {"": 0, "Relu": 0, "Clip": 0, "LeakyRelu": 0, "Sigmoid": 4, "HardSigmoid": 5, "Tanh": 6, "Gelu": 7,
-               "Swish": 8, "HardSwish": 9}  # Swish: x * Sigmoid(x) (SiLU), fused from its two-node form
+               "Swish": 8, "HardSwish": 9}  # Swish: x * Sigmoid(alpha x) (SiLU, quick-GELU), fused from its node forms
 _INF = float("inf")
 
 
 def act_params(act: str, alpha: float = 0.0, beta: float = 0.0) -> tuple:
     """(ACT define, (a, b, c) run-time parameters) for activation.h, from the ONNX op name and
-    its alpha/beta (LeakyRelu alpha, Clip min/max, HardSigmoid alpha/beta)."""
+    its alpha/beta (LeakyRelu alpha, Clip min/max, HardSigmoid alpha/beta, Swish alpha: the
+    sigmoid's scale, 0 read as SiLU's 1 as the epilogues were written before it had one)."""
     if act not in ACTIVATIONS:
         raise ValueError(f"unsupported fused activation {act!r}")
     if act == "Relu":
@@ -45,6 +46,8 @@ def act_params(act: str, alpha: float = 0.0, beta: float = 0.0) -> tuple:
         return 0, (1.0, alpha, beta)
     if act == "HardSigmoid":
         return 5, (alpha, beta, 0.0)
+    if act == "Swish":
+        return 8, (alpha or 1.0, -_INF, _INF)
     if act == "HardSwish":
         return 9, (1.0 / 6.0, 0.5, 0.0)
     return ACTIVATIONS[act], (1.0, -_INF, _INF)

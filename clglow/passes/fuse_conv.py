@@ -44,19 +44,53 @@ def fused_activation(node: Node, graph: Graph) -> Optional[tuple]:
     return ("Clip", lo, hi)
 
 
+def _scalar(graph: Graph, name: str) -> Optional[float]:
+    """The value of a float32 one-element constant, else None."""
+    c = graph.const(name) if name else None
+    if c is None:
+        return None
+    c = np.asarray(c)
+    return float(c.reshape(-1)[0]) if c.size == 1 and c.dtype == np.float32 else None
+
+
+def _swish_scale(g: Graph, consumers: dict, gate: Node, x: str, outputs: set) -> Optional[tuple]:
+    """([Mul, Sigmoid], alpha) when `gate` is Mul(x, c) | Mul(c, x), c a nonzero scalar constant,
+    feeding only a Sigmoid: quick-GELU's sigmoid(1.702 x) (CLIP). None otherwise."""
+    if gate.op_type != "Mul" or len(gate.inputs) != 2 or gate.inputs[0] == gate.inputs[1]:
+        return None
+    c = _scalar(g, gate.inputs[1] if gate.inputs[0] == x else gate.inputs[0])
+    users = consumers.get(gate.outputs[0], [])
+    if c is None or c == 0.0 or gate.outputs[0] in outputs or len(users) != 1:
+        return None
+    sig = users[0]
+    return ([gate, sig], c) if sig.op_type == "Sigmoid" and sig.domain in ("", "ai.onnx") else None
+
+
 def swish(g: Graph, consumers: dict, x: str, outputs: set) -> Optional[tuple]:
-    """([Sigmoid, Mul], output) when `x` is used exactly by Sigmoid(x) and Mul(x, Sigmoid(x)):
-    Swish / SiLU as exporters write it (the sigmoid used once, neither a graph output)."""
+    """([nodes], output, alpha) when `x` is used exactly by Mul(x, Sigmoid(x)) and its sigmoid
+    (Swish / SiLU as exporters write it, alpha 1), or by Mul(x, Sigmoid(Mul(x, c))) and the
+    scaling Mul (quick-GELU, alpha c; either operand order): the epilogue's activation 8,
+    x * sigmoid(alpha x). Every intermediate used once and not a graph output."""
     users = consumers.get(x, [])
     if x in outputs or len(users) != 2 or any(u.domain not in ("", "ai.onnx") for u in users):
         return None
-    sig = next((u for u in users if u.op_type == "Sigmoid"), None)
-    mul = next((u for u in users if u.op_type == "Mul"), None)
-    if sig is None or mul is None or sorted(mul.inputs) != sorted([x, sig.outputs[0]]):
-        return None
-    if consumers.get(sig.outputs[0], []) != [mul] or sig.outputs[0] in outputs:
-        return None
-    return [sig, mul], mul.outputs[0]
+    for gate, mul in ((users[0], users[1]), (users[1], users[0])):
+        if mul.op_type != "Mul":
+            continue
+        if gate.op_type == "Sigmoid":
+            nodes, alpha = [gate], 1.0
+        else:
+            scaled = _swish_scale(g, consumers, gate, x, outputs)
+            if scaled is None:
+                continue
+            nodes, alpha = scaled
+        sig = nodes[-1]
+        if sorted(mul.inputs) != sorted([x, sig.outputs[0]]):
+            continue
+        if consumers.get(sig.outputs[0], []) != [mul] or sig.outputs[0] in outputs:
+            continue
+        return nodes + [mul], mul.outputs[0], alpha
+    return None
 
 
 def rewrite_to_fixed_point(graph: Graph, rewrite_one: Callable[[Graph, dict, set], bool]) -> Graph:
@@ -123,7 +157,7 @@ def _fuse_conv_one(g: Graph, consumers: dict, outputs: set) -> bool:
             chain.append(users[0])
             cur = users[0].outputs[0]
         elif sw is not None:
-            act = ("Swish", 0.0, 0.0)
+            act = ("Swish", sw[2], 0.0)
             chain.extend(sw[0])
             cur = sw[1]
         if not chain:

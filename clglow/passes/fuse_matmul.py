@@ -13,6 +13,7 @@ and not a graph output, all float32):
                                        a live tensor too, e.g. an attention mask)
   Add of a same-shape tensor -> residual
   Relu / LeakyRelu / Clip / Sigmoid / HardSigmoid / Tanh / HardSwish, Swish (x * Sigmoid(x)),
+  quick-GELU x * Sigmoid(c * x) (CLIP; Swish with alpha c),
   Gelu (the opset-20 op, or the erf form 0.5 * x * (1 + erf(x / sqrt(2))) as exporters write
   it) -> activation
 """
@@ -151,10 +152,14 @@ def _fuse_matmul_one(g: Graph, consumers: dict, outputs: set) -> bool:
             act = a
             chain.append(user)
             cur = user.outputs[0]
-        elif gelu is not None or sw is not None:
-            act = ("Gelu" if gelu is not None else "Swish", 0.0, 0.0)
-            chain.extend((gelu or sw)[0])
-            cur = (gelu or sw)[1]
+        elif gelu is not None:
+            act = ("Gelu", 0.0, 0.0)
+            chain.extend(gelu[0])
+            cur = gelu[1]
+        elif sw is not None:
+            act = ("Swish", sw[2], 0.0)
+            chain.extend(sw[0])
+            cur = sw[1]
         if not chain:
             continue
         attrs = {"alpha": alpha, "activation": act[0], "act_alpha": act[1], "act_beta": act[2]}
