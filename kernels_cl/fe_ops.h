@@ -28,6 +28,23 @@ inline float16 __attribute__((overloadable)) fe_erf(const float16 x) { return cl
 #define DIV(a, b) ((a) / (b))
 #define SQUARE(x) ((x) * (x))
 #define CUBE(x) ((x) * (x) * (x))
+/* Typed operations (fused_bcast with T0..T3, TY: int64 / int32 / bool / float values; a bool
+ * is 0 or 1, any comparison's int result included). Casts as ONNX's: to bool is `!= 0` (NaN is
+ * true), float to integer truncates toward zero, integer to integer wraps. */
+#define CAST_F(x) ((float)(x))
+#define CAST_L(x) ((long)(x))
+#define CAST_I(x) ((int)(x))
+#define CAST_B(x) ((x) != 0)
+#define EQ(a, b) ((a) == (b))
+#define LT(a, b) ((a) < (b))
+#define GT(a, b) ((a) > (b))
+#define NOT(x) (!(x))
+#define AND(a, b) ((a) && (b))
+#define OR(a, b) ((a) || (b))
+#define WHERE(c, a, b) ((c) ? (a) : (b))
+/* integer constants by value (decimal): int64 and int32 */
+#define LITL(v) ((long)(v))
+#define LITI(v) ((int)(v))
 /* a float32 constant by its bit pattern (8 hex digits): exact, and valid in a -D define */
 #define LIT(h) as_float(0x##h##u)
 #endif

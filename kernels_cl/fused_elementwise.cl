@@ -49,11 +49,32 @@
 #define HY 0
 #endif
 #include "storage.h"
-#define X0T ST_T(H0)
-#define X1T ST_T(H1)
-#define X2T ST_T(H2)
-#define X3T ST_T(H3)
-#define YT ST_T(HY)
+/* Typed expressions (fused_bcast only): T0..T3, TY the value types of the inputs and output
+ * (long, int, uchar for bool, float), e.g. an attention mask's int64 -> bool -> Where chain; a
+ * float stored as half keeps Hk = 1 with Tk = float. Absent, every value is float. */
+#ifndef T0
+#define T0 float
+#endif
+#ifndef T1
+#define T1 float
+#endif
+#ifndef T2
+#define T2 float
+#endif
+#ifndef T3
+#define T3 float
+#endif
+#ifndef TY
+#define TY float
+#endif
+#define FE_ST(H, T) ST_CAT(FE_ST_, H)(T)
+#define FE_ST_0(T) T
+#define FE_ST_1(T) half
+#define X0T FE_ST(H0, T0)
+#define X1T FE_ST(H1, T1)
+#define X2T FE_ST(H2, T2)
+#define X3T FE_ST(H3, T3)
+#define YT FE_ST(HY, TY)
 
 
 /* 16 elements per work-item as float16 vectors (a partial last run through private arrays).
@@ -193,15 +214,15 @@ __kernel void fused_bcast(__global const X0T* x0, __global const X1T* x1, __glob
     if (i >= n) return;
     int o[NIN];
     bcast_offsets(i, meta, RANK, NIN, o);
-    const float X0 = ST_LD(H0, x0, o[0]);
+    const T0 X0 = ST_LD(H0, x0, o[0]);
 #if NIN > 1
-    const float X1 = ST_LD(H1, x1, o[1]);
+    const T1 X1 = ST_LD(H1, x1, o[1]);
 #endif
 #if NIN > 2
-    const float X2 = ST_LD(H2, x2, o[2]);
+    const T2 X2 = ST_LD(H2, x2, o[2]);
 #endif
 #if NIN > 3
-    const float X3 = ST_LD(H3, x3, o[3]);
+    const T3 X3 = ST_LD(H3, x3, o[3]);
 #endif
-    ST_ST(HY, y, i, EXPR);
+    ST_ST(HY, y, i, (TY)(EXPR));
 }

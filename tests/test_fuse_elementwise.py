@@ -1,4 +1,5 @@
-"""Fusion of float32 elementwise chains (passes/fuse_elementwise.py): what is fused, what is not,
+"""Fusion of elementwise chains (passes/fuse_elementwise.py), float32 and typed (int64 / int32 /
+bool masks): what is fused, what is not,
 and that the fused kernel computes what onnxruntime computes; a forged FusedElementwise node in a
 user's model is refused, never compiled."""
 from __future__ import annotations
@@ -145,3 +146,111 @@ def test_every_operation_flat_runs(shape):
              helper.make_node("Mul", ["g", "f"], ["m"]), helper.make_node("Div", ["m", "two"], ["y"])]
     x = np.random.default_rng(3).standard_normal(shape).astype(np.float32) * 2
     _check(_model(nodes, [_vi("x", list(shape))], [_vi("y", list(shape))], c), {"x": x}, 2, 2)  # d is read twice
+
+
+# --- Typed chains: int64 / int32 / bool values (attention-mask preprocessing) ---------------------
+def _ti(name, dtype, shape):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def _check_typed(model, feeds, n_fused, n_nodes=None):
+    """Fused as expected, and equal to onnxruntime: exactly for integer / bool results."""
+    sess = clglow.InferenceSession(model.SerializeToString())
+    fused = _fused(sess)
+    assert len(fused) == n_fused, [(n.op_type, n.attrs.get("expr")) for n in sess.graph.nodes]
+    if n_nodes is not None:
+        assert len(sess.graph.nodes) == n_nodes, [n.op_type for n in sess.graph.nodes]
+    for g, w in zip(sess.run(None, feeds), models.ort_run(model, feeds)):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        if w.dtype.kind == "f":
+            np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-6)
+        else:
+            np.testing.assert_array_equal(g, w)
+    return fused
+
+
+def _mask(s, rng):
+    m = (rng.random((2, s)) < 0.7).astype(np.int64)
+    m[:, 0] = 2  # any nonzero is true
+    return m
+
+
+@pytest.mark.parametrize("s", [7, 77])
+def test_mask_cast_reshape_where_is_one_node(s):
+    """DistilBERT / CLIP: Where(Cast(mask, bool) viewed with leading ones, bias, -max): one
+    launch, the Reshape folded in (a view that adds leading ones broadcasts as its input does)."""
+    rng = np.random.default_rng(3)
+    bias = numpy_helper.from_array(rng.standard_normal((1, 1, s, 1)).astype(np.float32), "bias")
+    low = numpy_helper.from_array(np.array(np.finfo(np.float32).min, np.float32), "low")
+    shape = numpy_helper.from_array(np.array([1, 1, 2 * s], np.int64), "shape")
+    nodes = [helper.make_node("Cast", ["m"], ["b"], to=T.BOOL), helper.make_node("Reshape", ["b", "shape"], ["r"]),
+             helper.make_node("Where", ["r", "bias", "low"], ["y"])]
+    model = _model(nodes, [_ti("m", T.INT64, [1, 2 * s])], [_vi("y", [1, 1, s, 2 * s])], [bias, low, shape])
+    (f,) = _check_typed(model, {"m": _mask(s, rng).reshape(1, 2 * s)}, 1, 1)
+    assert f.attrs["expr"].startswith("WHERE(CAST_B(X0)")
+
+
+def test_token_equal_chain_is_exact():
+    """CLIP's end-of-text search: Cast int64 -> int32 -> int64, Equal a constant, Cast to int32."""
+    eot = numpy_helper.from_array(np.array(49407, np.int64), "eot")
+    nodes = [helper.make_node("Cast", ["ids"], ["a"], to=T.INT32), helper.make_node("Cast", ["a"], ["b"], to=T.INT64),
+             helper.make_node("Equal", ["b", "eot"], ["e"]), helper.make_node("Cast", ["e"], ["y"], to=T.INT32)]
+    ids = np.random.default_rng(4).integers(0, 49408, (3, 77)).astype(np.int64)
+    ids[:, 40] = 49407
+    ids[0, 3] = 49407 + 2 ** 32  # int32 wraps to 49407: the casts are not an identity
+    model = _model(nodes, [_ti("ids", T.INT64, [3, 77])], [_ti("y", T.INT32, [3, 77])], [eot])
+    _check_typed(model, {"ids": ids}, 1, 1)
+
+
+def test_int64_arithmetic_is_exact_and_bert_mask_to_float():
+    """(x - c) * k in int64 beyond float precision, and BERT's (1 - float(mask)) * -10000."""
+    c = numpy_helper.from_array(np.array(3 * 2 ** 40 + 1, np.int64), "c")
+    k = numpy_helper.from_array(np.array([[-7, 5, 2 ** 20]], np.int64), "k")
+    one = numpy_helper.from_array(np.array(1.0, np.float32), "one")
+    big = numpy_helper.from_array(np.array(-10000.0, np.float32), "big")
+    nodes = [helper.make_node("Sub", ["x", "c"], ["d"]), helper.make_node("Mul", ["d", "k"], ["e"]),
+             helper.make_node("Neg", ["e"], ["y"]),
+             helper.make_node("Cast", ["m"], ["f"], to=T.FLOAT), helper.make_node("Sub", ["one", "f"], ["g"]),
+             helper.make_node("Mul", ["g", "big"], ["z"])]
+    rng = np.random.default_rng(5)
+    x = rng.integers(-2 ** 42, 2 ** 42, (4, 3)).astype(np.int64)
+    model = _model(nodes, [_ti("x", T.INT64, [4, 3]), _ti("m", T.INT64, [2, 9])],
+                   [_ti("y", T.INT64, [4, 3]), _vi("z", [2, 9])], [c, k, one, big])
+    _check_typed(model, {"x": x, "m": (rng.random((2, 9)) < 0.5).astype(np.int64)}, 2, 2)
+
+
+def test_logic_and_comparisons():
+    """Not / And / Or over bool, Less / Greater / Equal over float and int64, Where choosing int64:
+    one node over four inputs (x read three times, loaded once)."""
+    three = numpy_helper.from_array(np.array(3, np.int64), "three")
+    nodes = [helper.make_node("Less", ["a", "b"], ["l"]), helper.make_node("Greater", ["i", "j"], ["g"]),
+             helper.make_node("Not", ["l"], ["n"]), helper.make_node("And", ["n", "g"], ["c"]),
+             helper.make_node("Equal", ["i", "three"], ["e"]), helper.make_node("Or", ["c", "e"], ["o"]),
+             helper.make_node("Where", ["o", "i", "j"], ["y"])]
+    rng = np.random.default_rng(6)
+    feeds = {"a": rng.standard_normal((5, 6)).astype(np.float32), "b": rng.standard_normal((6,)).astype(np.float32),
+             "i": rng.integers(-9, 9, (5, 6)).astype(np.int64), "j": rng.integers(-9, 9, (5, 1)).astype(np.int64)}
+    inputs = [_vi("a", [5, 6]), _vi("b", [6]), _ti("i", T.INT64, [5, 6]), _ti("j", T.INT64, [5, 1])]
+    (f,) = _check_typed(_model(nodes, inputs, [_ti("y", T.INT64, [5, 6])], [three]), feeds, 1, 1)
+    assert "LITL(3)" in f.attrs["expr"]
+
+
+@pytest.mark.parametrize("case", ["int_div", "reshape_moves_elements", "float_to_float16"])
+def test_typed_chain_not_fused(case):
+    """Integer Div (its rounding, x / 0), a Reshape that is not a leading-ones view (it moves
+    elements relative to the broadcast) and a dtype outside the typed kernel's stay separate."""
+    shape = numpy_helper.from_array(np.array([6, 2], np.int64), "shape")
+    two = numpy_helper.from_array(np.array(2, np.int64), "two")
+    if case == "int_div":
+        nodes = [helper.make_node("Cast", ["m"], ["a"], to=T.INT64), helper.make_node("Div", ["a", "two"], ["y"])]
+        out = _ti("y", T.INT64, [2, 6])
+    elif case == "reshape_moves_elements":
+        nodes = [helper.make_node("Cast", ["m"], ["a"], to=T.BOOL), helper.make_node("Reshape", ["a", "shape"], ["r"]),
+                 helper.make_node("Not", ["r"], ["y"])]
+        out = _ti("y", T.BOOL, [6, 2])
+    else:
+        nodes = [helper.make_node("Cast", ["m"], ["a"], to=T.FLOAT16), helper.make_node("Cast", ["a"], ["y"], to=T.INT64)]
+        out = _ti("y", T.INT64, [2, 6])
+    model = _model(nodes, [_ti("m", T.INT32, [2, 6])], [out], [shape, two])
+    m = np.random.default_rng(7).integers(-5, 5, (2, 6)).astype(np.int32)
+    _check_typed(model, {"m": m}, 0)

@@ -1,4 +1,4 @@
-"""Chains of float32 elementwise ops -> one clglow.FusedElementwise node.
+"""Chains of elementwise ops -> one clglow.FusedElementwise node.
 
 MobileNet's SE gates (Sigmoid, Mul), BERT's GELU (Div, Erf, Add, Mul, Mul) and bias/scale
 chains are each a run of memory-bound launches; fused, the intermediates stay in registers and
@@ -11,6 +11,11 @@ The node keeps the expression as a string attribute over its inputs X0..X{n-1}, 
 ``MUL(X0,SIGMOID(X0))``; the macros are those of kernels_cl/fused_elementwise.cl. Scalar float32
 constants are literals of the expression (LIT(bits)), not inputs: GPT-2's tanh GELU (x * 0.5 *
 (1 + tanh(0.7978846 * (x + 0.044715 * x^3))), eight nodes) reads one input.
+
+Attention-mask preprocessing mixes int64, bool and float values (Cast, Equal, Not, Where, integer
+Sub / Mul); those ops fuse too, each only for the dtypes its typed macro computes as ONNX does,
+and the group then runs as the typed kernel. Zero-copy views (Reshape, Flatten, Squeeze,
+Unsqueeze) between two members fold in when they change the shape only by leading ones.
 """
 from __future__ import annotations
 
@@ -44,9 +49,65 @@ def literal(value: float) -> str:
     return f"LIT({int(np.array(value, np.float32).view(np.uint32)):08x})"
 
 
+# Ops over int64 / int32 / bool values (an attention mask's Cast / Equal / Where chain; fe_ops.h)
+_I64, _I32, _BOOL, _F32 = (np.dtype(t) for t in (np.int64, np.int32, np.bool_, np.float32))
+_INTS = {_I64, _I32}
+_VALUES = {_F32, _I64, _I32, _BOOL}
+CASTS = {_F32: "CAST_F", _I64: "CAST_L", _I32: "CAST_I", _BOOL: "CAST_B"}
+COMPARE = {"Equal": "EQ", "Less": "LT", "Greater": "GT"}
+LOGIC = {"Not": "NOT", "And": "AND", "Or": "OR"}
+VIEWS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}  # zero-copy: only the shape changes
+
+
+def _dtypes(node: Node, graph: Graph) -> Optional[list]:
+    """The dtypes of the node's inputs then its output, when all are known with a shape."""
+    out = []
+    for name in list(node.inputs) + list(node.outputs):
+        v = graph.values.get(name) if name else None
+        if v is None or v.dtype is None or v.shape is None:
+            return None
+        out.append(np.dtype(v.dtype))
+    return out
+
+
+def _typed_fusable(node: Node, graph: Graph) -> bool:
+    """Whether `node` is one of the typed ops over dtypes the kernel computes as ONNX does
+    (integer Add / Sub / Mul / Neg exact within int64; no integer Div: its rounding and x / 0)."""
+    dts = _dtypes(node, graph)
+    if dts is None or len(node.outputs) != 1:
+        return False
+    *ins, out = dts
+    op = node.op_type
+    if op == "Cast":
+        return len(ins) == 1 and ins[0] in _VALUES and out in _VALUES
+    if op in ("Add", "Sub", "Mul", "Neg"):
+        return len(ins) == (1 if op == "Neg" else 2) and out in _INTS and all(d == out for d in ins)
+    if op in COMPARE:
+        return (len(ins) == 2 and ins[0] == ins[1] and out == _BOOL
+                and ins[0] in (_VALUES if op == "Equal" else _VALUES - {_BOOL}))
+    if op in LOGIC:
+        return len(ins) == (1 if op == "Not" else 2) and all(d == _BOOL for d in dts)
+    if op == "Where":
+        return len(ins) == 3 and ins[0] == _BOOL and ins[1] == ins[2] == out and out in _VALUES
+    return False
+
+
+def _int_literal(graph: Graph, name: str) -> Optional[str]:
+    """An int64 / int32 / bool one-element constant as the expression's LITL / LITI token."""
+    c = graph.const(name) if name else None
+    if c is None or np.asarray(c).size != 1:
+        return None
+    c = np.asarray(c)
+    if c.dtype not in (_I64, _I32, _BOOL) or (c.dtype == _I64 and int(c.reshape(-1)[0]) == -2 ** 63):
+        return None
+    return f"LIT{'L' if c.dtype == _I64 else 'I'}({int(c.reshape(-1)[0])})"
+
+
 def _fusable(node: Node, graph: Graph) -> bool:
     if node.domain not in ("", "ai.onnx"):
         return False
+    if _typed_fusable(node, graph):
+        return True
     if node.op_type == "Pow":
         if len(node.inputs) != 2 or _scalar(graph, node.inputs[1]) not in POWERS:
             return False
@@ -63,6 +124,27 @@ def _fusable(node: Node, graph: Graph) -> bool:
     return True
 
 
+def _strip(graph: Graph, name: str) -> Optional[tuple]:
+    """The shape of `name` without its leading ones (equal: the same broadcast); None if unknown."""
+    v = graph.values.get(name)
+    if v is None or v.shape is None or any(not isinstance(d, int) for d in v.shape):
+        return None
+    shape = list(v.shape)
+    while shape and shape[0] == 1:
+        shape.pop(0)
+    return tuple(shape)
+
+
+def _typed_text(node: Node, graph: Graph, args: list) -> Optional[str]:
+    """The typed macro call of `node` over its arguments' texts; None for a float32 op, whose
+    text the float macros write (Add, Sub, Mul and Neg are the same macros for integers)."""
+    op = node.op_type
+    if op == "Cast":
+        return f"{CASTS[np.dtype(graph.values[node.outputs[0]].dtype)]}({args[0]})"
+    macro = COMPARE.get(op) or LOGIC.get(op) or ("WHERE" if op == "Where" else None)
+    return f"{macro}({','.join(args)})" if macro else None
+
+
 def fuse_elementwise(graph: Graph) -> Graph:
     g = graph.copy()
     outputs = set(g.outputs)
@@ -71,20 +153,35 @@ def fuse_elementwise(graph: Graph) -> Graph:
     fusable = {id(n) for n in g.nodes if _fusable(n, g)}
     position = {id(n): i for i, n in enumerate(g.nodes)}  # a fused node keeps its members in graph order
 
-    def inner(name: str) -> Optional[Node]:
-        """The producer of `name` when it can be folded into its single, fusable consumer's expression."""
-        p = producer.get(name)
-        users = consumers.get(name, [])
-        if p is None or id(p) not in fusable or name in outputs or len(users) != 1 or id(users[0]) not in fusable:
+    def single(name: str) -> bool:
+        return name not in outputs and len(consumers.get(name, [])) == 1
+
+    def inner(name: str) -> Optional[tuple]:
+        """(producer, views between) of `name` when it can be folded into its single, fusable
+        consumer's expression, directly or through zero-copy views that change the shape only by
+        leading ones (broadcast to the result either way: a mask's Cast -> Reshape -> Where)."""
+        if not single(name) or id(consumers[name][0]) not in fusable:
             return None
-        return p
+        views, cur = [], name
+        while (cur in producer and producer[cur].op_type in VIEWS and producer[cur].domain in ("", "ai.onnx")
+               and single(producer[cur].inputs[0])):
+            views.append(producer[cur])
+            cur = producer[cur].inputs[0]
+        p = producer.get(cur)
+        if p is None or id(p) not in fusable or not single(cur):
+            return None
+        if views and (_strip(g, cur) is None or _strip(g, cur) != _strip(g, name)):
+            return None
+        return p, views
+
+    taken = {id(r[0]) for n in g.nodes if id(n) in fusable for r in map(inner, n.inputs) if r is not None}
 
     new_nodes: list = []
     absorbed: set = set()
     groups: dict = {}  # id(root) -> (fused node, member ids)
     # roots: fusable nodes whose output leaves the group (several or non-fusable consumers, graph output)
     for node in g.nodes:
-        if id(node) not in fusable or inner(node.outputs[0]) is not None:
+        if id(node) not in fusable or id(node) in taken:
             continue
         ext: list = []
         members: list = []
@@ -94,24 +191,30 @@ def fuse_elementwise(graph: Graph) -> Graph:
             lit = _scalar(g, name) if p is None else None
             if lit is not None:  # a scalar constant: a literal of the expression, not an input
                 return literal(lit)
+            ilit = _int_literal(g, name) if p is None else None
+            if ilit is not None:
+                return ilit
             if p is None:
                 if name not in ext:
                     ext.append(name)
                 return f"X{ext.index(name)}"
-            return build(p)
+            members.extend(p[1])
+            return build(p[0])
 
         def build(n: Node) -> Optional[str]:
             members.append(n)
             if n.op_type == "Pow":
                 return f"{POWERS[_scalar(g, n.inputs[1])]}({expr(n.inputs[0])})"
+            args = [expr(i) for i in n.inputs]
+            typed = _typed_text(n, g, args) if _typed_fusable(n, g) else None
+            if typed is not None:
+                return typed
             if n.op_type in UNARY:
-                a = expr(n.inputs[0])
-                return f"{UNARY[n.op_type]}({a})"
-            a, b = expr(n.inputs[0]), expr(n.inputs[1])
-            return f"{BINARY[n.op_type]}({a},{b})"
+                return f"{UNARY[n.op_type]}({args[0]})"
+            return f"{BINARY[n.op_type]}({args[0]},{args[1]})"
 
         text = build(node)
-        if len(members) < 2 or not ext or len(ext) > MAX_INPUTS:
+        if sum(m.op_type not in VIEWS for m in members) < 2 or not ext or len(ext) > MAX_INPUTS:
             continue
         fused = Node("FusedElementwise", node.name, list(ext), [node.outputs[0]], {"expr": text}, "clglow", None)
         op = lookup(fused)
