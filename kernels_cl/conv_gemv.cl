@@ -18,12 +18,6 @@
 #ifndef GV
 #define GV 16
 #endif
-#ifndef XH
-#define XH 0
-#endif
-#ifndef YH
-#define YH 0
-#endif
 #include "activation.h"
 #include "storage.h"
 #define XT ST_T(XH)

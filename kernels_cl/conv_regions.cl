@@ -2,9 +2,6 @@
  * output region's pixels one after another (region order, row-major inside a region); this puts
  * every pixel at its place in Y: Y[row][pix[n]] = S[row][n], row = image * Cout + channel.
  * gsize = (ceil(NPIX / 16) * 16, rows). YH: Y stored as half (storage.h; S is float). */
-#ifndef YH
-#define YH 0
-#endif
 #include "storage.h"
 
 __kernel void scatter_pixels(__global const float* restrict S, __global const int* restrict pix,

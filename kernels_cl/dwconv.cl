@@ -21,12 +21,6 @@
 DEFINE_ACT(act_s, float)
 DEFINE_ACT(act_v16, float16)
 typedef float16 float16_u __attribute__((aligned(4)));
-#ifndef XH
-#define XH 0
-#endif
-#ifndef YH
-#define YH 0
-#endif
 #include "storage.h"
 #define XT ST_T(XH)
 #define YT ST_T(YH)

@@ -99,18 +99,6 @@
 
 /* Storage of the operands in global memory (storage.h): 0 float, 1 half (read and written as
  * floats, the accumulators stay fp32). C_HALF covers C and the residual Z. */
-#ifndef A_HALF
-#define A_HALF 0
-#endif
-#ifndef B_HALF
-#define B_HALF 0
-#endif
-#ifndef C_HALF
-#define C_HALF 0
-#endif
-#ifndef BIAS_HALF
-#define BIAS_HALF 0
-#endif
 #include "storage.h"
 #define A_T ST_T(A_HALF)
 #define B_T ST_T(B_HALF)

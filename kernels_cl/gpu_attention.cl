@@ -42,9 +42,6 @@
 #ifndef VH
 #define VH 0
 #endif
-#ifndef YH
-#define YH 0
-#endif
 #include "storage.h"
 
 /* RQ rounded up to a power of two, and the work-items of each row's reductions */

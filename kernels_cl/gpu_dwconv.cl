@@ -53,12 +53,6 @@
 #error "the output tile must be whole work-group shapes"
 #endif
 
-#ifndef XH
-#define XH 0
-#endif
-#ifndef YH
-#define YH 0
-#endif
 #include "storage.h"
 
 #define RX (TW / WX)

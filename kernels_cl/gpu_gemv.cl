@@ -30,21 +30,6 @@
 #define B_KFAST 0
 #endif
 
-#ifndef A_HALF
-#define A_HALF 0
-#endif
-#ifndef B_HALF
-#define B_HALF 0
-#endif
-#ifndef C_HALF
-#define C_HALF 0
-#endif
-#ifndef Z_HALF
-#define Z_HALF 0
-#endif
-#ifndef BIAS_HALF
-#define BIAS_HALF 0
-#endif
 #include "storage.h"
 
 #define FLAG_BIAS 1

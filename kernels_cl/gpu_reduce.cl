@@ -51,12 +51,6 @@
 #ifndef EMPTY
 #define EMPTY 0
 #endif
-#ifndef XH
-#define XH 0
-#endif
-#ifndef YH
-#define YH 0
-#endif
 #include "storage.h"
 /* x's and y's storage: T / TO, or half holding floats (XH / YH) */
 #if XH

@@ -18,12 +18,6 @@
 #ifndef LS
 #define LS 256
 #endif
-#ifndef XH
-#define XH 0
-#endif
-#ifndef YH
-#define YH 0
-#endif
 #include "storage.h"
 #define XT ST_T(XH)
 #define YT ST_T(YH)

@@ -17,12 +17,6 @@
  */
 #pragma OPENCL FP_CONTRACT ON
 
-#ifndef XH
-#define XH 0
-#endif
-#ifndef YH
-#define YH 0
-#endif
 #include "storage.h"
 
 #define FLAG_BIAS 1

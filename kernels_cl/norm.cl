@@ -54,12 +54,6 @@ __kernel void lrn(__global const float* x, __global float* y, const int n, const
 /* LayerNormalization: rows of `len` contiguous elements; scale/bias have `len` elements.
  * RMS: RMSNormalization (no mean subtracted).  HAS_STATS: also write the row's mean and 1/stddev.
  * XH / YH: x / y stored as half (storage.h); the statistics are float32 either way. */
-#ifndef XH
-#define XH 0
-#endif
-#ifndef YH
-#define YH 0
-#endif
 #include "storage.h"
 
 /* The mean (0 with RMS) and 1/stddev of a half row, accumulated in float32 (16 lanes, then the

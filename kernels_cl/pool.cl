@@ -13,12 +13,6 @@
 #ifndef T
 #define T float
 #endif
-#ifndef XH
-#define XH 0
-#endif
-#ifndef YH
-#define YH 0
-#endif
 #include "lanes.h"
 #include "storage.h"
 #if XH

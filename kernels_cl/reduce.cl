@@ -27,12 +27,6 @@
 #ifndef EMPTY
 #define EMPTY 0
 #endif
-#ifndef XH
-#define XH 0
-#endif
-#ifndef YH
-#define YH 0
-#endif
 #include "lanes.h"
 #include "storage.h"
 #if XH

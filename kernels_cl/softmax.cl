@@ -8,12 +8,6 @@
  *                 the unscaled ones)
  */
 #include "vmath.h"
-#ifndef XH
-#define XH 0
-#endif
-#ifndef YH
-#define YH 0
-#endif
 #include "storage.h"
 #define XT ST_T(XH)
 #define YT ST_T(YH)

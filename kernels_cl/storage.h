@@ -32,6 +32,31 @@
 #define CLG_PREFETCH(p) __builtin_prefetch(p)
 #endif
 
+/* The storage flags most kernels share (XH/YH: a kernel's input and output; A/B/C/Z/BIAS_HALF:
+ * the GEMM operands), 0 (float) unless a -D define says half. Kernel-specific flags (QH, KH, VH,
+ * X_HALF) default in their own files. */
+#ifndef XH
+#define XH 0
+#endif
+#ifndef YH
+#define YH 0
+#endif
+#ifndef A_HALF
+#define A_HALF 0
+#endif
+#ifndef B_HALF
+#define B_HALF 0
+#endif
+#ifndef C_HALF
+#define C_HALF 0
+#endif
+#ifndef Z_HALF
+#define Z_HALF 0
+#endif
+#ifndef BIAS_HALF
+#define BIAS_HALF 0
+#endif
+
 #define ST_CAT_(a, b) a##b
 #define ST_CAT(a, b) ST_CAT_(a, b)
 

@@ -36,12 +36,6 @@ typedef float2 f2u __attribute__((aligned(4)));
 
 /* Storage of X (XH) and of Y with its residual Z (YH): 0 float, 1 half (storage.h; read and
  * written as floats, the transforms and the GEMM's V and M stay float). */
-#ifndef XH
-#define XH 0
-#endif
-#ifndef YH
-#define YH 0
-#endif
 #include "storage.h"
 #define XT ST_T(XH)
 #define YT ST_T(YH)
