@@ -93,6 +93,9 @@ def infer_node(node: Node, graph: Graph) -> dict:
     if (domain, op_type) == ("clglow", "FusedAttention"):  # its rule lives with the pass that makes it
         from .passes.fuse_attention import output_shape
         return output_shape(node, graph)
+    if (domain, op_type) == ("clglow", "FusedElementwise") and "rank" in node.attrs:  # typed / with views
+        from .passes.fuse_elementwise import output_shape as elementwise_shape
+        return elementwise_shape(node, graph)
     if (domain, op_type) == ("clglow", "ChannelShuffle"):  # its rule lives with the pass that makes it
         from .passes.fuse_channel_shuffle import output_shape as shuffle_shape
         return shuffle_shape(node, graph)

@@ -49,7 +49,7 @@
 #define HY 0
 #endif
 #include "storage.h"
-/* Typed expressions (fused_bcast only): T0..T3, TY the value types of the inputs and output
+/* Typed expressions (TYPED defined: fused_bcast only): T0..T3, TY the value types of the inputs and output
  * (long, int, uchar for bool, float), e.g. an attention mask's int64 -> bool -> Where chain; a
  * float stored as half keeps Hk = 1 with Tk = float. Absent, every value is float. */
 #ifndef T0
@@ -77,6 +77,7 @@
 #define YT FE_ST(HY, TY)
 
 
+#ifndef TYPED  /* the float kernels: a typed EXPR need not compile over float16 vectors */
 /* 16 elements per work-item as float16 vectors (a partial last run through private arrays).
  * Measured on pocl (AVX-512): x * Sigmoid(x) over 128x40x40 124 -> 43 us, an erf Gelu over
  * 256x3072 776 -> 157 us (one element per work-item before; onnxruntime 38 and 182 us). */
@@ -206,6 +207,8 @@ __kernel void fused_rows(__global const X0T* restrict x0, __global const X1T* re
 #endif
     ROW_LOOP(j0, inner, ST_ST(HY, py, j, FUSED_ROW_EXPR(j)));
 }
+
+#endif /* TYPED */
 
 __kernel void fused_bcast(__global const X0T* x0, __global const X1T* x1, __global const X2T* x2,
                           __global const X3T* x3, __global YT* y, const int n,

@@ -4,6 +4,7 @@ and that the fused kernel computes what onnxruntime computes; a forged FusedElem
 user's model is refused, never compiled."""
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -154,13 +155,27 @@ def _ti(name, dtype, shape):
 
 
 def _check_typed(model, feeds, n_fused, n_nodes=None):
-    """Fused as expected, and equal to onnxruntime: exactly for integer / bool results."""
-    sess = clglow.InferenceSession(model.SerializeToString())
+    """Fused as expected, run as fused kernels (not their original nodes: the engine's fallback),
+    and equal to onnxruntime: exactly for integer / bool results."""
+    fallbacks: list = []
+    handler = logging.Handler()
+    handler.emit = lambda r: fallbacks.append(r.getMessage()) if "original nodes run" in r.getMessage() else None
+    engine_log = logging.getLogger("clglow.runtime.engine")
+    engine_log.addHandler(handler)
+    level = engine_log.level
+    engine_log.setLevel(logging.INFO)
+    try:
+        sess = clglow.InferenceSession(model.SerializeToString())
+        got = sess.run(None, feeds)
+    finally:
+        engine_log.removeHandler(handler)
+        engine_log.setLevel(level)
     fused = _fused(sess)
     assert len(fused) == n_fused, [(n.op_type, n.attrs.get("expr")) for n in sess.graph.nodes]
     if n_nodes is not None:
         assert len(sess.graph.nodes) == n_nodes, [n.op_type for n in sess.graph.nodes]
-    for g, w in zip(sess.run(None, feeds), models.ort_run(model, feeds)):
+    assert not fallbacks, fallbacks
+    for g, w in zip(got, models.ort_run(model, feeds)):
         assert g.dtype == w.dtype and g.shape == w.shape
         if w.dtype.kind == "f":
             np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-6)
@@ -254,3 +269,17 @@ def test_typed_chain_not_fused(case):
     model = _model(nodes, [_ti("m", T.INT32, [2, 6])], [out], [shape, two])
     m = np.random.default_rng(7).integers(-5, 5, (2, 6)).astype(np.int32)
     _check_typed(model, {"m": m}, 0)
+
+
+def test_typed_chain_with_symbolic_dims():
+    """A model declared with symbolic [batch, seq] dims: the typed node's output dtype survives
+    the engine's shape inference at the run's sizes (the view, its shape unknown when the pass
+    runs, stays outside)."""
+    bias = numpy_helper.from_array(np.array([[[[0.5]], [[-1.5]]]], np.float32), "bias")  # [1, 2, 1, 1]
+    low = numpy_helper.from_array(np.array(-3.0, np.float32), "low")
+    axes = numpy_helper.from_array(np.array([1, 2], np.int64), "axes")
+    nodes = [helper.make_node("Cast", ["m"], ["b"], to=T.BOOL), helper.make_node("Unsqueeze", ["b", "axes"], ["r"]),
+             helper.make_node("Not", ["r"], ["n"]), helper.make_node("Where", ["n", "low", "bias"], ["y"])]
+    model = _model(nodes, [_ti("m", T.INT64, ["batch", "seq"])], [_vi("y", ["batch", 2, 1, "seq"])],
+                   [bias, low, axes])
+    _check_typed(model, {"m": _mask(11, np.random.default_rng(8))}, 1)

@@ -80,7 +80,7 @@ def typed_defines(ctx: LowerCtx) -> dict:
     """T<k> / TY: each input's and the output's value type (a half-stored float: float, with H<k>)."""
     def value_type(dt: np.dtype) -> str:
         return "float" if np.dtype(dt) in (F32, F16) else cl_type(dt)
-    d = {f"T{k}": value_type(t.dtype) for k, t in enumerate(ctx.inputs)}
+    d = {"TYPED": 1, **{f"T{k}": value_type(t.dtype) for k, t in enumerate(ctx.inputs)}}
     d["TY"] = value_type(ctx.outputs[0].dtype)
     return d
 

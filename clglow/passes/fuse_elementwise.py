@@ -22,7 +22,9 @@ from __future__ import annotations
 from typing import Optional
 
 import numpy as np
+from onnx import helper
 
+from ..errors import InvalidModel
 from ..ir import Graph, Node
 from ..lower.base import GENERIC_TARGET, lookup
 
@@ -145,6 +147,28 @@ def _typed_text(node: Node, graph: Graph, args: list) -> Optional[str]:
     return f"{macro}({','.join(args)})" if macro else None
 
 
+def output_shape(node: Node, graph: Graph) -> dict:
+    """{output: (dtype, shape)} of a FusedElementwise with `to` and `rank` attributes (typed, or
+    with views folded in; shapes.infer_node's rule for it): the inputs' broadcast shape without
+    its leading ones, padded with ones to `rank`, of dtype `to`; {} while an input is not static."""
+    shapes = []
+    for name in node.inputs:
+        v = graph.values.get(name)
+        if v is None or not v.is_static:
+            return {}
+        shapes.append(tuple(v.shape))
+    try:
+        shape = list(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise InvalidModel(f"FusedElementwise inputs {shapes} do not broadcast", node=node.name) from None
+    while shape and shape[0] == 1:
+        shape.pop(0)
+    rank = int(node.attrs["rank"])
+    if rank < len(shape):
+        raise InvalidModel(f"FusedElementwise rank {rank} is below its inputs' {len(shape)}", node=node.name)
+    return {node.outputs[0]: (helper.tensor_dtype_to_np_dtype(int(node.attrs["to"])), (1,) * (rank - len(shape)) + tuple(shape))}
+
+
 def fuse_elementwise(graph: Graph) -> Graph:
     g = graph.copy()
     outputs = set(g.outputs)
@@ -216,7 +240,12 @@ def fuse_elementwise(graph: Graph) -> Graph:
         text = build(node)
         if sum(m.op_type not in VIEWS for m in members) < 2 or not ext or len(ext) > MAX_INPUTS:
             continue
-        fused = Node("FusedElementwise", node.name, list(ext), [node.outputs[0]], {"expr": text}, "clglow", None)
+        attrs = {"expr": text}
+        if any(m.op_type in VIEWS or _typed_fusable(m, g) for m in members):
+            # the output's dtype and rank, which its inputs' broadcast does not give (output_shape)
+            attrs.update(to=int(helper.np_dtype_to_tensor_dtype(np.dtype(g.values[node.outputs[0]].dtype))),
+                         rank=len(g.values[node.outputs[0]].shape))
+        fused = Node("FusedElementwise", node.name, list(ext), [node.outputs[0]], attrs, "clglow", None)
         op = lookup(fused)
         if op is None or op.supports(fused, g, GENERIC_TARGET) is not None:
             continue
