@@ -111,11 +111,17 @@ class Graph:
         return {o: n for n in self.nodes for o in n.outputs if o}
 
     def consumers(self) -> dict[str, list[Node]]:
+        """Who reads each value: node inputs, and the nodes whose subgraphs (If/Loop/Scan bodies)
+        read it from this scope, so a pass never fuses or drops a value only a body reads."""
         out: dict[str, list[Node]] = {}
         for n in self.nodes:
             for i in n.inputs:
                 if i:
                     out.setdefault(i, []).append(n)
+            if has_subgraphs(n):
+                for i in outer_scope_names(n):
+                    if i not in n.inputs:
+                        out.setdefault(i, []).append(n)
         return out
 
     def iter_values(self) -> Iterator[Value]:
@@ -142,3 +148,37 @@ class Graph:
 
 def clone_deep(g: Graph) -> Graph:
     return copy.deepcopy(g)
+
+
+def has_subgraphs(node: "Node") -> bool:
+    """Whether an attribute of `node` holds a graph (If branches, Loop/Scan bodies)."""
+    return any(isinstance(v, onnx.GraphProto) or (isinstance(v, (list, tuple)) and any(isinstance(x, onnx.GraphProto) for x in v))
+               for v in node.attrs.values())
+
+
+def outer_scope_names(node: Node) -> list[str]:
+    """Names a node's subgraphs read from the enclosing graph (If/Loop/Scan bodies)."""
+    proto = node.to_proto()
+    used: list[str] = []
+
+    def walk(g: onnx.GraphProto, bound: set) -> None:
+        bound = set(bound) | {i.name for i in g.input} | {t.name for t in g.initializer}
+        for n in g.node:
+            for i in n.input:
+                if i and i not in bound and i not in used:
+                    used.append(i)
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    walk(a.g, bound)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    for sg in a.graphs:
+                        walk(sg, bound)
+            bound |= set(n.output)
+
+    for a in proto.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            walk(a.g, set())
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            for sg in a.graphs:
+                walk(sg, set())
+    return used

@@ -297,9 +297,9 @@ def _lower_matmul_views(ctx: LowerCtx, perms: list, bias: Optional[Bias] = None,
     return launches
 
 
-def _lower_matmul(ctx: LowerCtx, bias: Optional[Bias] = None, res: Optional[Arg] = None, alpha: float = 1.0,
-                  act: tuple = ("", 0.0, 0.0)) -> list:
-    cfg = gemm_config(ctx.device)
+def _matmul_dims(ctx: LowerCtx) -> tuple:
+    """(m, k, n, A's batch dims, B's batch dims, the output's batch dims) of a MatMul, numpy's
+    rules (a 1-D operand gains a unit row / column); InvalidModel for shapes that do not match."""
     sa, sb = tuple(ctx.inputs[0].shape), tuple(ctx.inputs[1].shape)
     if len(sa) == 0 or len(sb) == 0:
         raise InvalidModel("MatMul of a scalar is undefined", node=ctx.label())
@@ -315,6 +315,13 @@ def _lower_matmul(ctx: LowerCtx, bias: Optional[Bias] = None, res: Optional[Arg]
     except ValueError:
         raise InvalidModel(f"MatMul batch dimensions do not broadcast: {sa} x {sb}",
                            node=ctx.label()) from None
+    return m, k, n, ba, bb, out_batch
+
+
+def _lower_matmul(ctx: LowerCtx, bias: Optional[Bias] = None, res: Optional[Arg] = None, alpha: float = 1.0,
+                  act: tuple = ("", 0.0, 0.0)) -> list:
+    cfg = gemm_config(ctx.device)
+    m, k, n, ba, bb, out_batch = _matmul_dims(ctx)
     nbatch = int(np.prod(out_batch, dtype=np.int64))
     if m == 0 or n == 0 or nbatch == 0:
         return []

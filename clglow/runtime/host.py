@@ -16,37 +16,10 @@ from onnx import helper
 from ..dtypes import numpy_to_onnx
 from ..errors import InvalidModel, UnsupportedOperator, UnsupportedNode
 from ..ir import Graph, Node
+from ..ir.graph import outer_scope_names  # noqa: F401  (re-exported: planning, lowered, engine)
 from .nms import non_max_suppression
 
 log = logging.getLogger(__name__)
-
-
-def outer_scope_names(node: Node) -> list[str]:
-    """Names a node's subgraphs read from the enclosing graph (If/Loop/Scan bodies)."""
-    proto = node.to_proto()
-    used: list[str] = []
-
-    def walk(g: onnx.GraphProto, bound: set) -> None:
-        bound = set(bound) | {i.name for i in g.input} | {t.name for t in g.initializer}
-        for n in g.node:
-            for i in n.input:
-                if i and i not in bound and i not in used:
-                    used.append(i)
-            for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    walk(a.g, bound)
-                elif a.type == onnx.AttributeProto.GRAPHS:
-                    for sg in a.graphs:
-                        walk(sg, bound)
-            bound |= set(n.output)
-
-    for a in proto.attribute:
-        if a.type == onnx.AttributeProto.GRAPH:
-            walk(a.g, set())
-        elif a.type == onnx.AttributeProto.GRAPHS:
-            for sg in a.graphs:
-                walk(sg, set())
-    return used
 
 
 def _gather_elements(data: np.ndarray, indices: np.ndarray, axis: int = 0) -> np.ndarray:
