@@ -420,6 +420,22 @@ CONV_HALF = [  # (X, W, attributes, path forced, kernels on float32 copies expec
 ]
 
 
+def _conv_half_case(rng, x_shape, w_shape, attrs, residual):
+    """Weights, bias, the onnx.reference output (float32, on X's half values; with the residual
+    added and Relu applied) and the feeds (X, and Z when residual) of a half-storage conv case."""
+    from run_launches import reference
+
+    x, w = _half(rng, *x_shape), rng.standard_normal(w_shape).astype(F32) * 0.3
+    b = rng.standard_normal(w_shape[0]).astype(F32)
+    y = reference(helper.make_node("Conv", ["x", "w", "b"], ["y"], group=x_shape[1] // w_shape[1], **attrs),
+                  {"x": x.astype(F32)}, {"w": w, "b": b}, 17)[0]
+    feeds = {"x": x}
+    if residual:
+        feeds["z"] = _half(rng, *y.shape)
+        y = np.maximum(y + feeds["z"].astype(F32), 0)
+    return w, b, y, feeds
+
+
 @pytest.mark.parametrize("x_shape,w_shape,attrs,path,copies", CONV_HALF, ids=[c[3] + str(i) for i, c in
                                                                                enumerate(CONV_HALF)])
 @pytest.mark.parametrize("act,residual", [("", False), ("Relu", True)])
@@ -429,17 +445,9 @@ def test_conv_half_storage(x_shape, w_shape, attrs, path, copies, act, residual)
     themselves (no float32 copies: no cast kernels), the others go through copies. Bound: 2e-3
     relative with atol 2e-3 x max|Y| (a half store rounds by 2^-11; accumulation is fp32)."""
     from harness import lower
-    from run_launches import reference
 
     dev, node = _conv_forced(x_shape, w_shape, attrs, path, act, residual)
-    rng = np.random.default_rng(len(path))
-    x, w, b = _half(rng, *x_shape), rng.standard_normal(w_shape).astype(F32) * 0.3, rng.standard_normal(w_shape[0]).astype(F32)
-    y = reference(helper.make_node("Conv", ["x", "w", "b"], ["y"], group=x_shape[1] // w_shape[1], **attrs),
-                  {"x": x.astype(F32)}, {"w": w, "b": b}, 17)[0]
-    feeds = {"x": x}
-    if residual:
-        feeds["z"] = _half(rng, *y.shape)
-        y = np.maximum(y + feeds["z"].astype(F32), 0)
+    w, b, y, feeds = _conv_half_case(np.random.default_rng(len(path)), x_shape, w_shape, attrs, residual)
     launches = lower(node, feeds, {"w": w, "b": b}, {"y": (y.shape, F16)}, device=dev)
     kernels = [ln.kernel for ln in launches]
     if path.startswith("winograd"):
@@ -554,18 +562,9 @@ def test_gpu_conv_half_storage(x_shape, w_shape, attrs, path, kernel, act, resid
     C_HALF / Z_HALF, gpu_winograd.cl and gpu_dwconv.cl XH / YH) vs onnx.reference on the half values
     in float32, Y rounded to half: no float32 copies; bound 2e-3 relative, atol 2e-3 x max|Y|."""
     from harness import lower
-    from run_launches import reference
 
     dev, node = _conv_forced(x_shape, w_shape, attrs, path, act, residual, dev=_gpu_local())
-    rng = np.random.default_rng(len(path) + x_shape[1])
-    x, w = _half(rng, *x_shape), rng.standard_normal(w_shape).astype(F32) * 0.3
-    b = rng.standard_normal(w_shape[0]).astype(F32)
-    y = reference(helper.make_node("Conv", ["x", "w", "b"], ["y"], group=x_shape[1] // w_shape[1], **attrs),
-                  {"x": x.astype(F32)}, {"w": w, "b": b}, 17)[0]
-    feeds = {"x": x}
-    if residual:
-        feeds["z"] = _half(rng, *y.shape)
-        y = np.maximum(y + feeds["z"].astype(F32), 0)
+    w, b, y, feeds = _conv_half_case(np.random.default_rng(len(path) + x_shape[1]), x_shape, w_shape, attrs, residual)
     launches = lower(node, feeds, {"w": w, "b": b}, {"y": (y.shape, F16)}, device=dev)
     _no_copies(launches, kernel)
     (got,), _ = run(node, feeds, {"w": w, "b": b}, expected=[y.astype(F16)], device=dev)

@@ -21,7 +21,7 @@ plans only (runtime.planning.stage).
 
 The budget is a tunable choice (family "sub_batch", runtime/sub_batch_tune.py, `clglow tune
 MODEL`): the reported cache may say little about what one image's layers keep (a KVM guest's
-pocl reports the host's whole L3, 480 MB on the Xeon measured there, so cache/16 left ResNet-50 b8
+pocl reports the host's whole L3, 480 MB on the 2-vCPU guest measured, so cache/16 left ResNet-50 b8
 unsplit), so the tuner runs the model at each distinct segmentation the declared budgets give and
 stores the fastest per graph key (`graph_key`: batch, largest per-image activation, per-image
 nodes); a session reads it before the cache-fraction default.
@@ -84,7 +84,7 @@ BUDGETS = (0,) + tuple(1 << e for e in range(18, 26))
 # not what one image's layers keep while the weights stream past. Measured there, ResNet-50 b8
 # as the whole model in turns (clglow tune, twice per device, load 6-30): 4 MiB pieces 0.62x /
 # 0.79x of the unsplit run's time on Debian's pocl 3.1, 0.92x / 0.81x on PyPI's pocl 3.0; the
-# Zen 4's 32 MB L3 gives 2 MiB, below the cap. The tuner's choice (sub_batch family) comes first.
+# a 32 MB L3 gives 2 MiB, below the cap. The tuner's choice (sub_batch family) comes first.
 _MAX_DEFAULT_BUDGET = 4 << 20
 
 
