@@ -309,6 +309,24 @@ def mobilenet_se(
     return model
 
 
+def mlp(batch: Dim = "N", width: int = 1024, hidden: int = 4096, blocks: int = 4, seed: int = 0) -> onnx.ModelProto:
+    """A weight-bound MLP (Gemm -> Relu -> Gemm, `blocks` times; opset 17): one row reads every
+    weight once, so a batch of rows costs little more than one row (what dynamic batching is for).
+    Input ``x`` float32 [batch, width]; output ``y`` float32 [batch, width]."""
+    g = GraphBuilder("mlp", opset=17, seed=seed)
+    y = g.input("x", TensorProto.FLOAT, [batch, width])
+    for i in range(blocks):
+        for j, (d_in, d_out) in enumerate(((width, hidden), (hidden, width))):
+            w = g.he_normal((d_in, d_out), d_in, gain=0.5 if j else 1.0)
+            b = (0.02 * g.rng.standard_normal(d_out)).astype(np.float32)
+            y = g.node("Gemm", [y, g.const(f"fc{i}{j}.weight", w), g.const(f"fc{i}{j}.bias", b)], f"fc{i}{j}")
+            if j == 0:
+                y = g.node("Relu", [y], f"relu{i}")
+    y = g.node("Identity", [y], "y")
+    g.output(y, TensorProto.FLOAT, [batch, width])
+    return g.model(doc=f"weight-bound MLP {width}-{hidden} x {blocks}, seed={seed}")
+
+
 def pooling_cnn(batch: Dim = 1, image_size: int = 64, num_classes: int = 10, seed: int = 0) -> onnx.ModelProto:
     """A CNN exercising pooling corner cases (opset 11).
 

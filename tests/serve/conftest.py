@@ -1,7 +1,7 @@
 """One local Ray instance and one clglow server for the serving tests (127.0.0.1 only).
 
 The server holds small ResNet-style and BERT-style models, fixed and symbolic batch, and the
-symbolic-batch ResNet twice (dynamic batching on and off), in 2 replicas so that a killed
+symbolic-batch ResNet and a weight-bound MLP twice each (dynamic batching on and off), in 2 replicas so that a killed
 replica leaves one serving. Ray gets 2 CPUs and a 256 MB object store whatever the machine.
 """
 from __future__ import annotations
