@@ -5,21 +5,22 @@
  * programs serve a model's blocks), a barrier between the phases. Every loop over the group's
  * work-items runs the same trip count in each, the tail guarded inside (pocl 3.1 ran the body of
  * the usual for (i = lid; i < n; i += ls) for ids past n too, see recurrent.cl).
- *   SE_ACT2           activation.h code of the second FC; the first FC's is piecewise linear (ACT 0);
- *                     both take their (a, b, c) as run-time arguments
+ *   SE_ACT1, SE_ACT2  activation.h codes of the two FCs (0, the default: piecewise linear); each
+ *                     takes its (a, b, c) as run-time arguments
  *   HAS_B1, HAS_B2    the FCs' biases given
  * gsize = (local size, N). */
+/* activation.h defines one activation per inclusion (by ACT): included once per FC. */
+#ifndef SE_ACT1
+#define SE_ACT1 0
+#endif
+#define ACT SE_ACT1
+#include "activation.h"
+DEFINE_ACT(se_act1, float)
+#undef ACT
+#undef DEFINE_ACT
 #define ACT SE_ACT2
 #include "activation.h"
 DEFINE_ACT(se_act2, float)
-
-/* The first FC's activation: activation.h's ACT 0 (identity, Relu, LeakyRelu, Clip by (a, b, c));
- * the header defines one activation code per program, the second FC's. */
-inline float se_act1(float v, float a, float b, float c) {
-    v = v < 0.0f ? v * a : v;
-    v = v < b ? b : v;
-    return v > c ? c : v;
-}
 
 #ifndef HAS_B1
 #define HAS_B1 0

@@ -22,8 +22,8 @@ def _cap(n: int) -> int:
 
 
 def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    """Float32, a static 4-D x, constant FC weights, activations the epilogues know (the first
-    piecewise linear), and both vectors within the device's local memory."""
+    """Float32, a static 4-D x, constant FC weights, activations the epilogues know, and both
+    vectors within the device's local memory."""
     why = check_dtypes(node, graph, {F32}, inputs=[i for i, n in enumerate(node.inputs) if n], outputs=True)
     if why:
         return why
@@ -33,8 +33,6 @@ def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
         return "SqueezeExcite takes a static 4-D x and constant FC weights"
     if any(node.attr(a, "") not in ACTIVATIONS for a in ("act1", "act2")):
         return f"activations {node.attr('act1')!r}, {node.attr('act2')!r} not fused by the epilogues"
-    if ACTIVATIONS[node.attr("act1", "")] != 0:
-        return f"first FC's activation {node.attr('act1')!r} is not piecewise linear (Relu, LeakyRelu, Clip, none)"
     need = 8 * _cap(max(int(x.shape[1]), int(w1.shape[0])))
     if need > target.local_mem_size:
         return f"{need} bytes of local memory needed, the device has {target.local_mem_size}"
@@ -48,13 +46,15 @@ def lower_squeeze_excite(ctx: LowerCtx) -> list:
     cm = int(ctx.inputs[1].shape[0])
     if n * c == 0:
         return []
-    _, p1 = act_params(ctx.attr("act1", ""), ctx.attr("alpha1", 0.0), ctx.attr("beta1", 0.0))
+    code1, p1 = act_params(ctx.attr("act1", ""), ctx.attr("alpha1", 0.0), ctx.attr("beta1", 0.0))
     code2, p2 = act_params(ctx.attr("act2", ""), ctx.attr("alpha2", 0.0), ctx.attr("beta2", 0.0))
     has_b1, has_b2 = bool(ctx.node.input(2)), bool(ctx.node.input(4))
     w1, w2 = ctx.buf(1), ctx.buf(3)
     args = [ctx.buf(0), w1, ctx.buf(2) if has_b1 else w1, w2, ctx.buf(4) if has_b2 else w2, ctx.out(0),
             i32(c), i32(cm), i32(h * w)] + [f32(v) for v in tuple(p1) + tuple(p2)]
     ls = ctx.device.fit_group((GROUP, 1, 1))[:2]
-    defines = {"SE_ACT2": code2, "HAS_B1": int(has_b1), "HAS_B2": int(has_b2),
+    # the first FC's activation as a define too: EfficientNet's and the MobileNet-style model's
+    # SE blocks put a Swish there (unfused they were 3 launches: the mean and two FCs)
+    defines = {"SE_ACT1": code1, "SE_ACT2": code2, "HAS_B1": int(has_b1), "HAS_B2": int(has_b2),
                "SE_CAP": _cap(max(c, cm))}
     return [Launch("squeeze_excite", "se_squeeze", (ls[0], n), args, ls, defines, ctx.label())]

@@ -1,8 +1,9 @@
 """passes/fuse_squeeze_excite.py + lower/squeeze_excite.py: a squeeze-and-excitation block's
 spatial mean and its two 1x1 FusedConvs are one clglow.SqueezeExcite launch (the Mul stays);
 results against onnxruntime (ReduceMean with axes as an attribute and as an input,
-GlobalAveragePool, with and without biases, channel counts with vector tails, several images),
-what must not fuse (a first activation that is not piecewise linear, a mean over other axes)."""
+GlobalAveragePool, with and without biases, channel counts with vector tails, several images,
+a Swish or Sigmoid after the first FC as EfficientNet has), what must not fuse (a mean over other
+axes)."""
 from __future__ import annotations
 
 import os
@@ -56,25 +57,23 @@ def _run(m, feeds):
     return [n.op_type for n in sess.graph.nodes]
 
 
-@pytest.mark.parametrize("n,c,cm,hw,mean,bias,opset", [
-    (1, 16, 8, 56, "reducemean", True, 17),     # MobileNetV3-small's first block
-    (2, 72, 24, 7, "reducemean", True, 18),     # axes as an input; two images
-    (1, 37, 9, 5, "gap", False, 17),            # tails of the 16-lane loops, no biases
-    (1, 576, 144, 7, "reducemean", True, 17),   # the last blocks' wide FCs
+@pytest.mark.parametrize("n,c,cm,hw,mean,bias,opset,act1", [
+    (1, 16, 8, 56, "reducemean", True, 17, "Relu"),     # MobileNetV3-small's first block
+    (2, 72, 24, 7, "reducemean", True, 18, "Relu"),     # axes as an input; two images
+    (1, 37, 9, 5, "gap", False, 17, "Relu"),            # tails of the 16-lane loops, no biases
+    (1, 576, 144, 7, "reducemean", True, 17, "Relu"),   # the last blocks' wide FCs
+    (1, 96, 24, 28, "gap", True, 17, "Swish"),          # EfficientNet / MobileNet-style: SiLU first
+    (2, 40, 10, 6, "reducemean", False, 17, "Sigmoid"),
 ])
-def test_fused(n, c, cm, hw, mean, bias, opset):
-    ops = _run(*_se(n, c, cm, hw, mean, bias, opset=opset))
+def test_fused(n, c, cm, hw, mean, bias, opset, act1):
+    ops = _run(*_se(n, c, cm, hw, mean, bias, act1=act1, opset=opset))
     assert ops.count("SqueezeExcite") == 1 and "ReduceMean" not in ops and "FusedConv" not in ops, ops
     assert "Mul" in ops or "FusedElementwise" in ops, ops
 
 
-@pytest.mark.parametrize("case", ["swish", "axes"])
-def test_not_fused(case):
-    """A Swish after the first FC (not piecewise linear), a mean over H only: the nodes stay."""
-    if case == "swish":
-        ops = _run(*_se(1, 16, 8, 6, act1="Swish"))
-    else:
-        m, feeds = _se(1, 16, 8, 6, axes=(2,))
-        m.graph.node[-1].CopyFrom(helper.make_node("Mul", ["r", "s"], ["y"]))
-        ops = [n.op_type for n in clglow.InferenceSession(m.SerializeToString()).graph.nodes]
+def test_not_fused():
+    """A mean over H only: the nodes stay."""
+    m, feeds = _se(1, 16, 8, 6, axes=(2,))
+    m.graph.node[-1].CopyFrom(helper.make_node("Mul", ["r", "s"], ["y"]))
+    ops = [n.op_type for n in clglow.InferenceSession(m.SerializeToString()).graph.nodes]
     assert "SqueezeExcite" not in ops, ops
