@@ -9,18 +9,38 @@
  *                     takes its (a, b, c) as run-time arguments
  *   HAS_B1, HAS_B2    the FCs' biases given
  * gsize = (local size, N). */
-/* activation.h defines one activation per inclusion (by ACT): included once per FC. */
-#ifndef SE_ACT1
-#define SE_ACT1 0
-#endif
-#define ACT SE_ACT1
-#include "activation.h"
-DEFINE_ACT(se_act1, float)
-#undef ACT
-#undef DEFINE_ACT
 #define ACT SE_ACT2
 #include "activation.h"
 DEFINE_ACT(se_act2, float)
+
+/* The first FC's activation, by activation.h's codes: that header defines one activation per
+ * program (and a program includes it once), the second FC's; Gelu (7) is not offered here. */
+#ifndef SE_ACT1
+#define SE_ACT1 0
+#endif
+inline float se_act1(float v, float a, float b, float c) {
+#if SE_ACT1 == 0
+    v = v < 0.0f ? v * a : v;
+    v = v < b ? b : v;
+    return v > c ? c : v;
+#elif SE_ACT1 == 4
+    return 1.0f / (1.0f + clg_exp(-v));
+#elif SE_ACT1 == 5
+    v = v * a + b;
+    v = v < 0.0f ? 0.0f : v;
+    return v > 1.0f ? 1.0f : v;
+#elif SE_ACT1 == 6
+    return clg_tanh(v);
+#elif SE_ACT1 == 8
+    return v / (1.0f + clg_exp(v * -a));
+#elif SE_ACT1 == 9
+    float h = v * a + b;
+    h = h < 0.0f ? 0.0f : h;
+    return v * (h > 1.0f ? 1.0f : h);
+#else
+#error "SE_ACT1 must be 0, 4, 5, 6, 8 or 9"
+#endif
+}
 
 #ifndef HAS_B1
 #define HAS_B1 0

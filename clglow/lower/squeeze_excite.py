@@ -33,6 +33,8 @@ def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
         return "SqueezeExcite takes a static 4-D x and constant FC weights"
     if any(node.attr(a, "") not in ACTIVATIONS for a in ("act1", "act2")):
         return f"activations {node.attr('act1')!r}, {node.attr('act2')!r} not fused by the epilogues"
+    if node.attr("act1", "") == "Gelu":
+        return "a Gelu after the first FC is not offered (squeeze_excite.cl's se_act1)"
     need = 8 * _cap(max(int(x.shape[1]), int(w1.shape[0])))
     if need > target.local_mem_size:
         return f"{need} bytes of local memory needed, the device has {target.local_mem_size}"

@@ -50,10 +50,15 @@ def _se(n, c, cm, hw, mean="reducemean", bias=True, act1="Relu", opset=17, axes=
     return m, {"x": RNG.standard_normal((n, c, hw, hw)).astype(np.float32)}
 
 
-def _run(m, feeds):
+def _run(m, feeds, launches=None):
+    """The optimized graph's op types, after checking the outputs against onnxruntime and, with
+    `launches`, that the plan has that many launches (a fused node whose program fails to build
+    runs its original nodes instead: more launches)."""
     sess = clglow.InferenceSession(m.SerializeToString())
     for got, want in zip(sess.run(None, feeds), models.ort_run(m, feeds)):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    if launches is not None:
+        assert sess._last_plan.n_launches == launches, sess._last_plan.n_launches
     return [n.op_type for n in sess.graph.nodes]
 
 
@@ -64,9 +69,10 @@ def _run(m, feeds):
     (1, 576, 144, 7, "reducemean", True, 17, "Relu"),   # the last blocks' wide FCs
     (1, 96, 24, 28, "gap", True, 17, "Swish"),          # EfficientNet / MobileNet-style: SiLU first
     (2, 40, 10, 6, "reducemean", False, 17, "Sigmoid"),
+    (1, 24, 8, 9, "gap", True, 17, "HardSwish"),
 ])
 def test_fused(n, c, cm, hw, mean, bias, opset, act1):
-    ops = _run(*_se(n, c, cm, hw, mean, bias, act1=act1, opset=opset))
+    ops = _run(*_se(n, c, cm, hw, mean, bias, act1=act1, opset=opset), launches=3)  # Relu, the squeeze, Mul
     assert ops.count("SqueezeExcite") == 1 and "ReduceMean" not in ops and "FusedConv" not in ops, ops
     assert "Mul" in ops or "FusedElementwise" in ops, ops
 
