@@ -123,14 +123,14 @@ def infer_node(node: Node, graph: Graph) -> dict:
         return {}
     types, data = {}, {}
     # half storage next to float32 (passes/precision.py) is judged as the float32 the model computes in
-    mixed = _mixes_half(proto_node, graph)
+    mixed = _half_storage_inputs(proto_node, graph, schema)
     for name in proto_node.inputs:
         if not name:
             continue
         v = graph.values.get(name)
         if v is None:
             continue
-        tp = _type_proto(Value(v.name, np.dtype(np.float32), v.shape) if mixed and v.dtype == np.float16 else v)
+        tp = _type_proto(Value(v.name, np.dtype(np.float32), v.shape) if name in mixed and v.dtype == np.float16 else v)
         if tp is not None:
             types[name] = tp
         if v.const is not None and v.const.size <= _SMALL_CONST and v.const.dtype != object:
@@ -147,12 +147,24 @@ def infer_node(node: Node, graph: Graph) -> dict:
 _HALF_OR_FLOAT = (np.dtype(np.float16), np.dtype(np.float32))
 
 
-def _mixes_half(node: Node, graph: Graph) -> bool:
-    """Whether `node` reads both float16 and float32 values: half storage of some (an ONNX model
-    itself cannot mix them in one type constraint)."""
-    dts = {np.dtype(graph.values[n].dtype) for n in node.inputs
-           if n and n in graph.values and graph.values[n].dtype is not None and graph.values[n].dtype != object}
-    return {np.dtype(np.float16), np.dtype(np.float32)} <= dts
+def _half_storage_inputs(node: Node, graph: Graph, schema: defs.OpSchema) -> set:
+    """The float16 inputs of `node` that share a type constraint with a float32 input: half storage
+    of some (passes/precision.py), since an ONNX model cannot mix the two in one constraint. Inputs
+    of different constraints may differ legitimately (CastLike's target_type, Pow's exponent, an
+    unrolled float16 Scan's CastLike back to its float16 slice): those keep their float16."""
+    formals = list(schema.inputs)
+    groups: dict = {}
+    for k, name in enumerate(node.inputs):
+        v = graph.values.get(name) if name else None
+        if v is None or v.dtype is None or v.dtype == object or not formals:
+            continue
+        formal = formals[min(k, len(formals) - 1)]
+        groups.setdefault(formal.type_str, []).append((name, np.dtype(v.dtype)))
+    half = set()
+    for members in groups.values():
+        if {np.dtype(np.float16), np.dtype(np.float32)} <= {dt for _, dt in members}:
+            half.update(name for name, dt in members if dt == np.float16)
+    return half
 
 
 def _max_unpool_shape(node: Node, graph: Graph) -> dict:

@@ -24,7 +24,4 @@ EXCLUDED: list = [
     (r"^test_attention_4d_causal_fp16_expanded_", "float16 ops run on the device in fp32 arithmetic on half storage, "
      "rounded once per op (passes/precision.py); the reference rounds every numpy float16 step: 2 of 192 outputs "
      "2 half ulp apart, over rtol 1e-3"),
-    # --- expanded function bodies (their Loops are unrolled by staging: passes/unroll_loop.py)
-    (r"^test_linear_attention_fp16_expanded_", "expanded function: its float16 Scan, unrolled (passes/unroll_loop.py), "
-     "gives wrong values (the float32 case passes); on the host onnx's shape inference types its state float32"),
 ]
