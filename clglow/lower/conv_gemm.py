@@ -16,7 +16,7 @@ from ..errors import InvalidModel
 from ..target import Target
 from .base import Launch, LowerCtx, PaddedLayout, i32, round_up, unaligned
 from .common import ConvGeometry, grid
-from .gemm_kernel import GemmConfig, Operand, b_unpacked_ok, fit_rows, pack_b_launch
+from .gemm_kernel import GemmConfig, Operand, b_unpacked_ok, fit_rows, pack_b_launch, transposed_pfn
 
 # Packed operands (im2col / pack panels) are made piece by piece, each at most this large: the
 # scratch buffer stays small (device memory: it is planned with the activations) and a piece is
@@ -298,7 +298,7 @@ def transposed_rows_config(target: Target, cfg: GemmConfig, geom: ConvGeometry) 
     measured level (x0.99-1.04) and are not offered it."""
     if geom.pointwise or geom.sh == geom.sw == 1:
         return None
-    tcfg = replace(cfg, nv=2)
+    tcfg = replace(cfg, nv=2, pfn=transposed_pfn(target))
     if not target.is_cpu_family or geom.m < 2 * tcfg.nr:
         return None
     mr = min(range(tcfg.mr, 5, -1), key=lambda r: (round_up(geom.npix, r), -r))

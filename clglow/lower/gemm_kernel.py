@@ -57,7 +57,9 @@ def act_params(act: str, alpha: float = 0.0, beta: float = 0.0) -> tuple:
 class GemmConfig:
     """Tile sizes for one device: each work-item computes MR rows x (VW*NV) columns; pfb is
     gemm.cl's PFB, how many k rows ahead an in-place B is prefetched (0: not); akb its AKB, the k
-    block in which a strided A's rows are read as vectors (0: element by element)."""
+    block in which a strided A's rows are read as vectors (0: element by element); pfn its PF_NEXT
+    in the transposed (C_TRANS) programs: 1 spreads the prefetch of the next weight panel over the
+    current panel's work-items, 0 does not (see transposed_pfn)."""
 
     mr: int
     vw: int
@@ -65,6 +67,7 @@ class GemmConfig:
     lsize: tuple
     pfb: int = 0
     akb: int = 0
+    pfn: int = 1
 
     @property
     def nr(self) -> int:
@@ -212,6 +215,8 @@ def gemm_defines(cfg: GemmConfig, *, a_packed: bool, b_packed: bool, act_code: i
         defines["ACT"] = act_code
     if c_trans:
         defines["C_TRANS"] = 1
+        if not cfg.pfn:  # PF_NEXT=1 is gemm.cl's default: those programs keep their keys
+            defines["PF_NEXT"] = 0
     return defines
 
 
@@ -350,7 +355,7 @@ def transposed_config(target: Target, cfg: GemmConfig, m: int, n: int) -> Option
     FLOPs on padding (ResNet-50: layer4 N = 49 and layer3 N = 196 with MR = 7). Under the CPU
     family only (its tiles: work-groups along the row tiles, which the transposed programs need).
     """
-    cfg = replace(cfg, nv=2)  # conv.py's transposed path takes NR = 2 x VW
+    cfg = replace(cfg, nv=2, pfn=transposed_pfn(target))  # conv.py's transposed path takes NR = 2 x VW
     if not target.is_cpu_family or n > 8 * cfg.nr or m < 2 * cfg.nr:
         return None
     pad_n = round_up(n, cfg.nr) / n
@@ -362,6 +367,17 @@ def transposed_config(target: Target, cfg: GemmConfig, m: int, n: int) -> Option
     if best is None or best[0] > 0.9 * pad_n:
         return None
     return replace(cfg, mr=best[1])
+
+
+def transposed_pfn(target: Target) -> int:
+    """gemm.cl's PF_NEXT for the CPU family's transposed GEMMs: on with 16-float vectors (the 12 x
+    32 tiles it was written and measured with), off with narrower ones. Measured on the 2-vCPU
+    guest (8-float vectors, 6 x 16 tiles), gemm.cl alone in turns under heavy load, medians of 21-31,
+    both pocl devices: 512 x 49 x 2048 C_TRANS 2.79 -> 1.45 ms and 2.77 -> 1.46 ms, 2048 x 49 x 512
+    2.93 -> 1.54 and 3.40 -> 2.04, 256 x 196 x 1024 2.65 -> 1.28 and 2.69 -> 1.50; pixel rows read in
+    place (flag 8) 512 x 49 x 2048 3.14 -> 2.42 ms. Without it the transposed GEMM beats the plain
+    one on packed pixel panels by 10-20% (512 x 49 x 2048: 1.41 vs 1.74 ms)."""
+    return 1 if target.preferred_vector_width_float >= 16 else 0
 
 
 def b_unpacked_ok(cfg: GemmConfig, n: int) -> bool:
@@ -392,12 +408,17 @@ def gemm_key(m: int, n: int, k: int, b_layout: str, a_layout: str = "packed") ->
 
 
 def config_params(cfg: GemmConfig) -> Params:
-    return {"mr": cfg.mr, "vw": cfg.vw, "nv": cfg.nv, "lsize": tuple(cfg.lsize), "pfb": cfg.pfb, "akb": cfg.akb}
+    """A config as family parameters; "pfn" only where it is not gemm.cl's default 1 (the points
+    and database entries written before it existed keep their spelling)."""
+    p = {"mr": cfg.mr, "vw": cfg.vw, "nv": cfg.nv, "lsize": tuple(cfg.lsize), "pfb": cfg.pfb, "akb": cfg.akb}
+    if cfg.pfn != 1:
+        p["pfn"] = cfg.pfn
+    return p
 
 
 def params_config(p: Params) -> GemmConfig:
     return GemmConfig(int(p["mr"]), int(p["vw"]), int(p["nv"]), tuple(int(x) for x in p["lsize"]),
-                      int(p.get("pfb", 0)), int(p.get("akb", 0)))
+                      int(p.get("pfb", 0)), int(p.get("akb", 0)), int(p.get("pfn", 1)))
 
 
 def gemm_space(target: Target, key: ShapeKey = ()) -> List[Params]:
@@ -465,7 +486,7 @@ def tuned_tiles(target: Target, key: ShapeKey, fallback: GemmConfig, label: str 
         except (KeyError, TypeError, ValueError):
             return False
         return (cfg.vw in (4, 8, 16) and cfg.mr > 0 and cfg.nv > 0 and cfg.pfb >= 0 and cfg.akb in AKB_VALUES
-                and (valid is None or bool(valid(cfg))))
+                and cfg.pfn in (0, 1) and (valid is None or bool(valid(cfg))))
 
     p, source = choose(target, "gemm", key, valid=ok)
     cfg = params_config(p) if source == "db" else fallback
