@@ -341,3 +341,72 @@ __kernel void wino4_out(__global const float* Mt, int m_s1, int cout, int tw, in
         }
     }
 }
+
+/* --- The transposed forms for few tiles (lower/winograd.py, variants F2T / F4T) ---------------
+ *
+ * On a small map (ResNet's 14x14 and 7x7 layers: 16-49 tiles) the per-point GEMM's N = tiles is
+ * too narrow for the register tile's columns; transposed, M^T[xi] = V^T[xi] U^T[xi] takes the
+ * tiles as its MR rows and the output channels as its wide NR columns, and the GEMM stores M
+ * transposed (gemm.cl C_TRANS), in the layout wino_out / wino4_out read. The input transform
+ * writes V^T as gemm.cl's packed A panels: V [N][alpha^2][tiles / MR][Cin][MR], the panel rows
+ * past the last tile zero. Work-item (image * Cin + channel): every tile of its channel, one
+ * patch at a time with bounds tests (few tiles: the transform is a small part of the conv). */
+#define WT_IN_BODY(ALPHA, M_OUT, BT)                                                          \
+    const int zc = get_global_id(0);                                                          \
+    if (cin == 0)                                                                             \
+        return;                                                                               \
+    const int i = zc / cin;                                                                   \
+    const int ci = zc - i * cin;                                                              \
+    const __global XT* xp = X + offX + i * x_s1 + ci * (h * w);                               \
+    __global float* vp = V + i * v_s1 + ci * mr;                                              \
+    const int nt = tw * th;                                                                   \
+    const int ntp = (nt + mr - 1) / mr * mr;                                                  \
+    _Pragma("unroll 1")                                                                       \
+    for (int t = 0; t < ntp; ++t) {                                                           \
+        __global float* vt = vp + (t / mr) * (cin * mr) + t % mr;                             \
+        if (t >= nt) {                                                                        \
+            for (int x = 0; x < ALPHA * ALPHA; ++x)                                           \
+                vt[x * v_s2] = 0.0f;                                                          \
+            continue;                                                                         \
+        }                                                                                     \
+        const int ty = t / tw, tx = t - (t / tw) * tw;                                        \
+        const int y0 = M_OUT * ty - ph, x0 = M_OUT * tx - pw;                                 \
+        float d[ALPHA][ALPHA], u[ALPHA][ALPHA];                                               \
+        _Pragma("unroll")                                                                     \
+        for (int r = 0; r < ALPHA; ++r) {                                                     \
+            const int y = y0 + r;                                                             \
+            _Pragma("unroll")                                                                 \
+            for (int c = 0; c < ALPHA; ++c) {                                                 \
+                const int x = x0 + c;                                                         \
+                d[r][c] = (y >= 0 && y < h && x >= 0 && x < w) ? ST_LD(XH, xp, y * w + x) : 0.0f; \
+            }                                                                                 \
+            BT(u[r], d[r]);                                                                   \
+        }                                                                                     \
+        _Pragma("unroll")                                                                     \
+        for (int k = 0; k < ALPHA; ++k) {                                                     \
+            float col[ALPHA], o[ALPHA];                                                       \
+            _Pragma("unroll")                                                                 \
+            for (int r = 0; r < ALPHA; ++r)                                                   \
+                col[r] = u[r][k];                                                             \
+            BT(o, col);                                                                       \
+            _Pragma("unroll")                                                                 \
+            for (int j = 0; j < ALPHA; ++j)                                                   \
+                vt[(ALPHA * j + k) * v_s2] = o[j];                                            \
+        }                                                                                     \
+    }
+
+#define BT4A(o, d) BT4(o[0], o[1], o[2], o[3], d[0], d[1], d[2], d[3])
+
+/* F(2x2) transposed: V^T panels of `mr` tiles (v_s2 floats from one xi's panels to the next). */
+__kernel void wt2_in(__global const XT* X, int offX, int x_s1, int cin, int h, int w, int ph, int pw,
+                     int tw, int th, int mr, __global float* V, int v_s1, int v_s2)
+{
+    WT_IN_BODY(4, 2, BT4A)
+}
+
+/* F(4x4) transposed: as wt2_in with 6x6 patches. */
+__kernel void wt4_in(__global const XT* X, int offX, int x_s1, int cin, int h, int w, int ph, int pw,
+                     int tw, int th, int mr, __global float* V, int v_s1, int v_s2)
+{
+    WT_IN_BODY(6, 4, BT6)
+}

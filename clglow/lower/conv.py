@@ -25,7 +25,9 @@ shape tests are in lower/conv_gemm.py and lower/winograd.py, the tiles come from
               conv_gemv.cl launch over weight panels of 16 output channels (lower/conv_gemv.py).
               CPU family.
   winograd    single-group 3x3 stride-1 convs with constant weights and enough tiles:
-              F(4x4) / F(2x2) (lower/winograd.py). CPU family, PlanOptions.winograd.
+              F(4x4) / F(2x2) (lower/winograd.py); the tuner also offers their forms on few
+              tiles and the transposed F4T / F2T (lower/winograd_small.py). CPU family,
+              PlanOptions.winograd.
   regions     border outputs that read the image with few of their taps (a dilated conv on a
               small map, DeepLabV3's ASPP rate 12): per region of constant live taps, im2col of
               its pixels and taps + its GEMM, then a scatter into Y (lower/conv_regions.py).
@@ -109,7 +111,8 @@ from .gpu_dwconv import depthwise_applicable as gpu_depthwise_applicable, lower_
 from .gpu_winograd import lower_gpu_winograd, winograd_applicable as gpu_winograd_applicable
 from .half import has_half, lower_as_float
 from .tunable import Family, forget, note_request, record_decision, register, stored
-from .winograd import lower_winograd, variant_name, winograd_variant
+from .winograd import VARIANTS, lower_winograd, variant_name, winograd_variant
+from .winograd_small import lower_winograd_t
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +189,7 @@ class ConvCase:
     epi: Epilogue
     const_weights: bool
     label: str = ""  # the node's, for the profiler's record of its tuned tiles
-    variants: Optional[tuple] = None  # the Winograd variants allowed ("F4", "F2"; None: both)
+    variants: Optional[tuple] = None  # the Winograd variants allowed (winograd.VARIANTS' names; None: the defaults)
 
     @cached_property
     def cfg(self) -> GemmConfig:
@@ -295,6 +298,8 @@ def _winograd_applicable(c: ConvCase) -> Optional[str]:
 
 def _lower_winograd(ctx: LowerCtx, c: ConvCase) -> list:
     variant, tiles = c.winograd
+    if variant.transposed:  # few tiles: the GEMM transposed (lower/winograd_small.py)
+        return lower_winograd_t(ctx, variant, tiles, c.geom, c.epi)
     return lower_winograd(ctx, variant, tiles, c.geom, c.epi)
 
 
@@ -538,7 +543,8 @@ def choose_path(case: ConvCase) -> ConvPath:
 
 # --- the tunable family (lower/tunable.py): which path a conv takes, per conv shape ----------------------
 # Shape key: the ConvGeometry's fields, then the epilogue's activation, bias and residual flags
-# (conv_key). Parameters: {"path": a CONV_PATHS name, "variant": "F4" | "F2" for Winograd, else ""}.
+# (conv_key). Parameters: {"path": a CONV_PATHS name, "variant": "F4" | "F2" | "F4T" | "F2T" for
+# Winograd (the T forms transposed for few tiles: lower/winograd_small.py), else ""}.
 # Measured as a whole node (its launches together: runtime/node_bench.py), not as one Launch.
 _PATHS = {p.name: p for p in CONV_PATHS}
 
@@ -571,7 +577,7 @@ def runs(case: ConvCase, p: dict) -> bool:
         return False
     variant = str(p.get("variant") or "")
     c = dataclasses.replace(case, variants=(variant,)) if variant else case
-    return path.applicable(c) is None and (path.name != "winograd" or variant in ("F4", "F2"))
+    return path.applicable(c) is None and (path.name != "winograd" or variant in VARIANTS)
 
 
 def conv_space(target: Target, key: tuple) -> list:
@@ -579,11 +585,18 @@ def conv_space(target: Target, key: tuple) -> list:
     out = [conv_default(target, key)]
     case = key_case(target, key)
     for path in CONV_PATHS:
-        for variant in (("F4", "F2") if path.name == "winograd" else ("",)):
+        for variant in (tuple(VARIANTS) if path.name == "winograd" else ("",)):
             p = {"path": path.name, "variant": variant}
-            if p not in out and runs(case, p):
+            if p not in out and runs(case, p) and not _plain_runs(case, variant):
                 out.append(p)
     return out
+
+
+def _plain_runs(case: ConvCase, variant: str) -> bool:
+    """Whether `variant` is a transposed Winograd form whose plain form runs the case: the
+    transposed forms are searched only where the plain ones cannot (fewer tiles than a column
+    tile; lower/winograd_small.py: measured slower than the plain forms wherever both ran)."""
+    return variant.endswith("T") and runs(case, {"path": "winograd", "variant": variant[:-1]})
 
 
 def conv_default(target: Target, key: tuple) -> dict:

@@ -11,11 +11,15 @@ tile rows, the scratch capped), kernels_cl/winograd.cl.
 
 Taken (winograd_variant; lower/conv.py's CONV_PATHS) under the CPU family, unless the plan
 options turn it off (PlanOptions.winograd, CLGLOW_WINOGRAD=0), for single-group 3x3 stride-1
-undilated convs with at least 16 input and output channels: F(4x4) when its tiles give the GEMM at least 4 column tiles per
-image (ResNet-50's 56x56 layers: 196 tiles), else F(2x2) when its do (the 28x28 layers: 196
-tiles). ResNet-50's 14x14 and 7x7 layers keep the transposed GEMM: few tiles per image, and
-alpha^2 / 9 times the weight bytes (U) to stream every run, which at batch 1 would also take
-the device memory over its target (weights + 1.5 x live activations). Rounding: F(2x2)'s
+undilated convs with at least 16 input and output channels: F(4x4) when its tiles give the GEMM
+enough columns (enough_tiles: at least 4 column tiles, e.g. ResNet-50's 56x56 layers, 196 tiles;
+or exactly one or at least 3: with 6 x 16 tiles its 28x28 layers, 49 tiles, and 14x14 ones, 16),
+else F(2x2) when its do (its 7x7 layers: 16 tiles). Fewer columns (down to one column tile)
+only from the conv family's tuning entries; the transposed forms for fewer tiles still
+(F4T / F2T: lower/winograd_small.py) likewise. Cost: alpha^2 / 9 times the weight bytes (U), on
+ResNet-50 b1 with 6 x 16 tiles about 50 MB more weights than without the small-map defaults
+(FEW_TILES_DEFAULT turns them off), past the device memory target (weights + 1.5 x live
+activations). Rounding: F(2x2)'s
 transforms have entries 0, +-1, +-1/2 (a few ulps of the intermediate sums); F(4x4)'s up to 8
 and 1/24, about 10x that: on ResNet-50's 56x56 layers 5e-6 of the output's scale (end to end
 1e-4 on logits of 13; onnx.reference's check allows 1e-3 relative).
@@ -52,6 +56,7 @@ class Variant:
     m: int
     g: np.ndarray  # G (alpha x 3): U = G g G^T
     kernels: tuple  # (input transform, output transform) in winograd.cl
+    transposed: bool = False  # the GEMM as M^T = V^T U^T, tiles as its rows (lower/winograd_small.py)
 
     @property
     def alpha(self) -> int:
@@ -70,15 +75,20 @@ F2 = Variant(2, np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0
 F4 = Variant(4, np.array([[1 / 4, 0.0, 0.0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
                           [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0.0, 0.0, 1.0]]),
              ("wino4_in", "wino4_out"))
+# The transposed forms for few tiles (lower/winograd_small.py): the same transforms, the GEMM with
+# the tiles as its rows and the output channels as its columns.
+F2T = Variant(2, F2.g, ("wt2_in", "wino_out"), True)
+F4T = Variant(4, F4.g, ("wt4_in", "wino4_out"), True)
+VARIANTS = {"F4": F4, "F2": F2, "F4T": F4T, "F2T": F2T}
 
 
-def gemm_tiles(cfg: GemmConfig, m: int, n: int) -> Optional[GemmConfig]:
+def gemm_tiles(cfg: GemmConfig, m: int, n: int, few: bool = False) -> Optional[GemmConfig]:
     """The tiles of a Winograd GEMM (M = output channels, N = tiles, B read in place): of the
     config's and the 8-row ones, those that can read B in place and compute fewer outputs,
     counting the columns gemm.cl really computes (fit_rows counts whole column tiles: for
     ResNet-50's 28x28 layers, 196 columns, it keeps 12 x 32 where 8 x 48 computes 3% less; paired
     0.990-0.998 on the whole run). None when neither reads B in place."""
-    cands = [c for c in ([cfg, narrow_rows(cfg)] if cfg.mr > 8 else [cfg]) if b_unpacked_ok(c, n)]
+    cands = [c for c in ([cfg, narrow_rows(cfg)] if cfg.mr > 8 else [cfg]) if b_unpacked_ok(c, n) or (few and n >= c.nr)]
     if not cands:
         return None
     return min(cands, key=lambda c: round_up(m, c.mr) * in_place_columns(c, n))
@@ -94,21 +104,65 @@ def winograd_variant(target: Target, options: PlanOptions, cfg: GemmConfig,
         return None
     if (g.kh, g.kw, g.sh, g.sw, g.dh, g.dw) != (3, 3, 1, 1, 1, 1) or g.groups != 1 or g.cin_g < 16 or g.m < 16:
         return None
-    for v in (F4, F2):
+    for v in (F4, F2, F4T, F2T):
         if variants is not None and variant_name(v) not in variants:
             continue
         th, tw = v.tiles(g.oh, g.ow)
         nt = th * tw
-        fits = max(g.pw + g.w, v.span(tw)) <= _WINO_ROW and nt >= 4 * cfg.nr
-        tiles = gemm_tiles(cfg, g.m, nt) if fits else None
+        if v.transposed:
+            if variants is not None and few_tiles(cfg, nt):  # the tuner's choice (default_transposed)
+                return v, transposed_tiles(cfg, nt)
+            continue
+        fits = max(g.pw + g.w, v.span(tw)) <= _WINO_ROW and enough_tiles(cfg, nt, variants is not None)
+        tiles = gemm_tiles(cfg, g.m, nt, few=nt < 4 * cfg.nr) if fits else None
         if tiles is not None:
             return v, tiles
     return None
 
 
 def variant_name(v: Variant) -> str:
-    """"F4" or "F2": how the conv family's tuning entries name a variant."""
-    return f"F{v.m}"
+    """"F4", "F2", "F4T" or "F2T": how the conv family's tuning entries name a variant."""
+    return f"F{v.m}" + ("T" if v.transposed else "")
+
+
+GROUP_ROW_TILES = True
+
+
+def transposed_tiles(cfg: GemmConfig, nt: int) -> GemmConfig:
+    """The tiles of a transposed Winograd GEMM (rows = the image's `nt` tiles, columns = output
+    channels, gemm.cl C_TRANS, B the packed U^T): two vectors of channels, and the row count
+    from the config's down to 6 that pads the tiles least (7 for 49 tiles)."""
+    top = max(cfg.mr, 7)
+    mr = min(range(top, 5, -1), key=lambda r: (round_up(nt, r), -r))
+    return GemmConfig(mr, cfg.vw, 2, (-(-nt // mr), 1, 1) if GROUP_ROW_TILES else (1, 1, 1))
+
+
+# Whether the plain forms take few tiles (one to four column tiles of the GEMM) without a
+# database entry where enough_tiles says so; off, only the tuner's entries choose them.
+FEW_TILES_DEFAULT = True
+
+
+def enough_tiles(cfg: GemmConfig, nt: int, searched: bool) -> bool:
+    """Whether a plain form's GEMM (N = `nt` tiles, B read in place) is worth running: at least 4
+    column tiles; or, with fewer, at least one, where the tuner measures it (`searched`), and by
+    default where the tiles are one whole column tile or at least 3 of them. Measured on both pocl
+    drivers of the 2-vCPU guest (6 x 16 tiles, ResNet's shapes, kernel time in turns, b1): 14x14
+    256-channel F(4x4) (16 tiles) 1.56 / 1.62 ms vs the implicit GEMM's 3.05 / ~3.0; 7x7
+    512-channel F(2x2) (16) 1.46 / 2.44 vs the transposed GEMM's 2.08 / 3.44; 28x28 128-channel
+    F(4x4) (49) 1.55 / 1.53 vs F(2x2)'s 196 tiles 2.31 / 2.31; a ragged 49 tiles of F(2x2) at
+    14x14 3.4-3.6 ms, slower than F(4x4) there (taken first). Unmeasured with 32-column tiles, whose
+    defaults on ResNet's maps stay as they were (16 and 49 tiles are neither)."""
+    if nt >= 4 * cfg.nr:
+        return True
+    if nt < cfg.nr:
+        return False
+    return searched or (FEW_TILES_DEFAULT and (nt == cfg.nr or nt >= 3 * cfg.nr))
+
+
+def few_tiles(cfg: GemmConfig, nt: int) -> bool:
+    """Whether a map's `nt` tiles are few enough for the transposed forms to be searched: at most
+    8 column tiles of the plain form's GEMM (beyond that its columns are wide enough)."""
+    return nt <= 8 * cfg.nr
 
 
 def winograd_filter(w: np.ndarray, v: Variant = F2) -> np.ndarray:
