@@ -8,7 +8,9 @@
  *   SE_ACT1, SE_ACT2  activation.h codes of the two FCs (0, the default: piecewise linear); each
  *                     takes its (a, b, c) as run-time arguments
  *   HAS_B1, HAS_B2    the FCs' biases given
+ *   XH                x stored as half (storage.h; the means and both FCs in float)
  * gsize = (local size, N). */
+#include "storage.h"
 #define ACT SE_ACT2
 #include "activation.h"
 DEFINE_ACT(se_act2, float)
@@ -67,7 +69,7 @@ inline float se_dot(const __global float* restrict w, const __local float* v, co
     return t + (h4.x + h4.y) + (h4.z + h4.w);
 }
 
-__kernel void se_squeeze(__global const float* restrict x, __global const float* restrict w1,
+__kernel void se_squeeze(__global const ST_T(XH)* restrict x, __global const float* restrict w1,
                          __global const float* restrict b1, __global const float* restrict w2,
                          __global const float* restrict b2, __global float* restrict s, const int C, const int CM,
                          const int HW, const float a1, const float p1, const float q1, const float a2,
@@ -79,14 +81,14 @@ __kernel void se_squeeze(__global const float* restrict x, __global const float*
     for (int u = 0; u < C; u += ls) {
         const int c = u + lid;
         if (c < C) {
-            const __global float* xp = x + ((size_t)n * C + c) * HW;
+            const __global ST_T(XH)* xp = x + ((size_t)n * C + c) * HW;
             float16 acc = (float16)0.0f;
             int j = 0;
             for (; j + 16 <= HW; j += 16)
-                acc += *(const __global float16_se*)(xp + j);
+                acc += ST_LDV(XH, 16, xp + j);
             float t = 0.0f;
             for (; j < HW; ++j)
-                t += xp[j];
+                t += ST_LD(XH, xp, j);
             const float8 h8 = acc.lo + acc.hi;
             const float4 h4 = h8.lo + h8.hi;
             mean[c] = (t + (h4.x + h4.y) + (h4.z + h4.w)) * inv;

@@ -277,15 +277,27 @@ def test_decoder_fp16_accuracy():
     assert (got[0].argmax(-1) == ref[0].argmax(-1)).all()
 
 
-@pytest.mark.parametrize("make,bound,half", [pytest.param(mobilenet_se, 5e-3, 40, marks=pytest.mark.slow),
+# the float32 activations each model keeps by design: the logits (a graph output, written float32
+# by its producer), the SE blocks' gates (C values an image, clglow.SqueezeExcite writes float32),
+# the pooling CNN's MaxPool before LRN (LRN reads float32 only) and LRN itself
+_FLOAT32_KEPT = {"mobilenet_se": {"SqueezeExcite", "FusedMatMul"}, "pooling_cnn": {"Softmax", "MaxPool", "LRN"}}
+
+
+@pytest.mark.parametrize("make,bound,half", [pytest.param(mobilenet_se, 5e-3, 26, marks=pytest.mark.slow),
                                              (pooling_cnn, 1e-3, 10)], ids=["mobilenet_se", "pooling_cnn"])
 def test_cnn_fp16_accuracy(make, bound, half):
     """A MobileNet-style model (depthwise convs, SE blocks' pools and 1x1s, SiLU / ReLU6 fused)
     and a pooling CNN (max / average pools, LRN, Concat) in fp16: relative error of the logits
     measured 1.1e-3 and 8.4e-5 on pocl (bounds 5e-3, 1e-3), the classes agree, the activations
-    between the convs and pools stay in half with no Cast left."""
+    between the convs and pools stay in half with no Cast left (every activation a node produces
+    is half except those of _FLOAT32_KEPT's op types)."""
     model = make()
     got, ref, sess = _fp16_vs_fp32(model, sample_inputs(model, seed=1))
+    producer = {o: n for n in sess.graph.nodes for o in n.outputs}
+    kept = _FLOAT32_KEPT[make.__name__]
+    wide = [(name, producer[name].op_type) for name, v in sess.graph.values.items()
+            if name in producer and v.dtype != F16 and producer[name].op_type not in kept]
+    assert not wide
     assert sum(v.dtype == F16 for v in sess.graph.values.values()) >= half
     assert not [n.name for n in sess.graph.nodes if n.op_type == "Cast"]
     assert _rel(got, ref) < bound

@@ -6,8 +6,8 @@ from typing import Optional
 
 from ..ir import Graph, Node
 from ..target import Target
-from .base import Launch, LowerCtx, device_op, f32, i32
-from .common import F32, check_dtypes
+from .base import HalfIO, Launch, LowerCtx, device_op, f32, i32
+from .common import F16, F32, check_dtypes
 from .gemm_kernel import ACTIVATIONS, act_params
 
 GROUP = 64  # work-items per image: a CPU driver runs them one after another, a GPU side by side
@@ -22,9 +22,10 @@ def _cap(n: int) -> int:
 
 
 def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    """Float32, a static 4-D x, constant FC weights, activations the epilogues know, and both
-    vectors within the device's local memory."""
-    why = check_dtypes(node, graph, {F32}, inputs=[i for i, n in enumerate(node.inputs) if n], outputs=True)
+    """Float32 (x also in its half storage), a static 4-D x, constant FC weights, activations the
+    epilogues know, and both vectors within the device's local memory."""
+    why = check_dtypes(node, graph, {F32, F16}, inputs=[0]) or check_dtypes(
+        node, graph, {F32}, inputs=[i for i, n in enumerate(node.inputs) if n and i > 0], outputs=True)
     if why:
         return why
     x = graph.values.get(node.input(0))
@@ -41,7 +42,9 @@ def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
     return None
 
 
-@device_op("SqueezeExcite", domain="clglow", supports=_supports)
+# x may be stored as half (the convs before an SE block write half under precision="fp16"); the
+# squeeze vector s stays float32 (C values an image: nothing to save)
+@device_op("SqueezeExcite", domain="clglow", supports=_supports, half=HalfIO((0,), ()))
 def lower_squeeze_excite(ctx: LowerCtx) -> list:
     """One launch of (GROUP work-items, images)."""
     n, c, h, w = ctx.inputs[0].shape
@@ -59,4 +62,6 @@ def lower_squeeze_excite(ctx: LowerCtx) -> list:
     # SE blocks put a Swish there (unfused they were 3 launches: the mean and two FCs)
     defines = {"SE_ACT1": code1, "SE_ACT2": code2, "HAS_B1": int(has_b1), "HAS_B2": int(has_b2),
                "SE_CAP": _cap(max(c, cm))}
+    if ctx.inputs[0].dtype == F16:
+        defines["XH"] = 1
     return [Launch("squeeze_excite", "se_squeeze", (ls[0], n), args, ls, defines, ctx.label())]
