@@ -211,7 +211,10 @@ def test_background_search_never_blocks_nor_changes_a_run(fresh, monkeypatch):
         time.sleep(0.1)
     worker.join(max(1.0, deadline - time.monotonic()))
     assert not worker.is_alive(), "the background search did not finish within its budget"
-    assert slowest < baseline + 2.0, (slowest, baseline)  # a run waits for at most one launch or build
+    # a run waits for at most one launch or program build of the search (a build shares the 2 cores
+    # with the run: 2.25 s seen on a loaded Zen 3, up to ~4 s for a gemm.cl candidate on PyPI's
+    # pocl), never for the whole search (its budget, tens of seconds)
+    assert slowest < baseline + 5.0, (slowest, baseline)
     assert gate.ran.is_set() and time.perf_counter() - t0 < 120
     fresh.reload_tuning(_target(fresh).family)
     assert _target(fresh).tuned  # stored for later sessions

@@ -127,15 +127,11 @@ def ort_outputs(model: onnx.ModelProto, feeds: dict, fused: bool = False) -> lis
     return ort_session(model, fused).run(None, feeds)
 
 
-@functools.lru_cache(maxsize=None)
-def ort_int8_exact() -> bool:
-    """Whether onnxruntime's 8-bit kernels accumulate exactly on this machine. Without VNNI-style
-    dot products, x86 kernels sum uint8 x int8 pairs in saturating int16 (the issue's GPT-2
-    finding), so products of full-range weights come out wrong: a probe at the worst case
-    (255 * 127 in every pair) against the exact integer product decides whether onnxruntime's
-    integer output may be taken as a reference here."""
+def ort_matmul_integer_exact(weight: int) -> bool:
+    """onnxruntime's MatMulInteger at the worst case of `weight`: 255 * weight in every pair,
+    against the exact integer product."""
     a = np.full((1, 64), 255, np.uint8)
-    b = np.full((64, 1), 127, np.int8)
+    b = np.full((64, 1), weight, np.int8)
     g = helper.make_graph([helper.make_node("MatMulInteger", ["a", "b"], ["y"])], "probe",
                           [helper.make_tensor_value_info("a", TensorProto.UINT8, [1, 64]),
                            helper.make_tensor_value_info("b", TensorProto.INT8, [64, 1])],
@@ -144,6 +140,16 @@ def ort_int8_exact() -> bool:
     m.ir_version = 8
     got = ort_session(m, fused=False).run(None, {"a": a, "b": b})[0]
     return bool(np.array_equal(got, a.astype(np.int64) @ b.astype(np.int64)))
+
+
+@functools.lru_cache(maxsize=None)
+def ort_int8_exact() -> bool:
+    """Whether onnxruntime's 8-bit kernels accumulate exactly on this machine. Without VNNI-style
+    dot products, x86 kernels sum uint8 x int8 pairs in saturating int16 (the issue's GPT-2
+    finding), so products of full-range weights come out wrong: a probe at the worst case
+    (255 * 127 in every pair) against the exact integer product decides whether onnxruntime's
+    integer output may be taken as a reference here."""
+    return ort_matmul_integer_exact(127)
 
 
 def steps(a: np.ndarray, b: np.ndarray) -> int:

@@ -138,12 +138,15 @@ def quantized_model(kind: str, fmt: str, per_channel: bool = False) -> Path:
         onnx.save(float_model(kind), src)
         dst = Path(tmp) / "quant.onnx"
         if fmt == "dynamic":
-            quantize_dynamic(str(src), str(dst), per_channel=per_channel, weight_type=QuantType.QInt8)
+            # reduce_range (7-bit weights) keeps onnxruntime's uint8 x int8 kernels exact on x86
+            # without VNNI (quant_oracle.ort_exact_weights), so its runs are an oracle on every CPU
+            quantize_dynamic(str(src), str(dst), per_channel=per_channel, weight_type=QuantType.QInt8,
+                             reduce_range=True)
         else:
             quantize_static(str(src), str(dst), _Calibration(kind),
                             quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator,
                             per_channel=per_channel, activation_type=QuantType.QUInt8,
-                            weight_type=QuantType.QInt8)
+                            weight_type=QuantType.QInt8, reduce_range=True)
         os.replace(dst, out)
     return out
 

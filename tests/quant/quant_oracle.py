@@ -56,6 +56,18 @@ def assert_within_steps(got: np.ndarray, ref: np.ndarray, steps: int = 1) -> Non
                            f"(worst {worst})"
 
 
+ORT_EXACT_WEIGHT_RANGE = (-64, 64)
+
+
+def ort_exact_weights(rng: np.random.Generator, shape: tuple) -> np.ndarray:
+    """int8 weights in [-64, 64], as onnxruntime's quantizer writes them with reduce_range: its x86
+    uint8 x int8 kernels without VNNI add products in saturating int16 pairs (255 * 64 * 2 = 32,640
+    fits, 255 * 127 * 2 does not), so with these weights its output is exact on every CPU and
+    can be the oracle. Full-range weights are checked against exact numpy references instead."""
+    lo, hi = ORT_EXACT_WEIGHT_RANGE
+    return rng.integers(lo, hi + 1, size=shape).astype(np.int8)
+
+
 def ort_int8_gemm_is_exact() -> bool:
     """Whether onnxruntime's uint8 x int8 GEMMs (QLinearConv, QLinearMatMul, QGemm, MatMulInteger)
     are exact on this CPU: on x86 without VNNI its AVX2 kernels add int8 products in int16 pairs that

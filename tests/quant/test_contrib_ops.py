@@ -14,7 +14,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from quant_oracle import assert_within_steps, clglow_session_run, ort_literal_run
+from quant_oracle import assert_within_steps, clglow_session_run, ort_exact_weights, ort_literal_run
 
 MS = "com.microsoft"
 NP_TO_ONNX = {np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int8): TensorProto.INT8,
@@ -247,7 +247,7 @@ def test_com_microsoft_qlinear_conv(dtype):
     rng = np.random.default_rng(12)
     x = _q(rng, (1, 4, 9, 9), dtype)
     consts = {"x_s": np.array(0.02, np.float32), "x_z": np.array(120 if dtype == np.uint8 else 3, dtype),
-              "w": _q(rng, (6, 4, 3, 3), np.int8), "w_s": np.array(0.01, np.float32), "w_z": np.array(0, np.int8),
+              "w": ort_exact_weights(rng, (6, 4, 3, 3)), "w_s": np.array(0.01, np.float32), "w_z": np.array(0, np.int8),
               "y_s": np.array(0.2, np.float32), "y_z": np.array(100 if dtype == np.uint8 else -5, dtype),
               "b": rng.integers(-300, 300, size=(6,)).astype(np.int32)}
     node = helper.make_node("QLinearConv", ["x", "x_s", "x_z", "w", "w_s", "w_z", "y_s", "y_z", "b"], ["y"],

@@ -117,6 +117,13 @@ CONV_CASES = [
 ]
 
 
+def test_onnxruntime_exact_on_7bit_weights():
+    """The premise of the suite's onnxruntime comparisons (quant_models' reduce_range models,
+    quant_oracle.ort_exact_weights): at the worst case of a 7-bit weight (255 * 64 and 255 * -64
+    in every pair) onnxruntime's MatMulInteger is exact on this CPU, VNNI or not."""
+    assert qg.ort_matmul_integer_exact(-64) and qg.ort_matmul_integer_exact(64)
+
+
 @pytest.mark.parametrize("xdt,wdt,pc,bias,act,opset,sym", CONV_CASES)
 def test_conv(xdt, wdt, pc, bias, act, opset, sym):
     feeds = feeds_for(X_SHAPE)
