@@ -8,6 +8,7 @@ budget."""
 from __future__ import annotations
 
 import dataclasses
+import zlib
 
 import numpy as np
 import pytest
@@ -77,11 +78,20 @@ def _points_match(op, hidden, batch, direction, lbr, pick) -> None:
             np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5, err_msg=str(p))
 
 
+SAMPLED = 9  # points a case checks besides the default (27-36 in each space, a build each)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("op,hidden,batch,direction,lbr", CASES)
-def test_every_point_matches_the_reference(op, hidden, batch, direction, lbr):
-    """Every point of the space (a program build each: minutes on a loaded machine)."""
-    _points_match(op, hidden, batch, direction, lbr, lambda space: space)
+def test_sampled_points_match_the_reference(op, hidden, batch, direction, lbr):
+    """The default and SAMPLED points of the space drawn with a seed of the case (each a program
+    build: every point of every case took 3 minutes of CI; the cases draw different points, and
+    test_corner_points_match_the_reference takes the extremes)."""
+    def sample(space):
+        rng = np.random.default_rng(zlib.crc32(repr((op, hidden, batch, direction, lbr)).encode()))
+        rest = space[1:]
+        return [space[0]] + [rest[i] for i in rng.choice(len(rest), min(SAMPLED, len(rest)), replace=False)]
+    _points_match(op, hidden, batch, direction, lbr, sample)
 
 
 @pytest.mark.parametrize("op,hidden,batch,direction,lbr", CASES[:2])
