@@ -402,7 +402,8 @@ def _conv_forced(x_shape, w_shape, attrs: dict, path: str, act: str, residual: b
     g = ConvGeometry(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, n, c, m, c // cg)
     key = dataclasses.astuple(g) + (act, True, residual)
     path, _, variant = path.partition(" F")
-    point = {"path": path, "variant": "F" + (variant or "2") if path == "winograd" else ""}
+    variant = {"winograd": "F" + (variant or "2"), "gpu winograd": "F" + variant if variant else ""}.get(path, "")
+    point = {"path": path, "variant": variant}
     dev = dataclasses.replace(dev, tuned=(("conv", tunable.key_str(key), tunable.params_items(point)),))
     node = helper.make_node("FusedConv", ["x", "w", "b", "z" if residual else ""], ["y"], domain="clglow",
                             activation=act, group=c // cg, **attrs)
@@ -561,6 +562,7 @@ GPU_CONV_HALF = [  # (X, W, attributes, path forced, its GEMM or conv kernel)
     ((1, 4, 9, 9), (6, 2, 3, 3), dict(pads=[1, 1, 1, 1]), "xgemm implicit", "xgemm"),  # 2 groups
     ((1, 6, 11, 13), (20, 6, 3, 3), dict(pads=[1, 0, 1, 0], strides=[2, 2]), "xgemm im2col", "im2col"),
     ((1, 16, 12, 13), (16, 16, 3, 3), dict(pads=[1, 1, 1, 1]), "gpu winograd", "wino2_in"),
+    ((1, 16, 11, 13), (16, 16, 3, 3), dict(pads=[1, 1, 1, 1]), "gpu winograd F4", "wino4_in"),
     ((1, 12, 10, 10), (12, 1, 3, 3), dict(pads=[1, 1, 1, 1]), "gpu depthwise", "dw_tile"),
     ((1, 6, 9, 40), (12, 1, 2, 2), dict(pads=[1, 1, 1, 1]), "gpu depthwise", "dw_tile"),  # multiplier 2
 ]

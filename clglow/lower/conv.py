@@ -45,8 +45,9 @@ shape tests are in lower/conv_gemm.py and lower/winograd.py, the tiles come from
   xgemm implicit  the same tiles with B gathered from X into local memory per tile (implicit GEMM,
               no im2col buffer, padding by bounds): any other 2-D conv, one launch
               (lower/gpu_conv.py); "xgemm im2col" stays in the tuner's space of paths.
-  gpu winograd  F(2x2, 3x3) on xgemm.cl (lower/gpu_winograd.py): after the implicit GEMM, so taken
-              where the conv family's tuning entry (measured on the device) chooses it.
+  gpu winograd  F(2x2, 3x3) or F(4x4, 3x3) (variant "F4") on xgemm.cl (lower/gpu_winograd.py):
+              after the implicit GEMM, so taken where the conv family's tuning entry (measured on
+              the device) chooses it.
   pointwise   1x1, stride 1, no padding: the GEMM reads X in place as B (when N is whole
               column tiles or at least 4 of them). Any family.
   implicit    other convs whose taps read phases 0..n-1: conv_phases (im2col.cl) copies X once
@@ -108,7 +109,8 @@ from .gemm_kernel import (ACTIVATIONS, Bias, GemmConfig, Implicit, Operand, act_
 from .gpu_gemm import tuned_xgemm, xgemm_applicable, xgemm_launch
 from .gpu_conv import implicit_applicable as xgemm_implicit_applicable, lower_implicit as lower_xgemm_implicit
 from .gpu_dwconv import depthwise_applicable as gpu_depthwise_applicable, lower_depthwise as lower_gpu_depthwise
-from .gpu_winograd import lower_gpu_winograd, winograd_applicable as gpu_winograd_applicable
+from .gpu_winograd import VARIANTS as GPU_WINO_VARIANTS, lower_gpu_winograd
+from .gpu_winograd import winograd_applicable as gpu_winograd_applicable
 from .half import has_half, lower_as_float
 from .tunable import Family, forget, note_request, record_decision, register, stored
 from .winograd import VARIANTS, lower_winograd, variant_name, winograd_variant
@@ -544,9 +546,12 @@ def choose_path(case: ConvCase) -> ConvPath:
 # --- the tunable family (lower/tunable.py): which path a conv takes, per conv shape ----------------------
 # Shape key: the ConvGeometry's fields, then the epilogue's activation, bias and residual flags
 # (conv_key). Parameters: {"path": a CONV_PATHS name, "variant": "F4" | "F2" | "F4T" | "F2T" for
-# Winograd (the T forms transposed for few tiles: lower/winograd_small.py), else ""}.
+# Winograd (the T forms transposed for few tiles: lower/winograd_small.py), "" (F(2x2)) | "F4" for
+# gpu winograd, else ""}.
 # Measured as a whole node (its launches together: runtime/node_bench.py), not as one Launch.
 _PATHS = {p.name: p for p in CONV_PATHS}
+# the variants of the paths that have some (the first: what a point without one means)
+_PATH_VARIANTS = {"winograd": tuple(VARIANTS), "gpu winograd": tuple(GPU_WINO_VARIANTS)}
 
 
 def conv_key(case: ConvCase) -> Optional[tuple]:
@@ -577,6 +582,8 @@ def runs(case: ConvCase, p: dict) -> bool:
         return False
     variant = str(p.get("variant") or "")
     c = dataclasses.replace(case, variants=(variant,)) if variant else case
+    if path.name in _PATH_VARIANTS and variant not in _PATH_VARIANTS[path.name] + ("",):
+        return False
     return path.applicable(c) is None and (path.name != "winograd" or variant in VARIANTS)
 
 
@@ -585,7 +592,7 @@ def conv_space(target: Target, key: tuple) -> list:
     out = [conv_default(target, key)]
     case = key_case(target, key)
     for path in CONV_PATHS:
-        for variant in (tuple(VARIANTS) if path.name == "winograd" else ("",)):
+        for variant in _PATH_VARIANTS.get(path.name, ("",)):
             p = {"path": path.name, "variant": variant}
             if p not in out and runs(case, p) and not _plain_runs(case, variant):
                 out.append(p)

@@ -223,7 +223,7 @@ def test_depthwise_fused_residual_no_bias():
     check(node, {"x": x, "z": z}, {"w": w}, expected=[want], device=gpu_local())
 
 
-# --- Winograd F(2x2, 3x3) on xgemm.cl -----------------------------------------------------------------------------
+# --- Winograd F(2x2, 3x3) and F(4x4, 3x3) on xgemm.cl -----------------------------------------------------------------------------
 WINO = [  # (X, Cout, pads): odd output sizes (a half-empty last tile row/column), batches, asymmetric pads
     ((1, 16, 6, 6), 16, [1, 1, 1, 1]),
     ((2, 17, 7, 9), 19, [1, 0, 2, 1]),
@@ -233,9 +233,9 @@ if not SMALL:
     WINO += [((2, 64, 28, 28), 64, [1, 1, 1, 1]), ((1, 32, 15, 17), 48, [1, 1, 1, 1])]
 
 
-def _winograd_launches(node, feeds: dict, consts: dict, shape: tuple) -> list:
+def _winograd_launches(node, feeds: dict, consts: dict, shape: tuple, variant: str = "") -> list:
     """The node's launches on the "gpu winograd" row (after the implicit GEMM in the ranked table:
-    a tuning entry's choice), lowered through the row itself."""
+    a tuning entry's choice) in `variant` ("": F(2x2), "F4": F(4x4)), lowered through the row itself."""
     from clglow.lower.conv import _PATHS, conv_case
     from clglow.lower.gpu_winograd import lower_gpu_winograd, winograd_applicable
 
@@ -245,15 +245,18 @@ def _winograd_launches(node, feeds: dict, consts: dict, shape: tuple) -> list:
         from run_launches import lower_ctx  # type: ignore
     _op, ctx = lower_ctx(node, feeds, consts, {"y": (shape, np.float32)}, device=gpu_local())
     case = conv_case(ctx)
+    if variant:
+        case.variants = (variant,)
     assert winograd_applicable(case) is None and _PATHS["gpu winograd"].lower is lower_gpu_winograd
     return lower_gpu_winograd(ctx, case)
 
 
 @pytest.mark.parametrize("xs,cout,pads", WINO, ids=str)
 @pytest.mark.parametrize("fused", [False, True])
-def test_gpu_winograd(xs, cout, pads, fused):
-    """Input transform, 16 batched xgemm GEMMs, output transform (with bias, residual and Relu when
-    fused), vs onnx.reference."""
+@pytest.mark.parametrize("variant", ["", "F4"], ids=["F2", "F4"])
+def test_gpu_winograd(xs, cout, pads, fused, variant):
+    """Input transform, 16 (F(2x2)) or 36 (F(4x4)) batched xgemm GEMMs, output transform (with
+    bias, residual and Relu when fused), vs onnx.reference."""
     x, w, b = rand(*xs), rand(cout, xs[1], 3, 3), rand(cout)
     conv = helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=pads)
     want = reference(conv, {"x": x}, {"w": w, "b": b}, 17)[0]
@@ -263,8 +266,9 @@ def test_gpu_winograd(xs, cout, pads, fused):
         node = helper.make_node("FusedConv", ["x", "w", "b", "z"], ["y"], domain="clglow", pads=pads,
                                 activation="Relu")
         feeds, want = {"x": x, "z": z}, np.maximum(want + z, 0)
-    launches = _winograd_launches(node, feeds, {"w": w, "b": b}, want.shape)
-    assert [ln.kernel for ln in launches] == ["wino2_in", "xgemm", "wino2_out"]
+    launches = _winograd_launches(node, feeds, {"w": w, "b": b}, want.shape, variant)
+    m = 4 if variant == "F4" else 2
+    assert [ln.kernel for ln in launches] == [f"wino{m}_in", "xgemm", f"wino{m}_out"]
     got = execute(launches, {**feeds, "w": w, "b": b}, {"y": np.empty(want.shape, np.float32)})["y"]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
 
@@ -278,13 +282,17 @@ def test_gpu_winograd_from_the_conv_familys_tuning_entry():
     x, w, b = rand(1, 16, 9, 9), rand(16, 16, 3, 3), rand(16)
     g = _geom((1, 16, 9, 9), (16, 16, 3, 3), pad=1)
     key = dataclasses.astuple(g) + ("", True, False)
-    point = {"path": "gpu winograd", "variant": ""}
-    assert point in conv_space(gpu_local(), key) and conv_space(gpu_local(), key)[0]["path"] == "xgemm implicit"
-    tuned = dataclasses.replace(gpu_local(), tuned=(("conv", tunable.key_str(key), tunable.params_items(point)),))
+    space = conv_space(gpu_local(), key)
+    assert space[0]["path"] == "xgemm implicit"
     node = helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])
-    assert [k for _p, k in kernels_of(node, {"x": x}, {"w": w, "b": b}, (1, 16, 9, 9), tuned)] == \
-        ["wino2_in", "xgemm", "wino2_out"]
-    check(node, {"x": x}, {"w": w, "b": b}, device=tuned)
+    for variant, m in (("", 2), ("F4", 4)):
+        point = {"path": "gpu winograd", "variant": variant}
+        assert point in space
+        tuned = dataclasses.replace(gpu_local(), tuned=(("conv", tunable.key_str(key), tunable.params_items(point)),))
+        assert [k for _p, k in kernels_of(node, {"x": x}, {"w": w, "b": b}, (1, 16, 9, 9), tuned)] == \
+            [f"wino{m}_in", "xgemm", f"wino{m}_out"]
+        check(node, {"x": x}, {"w": w, "b": b}, device=tuned)
+    assert {"path": "gpu winograd", "variant": "F2T"} not in space  # the CPU family's names are not this row's
 
 
 def test_gpu_winograd_applies_where_stated():
