@@ -43,6 +43,7 @@ _FUSED_AS = {
     ("clglow", "LayerNormalization"): ("Identity", lambda n: (n.inputs[:1], {})),
     ("clglow", "RMSNormalization"): ("Identity", lambda n: (n.inputs[:1], {})),  # passes/fuse_layernorm.py
     ("clglow", "BiasSoftmax"): ("Identity", lambda n: (n.inputs[:1], {})),  # passes/fuse_softmax.py: x's shape
+    ("clglow", "RotateHalf"): ("Identity", lambda n: (n.inputs[:1], {})),  # passes/fuse_rotary.py: x's shape
 }
 
 

@@ -14,6 +14,7 @@ from .fuse_attention import fuse_attention
 from .fuse_channel_shuffle import fuse_channel_shuffle
 from .fuse_elementwise import fuse_elementwise
 from .fuse_layernorm import fuse_layernorm
+from .fuse_rotary import fuse_rotary
 from .fuse_softmax import fuse_softmax
 from .fuse_matmul import fold_transposes, fuse_matmul
 from .fuse_squeeze_excite import fuse_squeeze_excite
@@ -34,6 +35,7 @@ PIPELINE: list[Callable[[Graph], Graph]] = [
     remove_trivial_moves,
     fold_gather_add,  # a decode step's token row + its constant position row: one Gather of the summed table
     remove_dead_nodes,
+    fuse_rotary,  # before the Muls / Add / Neg of a rotary embedding join elementwise chains or epilogues
     fold_batchnorm,
     fuse_conv,
     fuse_channel_shuffle,  # ShuffleNet's Concat -> Reshape -> Transpose -> Reshape (-> halves): one launch

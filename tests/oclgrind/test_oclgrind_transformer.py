@@ -1,7 +1,7 @@
 """The decode-step kernels on Oclgrind: gemv.cl (every point of its tunable family too),
 parts.cl (Concat/Split of a few parts) and attention.cl's attention_rows
 (tests/kernels/test_gemv.py, test_gemv_family.py, test_parts.py,
-tests/passes/test_pass_fuse_attention.py), under the CPU family's paths (CLGLOW_TARGET=cpu: Oclgrind is a
+tests/passes/test_pass_fuse_attention.py) and rotate_half.cl (test_pass_rotary.py), under the CPU family's paths (CLGLOW_TARGET=cpu: Oclgrind is a
 GPU, whose family takes xgemm/gpu_gemv instead of these kernels)."""
 from __future__ import annotations
 
@@ -44,4 +44,13 @@ def test_bias_softmax(oclgrind_env):  # noqa: F811
     """softmax.cl's softmax_last with BIAS (passes/fuse_softmax.py): bounds and races (the
     uninitialised-value checker stops with a fatal error in it, as in attention_rows above)."""
     run_checked(dict(oclgrind_env, CLGLOW_TARGET="cpu"), pytest_args("tests/test_fuse_softmax.py") + ["-k", "test_fused"],
+                uninitialized=False)
+
+
+def test_rotate_half(oclgrind_env):  # noqa: F811
+    """rotate_half.cl (passes/fuse_rotary.py's clglow.RotateHalf; the kernel is the same for both
+    families): bounds and races. The uninitialised-value checker is off: it takes the uploaded graph
+    inputs for uninitialised in these sessions (its reports: the Relu on x in fused_flat, then
+    rotate_half storing values computed from x, cos and sin), while the results match onnxruntime."""
+    run_checked(oclgrind_env, pytest_args("tests/passes/test_pass_rotary.py") + ["-k", "test_fused"],
                 uninitialized=False)
