@@ -142,8 +142,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as e:
         _say(str(e))
         return 2
-    missing = [m for m in ("torch", "timm", "transformers", "torchvision") if importlib.util.find_spec(m) is None]
-    if missing and any(export.needs_export(m.name, args.reexport) for m in models):
+    # torch exports every model; timm, transformers and torchvision only their families' models
+    to_export = [m for m in models if export.needs_export(m.name, args.reexport)]
+    needed = ["torch"] + sorted({m.family for m in to_export} & {"timm", "transformers", "torchvision"})
+    missing = [m for m in needed if importlib.util.find_spec(m) is None]
+    if missing and to_export:
         _say(f"the zoo exports its models with {', '.join(missing)}, not installed here: "
              'pip install -e ".[zoo]" (benchmark-only dependencies)')
         return 2
