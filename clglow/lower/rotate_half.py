@@ -8,8 +8,8 @@ import numpy as np
 
 from ..ir import Graph, Node
 from ..target import Target
-from .base import Launch, LowerCtx, device_op, i32
-from .common import F32, check_dtypes, check_int32_sizes, grid
+from .base import HalfIO, Launch, LowerCtx, device_op, i32
+from .common import F16, F32, check_dtypes, check_int32_sizes, grid
 from .index_space import contiguous_strides
 
 MAX_RANK = 4  # x as [R0, R1, R2, D]: the kernel's index split
@@ -32,9 +32,9 @@ def _padded(shape: tuple) -> tuple:
 
 
 def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    """Float32, static shapes, x of rank 1..4 with an even last axis, cos and sin broadcasting
-    to x, y of x's shape."""
-    why = check_dtypes(node, graph, {F32}, outputs=True)
+    """Float32 (or its half storage), static shapes, x of rank 1..4 with an even last axis, cos and
+    sin broadcasting to x, y of x's shape."""
+    why = check_dtypes(node, graph, {F32, F16}, outputs=True)
     if why:
         return why
     vals = [graph.values.get(n) for n in list(node.inputs[:3]) + node.outputs[:1]]
@@ -49,7 +49,8 @@ def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
     return None
 
 
-@device_op("RotateHalf", domain="clglow", supports=_supports)
+# each of x, cos, sin and y read or written as stored, half or float (precision="fp16")
+@device_op("RotateHalf", domain="clglow", supports=_supports, half=HalfIO((0, 1, 2), (0,)))
 def lower_rotate_half(ctx: LowerCtx) -> list:
     """One launch over (pair of the last axis, x's axes 2 and 1); each work-item walks axis 0."""
     full = _padded(tuple(int(d) for d in ctx.inputs[0].shape))
@@ -62,4 +63,7 @@ def lower_rotate_half(ctx: LowerCtx) -> list:
     gsize, ls = grid(ctx.device, (half, full[2], full[1]), (min(half, 64), 1, 1))
     args = [ctx.buf(0), ctx.buf(1), ctx.buf(2), ctx.out(0), i32(half), i32(full[0]), i32(full[1]), i32(full[2])]
     args += [i32(v) for v in cs] + [i32(v) for v in ss]
-    return [Launch("rotate_half", "rotate_half", gsize, args, ls, {}, ctx.label())]
+    defines = {flag: 1 for flag, v in zip(("XH", "CH", "SH"), ctx.inputs[:3]) if v.dtype == F16}
+    if ctx.outputs[0].dtype == F16:
+        defines["YH"] = 1
+    return [Launch("rotate_half", "rotate_half", gsize, args, ls, defines, ctx.label())]

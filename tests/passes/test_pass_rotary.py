@@ -93,3 +93,16 @@ def test_not_fused(kw):
     """Other rotations, or an intermediate another node reads: the nodes stay, results unchanged."""
     ops = _run(*_rotary((1, 2, 5, 8), (1, 1, 5, 8), **kw))
     assert "RotateHalf" not in ops and "Concat" in ops, ops
+
+
+def test_half_storage():
+    """precision="fp16": RotateHalf reads x (the Relu's half output) as stored and the result
+    stays within half rounding of onnxruntime's float32 run (fp32 arithmetic, bound 2e-3)."""
+    m, feeds = _rotary((1, 4, 7, 64), (1, 1, 7, 64), const_tables=True)
+    sess = clglow.InferenceSession(m.SerializeToString(), clglow.SessionOptions(precision="fp16"))
+    rot = next(n for n in sess.graph.nodes if n.op_type == "RotateHalf")
+    assert sess.graph.values[rot.inputs[0]].dtype == np.float16  # no Cast between the Relu and it
+    assert sess.graph.values[rot.inputs[1]].dtype == np.float16  # the constant tables converted once
+    (got,), (want,) = sess.run(None, feeds), models.ort_run(m, feeds)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3 * float(np.abs(want).max()))
