@@ -54,3 +54,9 @@ def test_rotate_half(oclgrind_env):  # noqa: F811
     rotate_half storing values computed from x, cos and sin), while the results match onnxruntime."""
     run_checked(oclgrind_env, pytest_args("tests/passes/test_pass_rotary.py") + ["-k", "test_fused"],
                 uninitialized=False)
+
+
+def test_state_space_ops(oclgrind_env):  # noqa: F811
+    """causal_conv.cl and linear_attention.cl (opset 27's CausalConvWithState and LinearAttention,
+    tests/kernels/test_state_space_ops.py): every check on."""
+    run_checked(oclgrind_env, pytest_args("tests/kernels/test_state_space_ops.py"))

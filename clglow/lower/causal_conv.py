@@ -1,0 +1,61 @@
+"""CausalConvWithState (opset 27: the short depthwise convolution of Mamba and Gated DeltaNet
+layers, carrying its last K-1 input positions between decode steps) as one kernels_cl/causal_conv.cl
+launch writing the output and the present state."""
+from __future__ import annotations
+
+from typing import Optional
+
+from ..ir import Graph, Node
+from ..target import Target
+from .base import Launch, LowerCtx, device_op, i32
+from .common import F32, check_dtypes, check_int32_sizes, grid
+
+ACTIVATIONS = {"none": 0, "silu": 1, "swish": 1}
+
+
+def _given(node: Node, i: int) -> bool:
+    return i < len(node.inputs) and bool(node.inputs[i])
+
+
+def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    """Float32, static [B, C, L] input, constant-shaped (C, 1, K) weight, bias (C) and past state
+    (B, C, K-1) when given, an activation the kernel has."""
+    why = check_dtypes(node, graph, {F32}, inputs=[i for i in range(len(node.inputs)) if node.inputs[i]],
+                       outputs=True)
+    if why:
+        return why
+    act = node.attr("activation", "none")
+    if act not in ACTIVATIONS:
+        return f"activation {act!r} (the kernel has {', '.join(ACTIVATIONS)})"
+    x, w = graph.values.get(node.inputs[0]), graph.values.get(node.inputs[1])
+    if x is None or w is None or not x.is_static or not w.is_static or len(x.shape) != 3 or len(w.shape) != 3:
+        return "CausalConvWithState takes a static rank-3 input and weight"
+    b, c, _ = (int(d) for d in x.shape)
+    k = int(w.shape[2])
+    if tuple(int(d) for d in w.shape) != (c, 1, k) or k < 1:
+        return f"weight {tuple(w.shape)} is not (channels {c}, 1, k)"
+    if _given(node, 2) and tuple(graph.values[node.inputs[2]].shape or ()) != (c,):
+        return f"bias is not of shape ({c},)"
+    if _given(node, 3) and tuple(graph.values[node.inputs[3]].shape or ()) != (b, c, k - 1):
+        return f"past_state is not of shape ({b}, {c}, {k - 1})"
+    return None
+
+
+@device_op("CausalConvWithState", supports=_supports)
+def lower_causal_conv(ctx: LowerCtx) -> list:
+    """One launch over (position, channel, image); positions past L only write the present state."""
+    b, c, length = (int(d) for d in ctx.inputs[0].shape)
+    k = int(ctx.inputs[1].shape[2])
+    has_present = len(ctx.node.outputs) > 1 and bool(ctx.node.outputs[1])
+    extent = max(length, k - 1 if has_present else 0)
+    if b * c * extent == 0:
+        return []
+    check_int32_sizes(ctx)
+    has_bias, has_past = _given(ctx.node, 2), _given(ctx.node, 3)
+    y = ctx.out(0)
+    args = [ctx.buf(0), ctx.buf(1), ctx.buf(2) if has_bias else ctx.buf(1), ctx.buf(3) if has_past else ctx.buf(1),
+            y, ctx.out(1) if has_present else y, i32(c), i32(length)]  # absent ones: never read or written
+    defines = {"K": k, "HAS_BIAS": int(has_bias), "HAS_PAST": int(has_past), "HAS_PRESENT": int(has_present),
+               "SILU": ACTIVATIONS[ctx.attr("activation", "none")]}
+    gsize, ls = grid(ctx.device, (extent, c, b), (min(extent, 64), 1, 1))
+    return [Launch("causal_conv", "causal_conv", gsize, args, ls, defines, ctx.label())]
