@@ -8,7 +8,22 @@
  *   K            the kernel's taps (compile time: the loop unrolls)
  *   HAS_BIAS, HAS_PAST, HAS_PRESENT   optional inputs / output given
  *   SILU         y = v * sigmoid(v) (activation "silu" or "swish")
+ * Storage (storage.h): XH, WH, BH, PH, YH, SH = 1 keep x, the weight, the bias, the past state, y
+ * or the present state in half (float16 models, precision="fp16"); the arithmetic is float.
  * OpenCL 1.2, no extension. */
+#include "storage.h"
+#ifndef WH
+#define WH 0
+#endif
+#ifndef BH
+#define BH 0
+#endif
+#ifndef PH
+#define PH 0
+#endif
+#ifndef SH
+#define SH 0
+#endif
 #ifndef K
 #error "K (taps) must be defined"
 #endif
@@ -25,20 +40,21 @@
 #define SILU 0
 #endif
 
-inline float xp_at(__global const float* x, __global const float* past, long xrow, long prow, int p)
+inline float xp_at(__global const ST_T(XH)* x, __global const ST_T(PH)* past, long xrow, long prow, int p)
 {
     if (p >= K - 1)
-        return x[xrow + (p - (K - 1))];
+        return ST_LD(XH, x, xrow + (p - (K - 1)));
 #if HAS_PAST
-    return past[prow + p];
+    return ST_LD(PH, past, prow + p);
 #else
     return 0.0f;
 #endif
 }
 
-__kernel void causal_conv(__global const float* restrict x, __global const float* restrict w,
-                          __global const float* restrict bias, __global const float* restrict past,
-                          __global float* restrict y, __global float* restrict present, const int C, const int L)
+__kernel void causal_conv(__global const ST_T(XH)* restrict x, __global const ST_T(WH)* restrict w,
+                          __global const ST_T(BH)* restrict bias, __global const ST_T(PH)* restrict past,
+                          __global ST_T(YH)* restrict y, __global ST_T(SH)* restrict present, const int C,
+                          const int L)
 {
     const int t = get_global_id(0), c = get_global_id(1), b = get_global_id(2);
     if (c >= C)
@@ -46,17 +62,17 @@ __kernel void causal_conv(__global const float* restrict x, __global const float
     const long row = (long)b * C + c;
     const long xrow = row * L, prow = row * (K - 1);
     if (t < L) {
-        float v = HAS_BIAS ? bias[c] : 0.0f;
+        float v = HAS_BIAS ? ST_LD(BH, bias, c) : 0.0f;
 #pragma unroll
         for (int j = 0; j < K; ++j)
-            v = mad(w[c * K + j], xp_at(x, past, xrow, prow, t + j), v);
+            v = mad(ST_LD(WH, w, c * K + j), xp_at(x, past, xrow, prow, t + j), v);
 #if SILU
         v = v / (1.0f + exp(-v));
 #endif
-        y[xrow + t] = v;
+        ST_ST(YH, y, xrow + t, v);
     }
 #if HAS_PRESENT
     if (t < K - 1)
-        present[prow + t] = xp_at(x, past, xrow, prow, L + t);
+        ST_ST(SH, present, prow + t, xp_at(x, past, xrow, prow, L + t));
 #endif
 }

@@ -14,7 +14,20 @@
  *   DECAY_PER_KEY      decay [B, T, Hkv * DK] (else [B, T, Hkv])
  *   BETA_SHARED        beta [B, T, 1] (else [B, T, Hkv])
  *   HAS_PAST, HAS_PRESENT
+ * Storage (storage.h): TH = 1 reads q, k, v, decay, beta and writes the output as half (a float16
+ * model's T, or precision="fp16"), PH / SH the past / present state; the state is float in
+ * registers either way.
  * OpenCL 1.2, no extension; accumulation in float (the reference's float32 state). */
+#include "storage.h"
+#ifndef TH
+#define TH 0
+#endif
+#ifndef PH
+#define PH 0
+#endif
+#ifndef SH
+#define SH 0
+#endif
 #ifndef DK
 #error "DK (key size) must be defined"
 #endif
@@ -37,10 +50,10 @@
 #define HAS_PRESENT 0
 #endif
 
-__kernel void linear_attention(__global const float* restrict q, __global const float* restrict k,
-                               __global const float* restrict v, __global const float* restrict past,
-                               __global const float* restrict decay, __global const float* restrict beta,
-                               __global float* restrict out, __global float* restrict present, const int T,
+__kernel void linear_attention(__global const ST_T(TH)* restrict q, __global const ST_T(TH)* restrict k,
+                               __global const ST_T(TH)* restrict v, __global const ST_T(PH)* restrict past,
+                               __global const ST_T(TH)* restrict decay, __global const ST_T(TH)* restrict beta,
+                               __global ST_T(TH)* restrict out, __global ST_T(SH)* restrict present, const int T,
                                const int HQ, const int HKV, const int DV, const float scale)
 {
     const int m = get_global_id(0), h = get_global_id(1), b = get_global_id(2);
@@ -52,50 +65,50 @@ __kernel void linear_attention(__global const float* restrict q, __global const 
 #pragma unroll
     for (int d = 0; d < DK; ++d)
 #if HAS_PAST
-        s[d] = past[sbase + (long)d * DV];
+        s[d] = ST_LD(PH, past, sbase + (long)d * DV);
 #else
         s[d] = 0.0f;
 #endif
     for (int t = 0; t < T; ++t) {
         const long tok = (long)b * T + t;
-        const __global float* kt = k + (tok * HKV + h) * DK;
+        const __global ST_T(TH)* kt = k + (tok * HKV + h) * DK;
 #if GATED
 #if DECAY_PER_KEY
-        const __global float* gt = decay + (tok * HKV + h) * DK;
+        const __global ST_T(TH)* gt = decay + (tok * HKV + h) * DK;
 #pragma unroll
         for (int d = 0; d < DK; ++d)
-            s[d] *= exp(gt[d]);
+            s[d] *= exp(ST_LD(TH, gt, d));
 #else
-        const float gexp = exp(decay[tok * HKV + h]);
+        const float gexp = exp(ST_LD(TH, decay, tok * HKV + h));
 #pragma unroll
         for (int d = 0; d < DK; ++d)
             s[d] *= gexp;
 #endif
 #endif
-        float vt = v[(tok * HKV + h) * DV + m];
+        float vt = ST_LD(TH, v, (tok * HKV + h) * DV + m);
 #if DELTA
         float retrieved = 0.0f;
 #pragma unroll
         for (int d = 0; d < DK; ++d)
-            retrieved = mad(s[d], kt[d], retrieved);
-        vt = (BETA_SHARED ? beta[tok] : beta[tok * HKV + h]) * (vt - retrieved);
+            retrieved = mad(s[d], ST_LD(TH, kt, d), retrieved);
+        vt = ST_LD(TH, beta, BETA_SHARED ? tok : tok * HKV + h) * (vt - retrieved);
 #endif
 #pragma unroll
         for (int d = 0; d < DK; ++d)
-            s[d] = mad(kt[d], vt, s[d]);
+            s[d] = mad(ST_LD(TH, kt, d), vt, s[d]);
         for (int i = 0; i < group; ++i) {
             const int qh = h * group + i;
-            const __global float* qt = q + (tok * HQ + qh) * DK;
+            const __global ST_T(TH)* qt = q + (tok * HQ + qh) * DK;
             float o = 0.0f;
 #pragma unroll
             for (int d = 0; d < DK; ++d)
-                o = mad(qt[d], s[d], o);
-            out[(tok * HQ + qh) * DV + m] = scale * o;
+                o = mad(ST_LD(TH, qt, d), s[d], o);
+            ST_ST(TH, out, (tok * HQ + qh) * DV + m, scale * o);
         }
     }
 #if HAS_PRESENT
 #pragma unroll
     for (int d = 0; d < DK; ++d)
-        present[sbase + (long)d * DV] = s[d];
+        ST_ST(SH, present, sbase + (long)d * DV, s[d]);
 #endif
 }

@@ -7,8 +7,8 @@ from typing import Optional
 
 from ..ir import Graph, Node
 from ..target import Target
-from .base import Launch, LowerCtx, device_op, i32
-from .common import F32, check_dtypes, check_int32_sizes, grid
+from .base import HalfIO, Launch, LowerCtx, device_op, i32
+from .common import F16, F32, check_dtypes, check_int32_sizes, grid
 
 ACTIVATIONS = {"none": 0, "silu": 1, "swish": 1}
 
@@ -18,9 +18,9 @@ def _given(node: Node, i: int) -> bool:
 
 
 def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    """Float32, static [B, C, L] input, constant-shaped (C, 1, K) weight, bias (C) and past state
+    """Float32 or float16 (read and written as stored, float arithmetic), static [B, C, L] input, constant-shaped (C, 1, K) weight, bias (C) and past state
     (B, C, K-1) when given, an activation the kernel has."""
-    why = check_dtypes(node, graph, {F32}, inputs=[i for i in range(len(node.inputs)) if node.inputs[i]],
+    why = check_dtypes(node, graph, {F32, F16}, inputs=[i for i in range(len(node.inputs)) if node.inputs[i]],
                        outputs=True)
     if why:
         return why
@@ -41,7 +41,8 @@ def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
     return None
 
 
-@device_op("CausalConvWithState", supports=_supports)
+# every tensor read or written as stored, half or float (float16 models, precision="fp16")
+@device_op("CausalConvWithState", supports=_supports, half=HalfIO((0, 1, 2, 3), (0, 1)))
 def lower_causal_conv(ctx: LowerCtx) -> list:
     """One launch over (position, channel, image); positions past L only write the present state."""
     b, c, length = (int(d) for d in ctx.inputs[0].shape)
@@ -57,5 +58,11 @@ def lower_causal_conv(ctx: LowerCtx) -> list:
             y, ctx.out(1) if has_present else y, i32(c), i32(length)]  # absent ones: never read or written
     defines = {"K": k, "HAS_BIAS": int(has_bias), "HAS_PAST": int(has_past), "HAS_PRESENT": int(has_present),
                "SILU": ACTIVATIONS[ctx.attr("activation", "none")]}
+    for flag, i in (("XH", 0), ("WH", 1), ("BH", 2), ("PH", 3)):
+        if _given(ctx.node, i) and ctx.inputs[i].dtype == F16:
+            defines[flag] = 1
+    for flag, j in (("YH", 0), ("SH", 1)):
+        if j < len(ctx.outputs) and ctx.outputs[j] is not None and ctx.node.outputs[j] and ctx.outputs[j].dtype == F16:
+            defines[flag] = 1
     gsize, ls = grid(ctx.device, (extent, c, b), (min(extent, 64), 1, 1))
     return [Launch("causal_conv", "causal_conv", gsize, args, ls, defines, ctx.label())]

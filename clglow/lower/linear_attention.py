@@ -10,7 +10,7 @@ from typing import Optional
 from ..ir import Graph, Node
 from ..target import Target
 from .base import Launch, LowerCtx, device_op, f32, i32
-from .common import F32, check_dtypes, check_int32_sizes, grid
+from .common import F16, F32, check_dtypes, check_int32_sizes, grid
 
 RULES = {"linear": (0, 0), "gated": (1, 0), "delta": (0, 1), "gated_delta": (1, 1)}  # (GATED, DELTA)
 MAX_DK = 256  # the state column a work-item keeps (registers or its private stack)
@@ -39,12 +39,16 @@ def _dims(node: Node, graph: Graph) -> Optional[tuple]:
 
 
 def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    """Float32 throughout, static packed shapes, the rule's decay / beta given in a layout the
+    """Float32 or float16 (T: q, k, v, decay, beta and the output of one of them; the states
+    either, read and written as stored; float arithmetic), static packed shapes, the rule's decay / beta given in a layout the
     kernel reads, a key size within MAX_DK."""
-    why = check_dtypes(node, graph, {F32}, inputs=[i for i in range(len(node.inputs)) if node.inputs[i]],
+    why = check_dtypes(node, graph, {F32, F16}, inputs=[i for i in range(len(node.inputs)) if node.inputs[i]],
                        outputs=True)
     if why:
         return why
+    t_types = {graph.values[n].dtype for i, n in enumerate(node.inputs) if n and i != 3 and n in graph.values}
+    if len(t_types) > 1:
+        return "q, k, v, decay and beta of different float types"
     rule = node.attr("update_rule", "gated_delta")
     dims = _dims(node, graph)
     if rule not in RULES or dims is None:
@@ -81,6 +85,9 @@ def lower_linear_attention(ctx: LowerCtx) -> list:
             ctx.buf(5) if delta else q, y, ctx.out(1) if has_present else y,  # absent ones: never touched
             i32(t), i32(hq), i32(hkv), i32(dv), f32(scale)]
     defines = {"DK": dk, "GATED": gated, "DELTA": delta, "HAS_PAST": int(has_past), "HAS_PRESENT": int(has_present)}
+    storage = {"TH": ctx.inputs[0].dtype, "PH": ctx.inputs[3].dtype if has_past else None,
+               "SH": ctx.outputs[1].dtype if has_present else None}
+    defines.update({flag: 1 for flag, dt in storage.items() if dt == F16})
     if gated and _shape(ctx.graph, ctx.node.inputs[4])[2] == hkv * dk and dk != 1:
         defines["DECAY_PER_KEY"] = 1
     if delta and _shape(ctx.graph, ctx.node.inputs[5])[2] == 1 and hkv != 1:

@@ -81,3 +81,27 @@ def test_linear_attention_scale_and_no_present_state():
                             kv_num_heads=2, scale=0.37)
     got, want = run_node(node, feeds, {}, opset=OPSET)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-4 * float(np.abs(want[0]).max()))
+
+
+def test_float16_models():
+    """Both ops on float16 tensors (read and written as half, float arithmetic) vs onnx.reference,
+    within half rounding."""
+    h = np.float16
+    node = helper.make_node("CausalConvWithState", ["x", "w", "bias", "past"], ["y", "present"], activation="silu")
+    feeds = {"x": _f(2, 40, 19).astype(h), "past": _f(2, 40, 3).astype(h)}
+    got, want = run_node(node, feeds, {"w": _f(40, 1, 4).astype(h), "bias": _f(40).astype(h)}, opset=OPSET)
+    for g, w in zip(got, want):
+        assert g.dtype == h
+        np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), rtol=2e-3, atol=2e-3)
+    kk = _f(1, 9, 2, 16)
+    kk /= np.linalg.norm(kk, axis=-1, keepdims=True)
+    feeds = {"q": _f(1, 9, 4 * 16).astype(h), "k": kk.reshape(1, 9, 32).astype(h), "v": _f(1, 9, 2 * 12).astype(h),
+             "past": (_f(1, 2, 16, 12) * 0.1).astype(h), "g": (-np.abs(_f(1, 9, 2)) * 0.3).astype(h),
+             "beta": RNG.random((1, 9, 2)).astype(h)}
+    node = helper.make_node("LinearAttention", ["q", "k", "v", "past", "g", "beta"], ["y", "present"],
+                            update_rule="gated_delta", q_num_heads=4, kv_num_heads=2)
+    got, want = run_node(node, feeds, {}, opset=OPSET)
+    for g, w in zip(got, want):
+        assert g.dtype == h
+        np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), rtol=3e-3,
+                                   atol=3e-3 * max(1.0, float(np.abs(w.astype(np.float32)).max())))
