@@ -77,6 +77,17 @@ def check_dtypes(node: Node, graph: Graph, allowed: set, inputs: Optional[Sequen
     return None
 
 
+def plan_constants(node: Node, graph: Graph, positions: Sequence[int]) -> bool:
+    """Whether each of the node's inputs at `positions` is absent, a constant, or a graph input:
+    runtime.engine.SHAPE_INPUTS makes such an input a constant of each plan (its value part of
+    the plan's key), where the node is judged and lowered again with it."""
+    for i in positions:
+        name = node.input(i)
+        if name and graph.const(name) is None and name not in graph.inputs:
+            return False
+    return True
+
+
 def float32_only(node: Node, graph: Graph) -> Optional[str]:
     """supports() helper: every present input and output is float32."""
     return check_dtypes(node, graph, {F32}, outputs=True)

@@ -14,7 +14,8 @@ import numpy as np
 from ..ir import Graph, Node
 from ..target import Target
 from .base import HalfIO, Launch, LowerCtx, device_op, i32, view_op
-from .common import STORAGE_CL, attr_str, check_int32_sizes, dtype_of, fill_bits, grid, storage_type, work_size
+from .common import (STORAGE_CL, attr_str, check_int32_sizes, dtype_of, fill_bits, grid, plan_constants,
+                     storage_type, work_size)
 from .index_space import ROW_GROUP, ROW_VEC, collapse, collapse_copy, contiguous_strides, row_layout
 from .parts import parts_launch
 
@@ -156,8 +157,8 @@ def _slice_params(node: Node, graph: Graph, opset: int) -> Optional[tuple]:
 
 
 def _supports_slice(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    if _slice_params(node, graph, graph.opset(node.domain)) is None:
-        return "Slice with run-time starts, axes or steps runs on the host"
+    if _slice_params(node, graph, graph.opset(node.domain)) is None and not plan_constants(node, graph, (1, 2, 3, 4)):
+        return "Slice with computed starts, ends, axes or steps runs on the host"
     return supports_movable(node, graph, target)
 
 
@@ -240,8 +241,8 @@ def _supports_pad(node: Node, graph: Graph, target: Target) -> Optional[str]:
     mode = attr_str(mode)
     if mode not in _PAD_MODES:
         return f"Pad mode {mode!r} runs on the host"
-    if _pad_params(node, graph, graph.opset(node.domain)) is None:
-        return "Pad with run-time pads or value runs on the host"
+    if _pad_params(node, graph, graph.opset(node.domain)) is None and not plan_constants(node, graph, (1, 2, 3)):
+        return "Pad with computed pads, value or axes runs on the host"
     return supports_movable(node, graph, target)
 
 

@@ -15,7 +15,8 @@ import numpy as np
 from ..ir import Graph, Node
 from ..target import Target
 from .base import Launch, LowerCtx, device_op, i32
-from .common import attr_str, check_dtypes, check_int32_sizes, floats, grid, norm_axis, type_defines, work_size
+from .common import (attr_str, check_dtypes, check_int32_sizes, floats, grid, norm_axis, plan_constants,
+                     type_defines, work_size)
 from .movement import copy_launches
 
 
@@ -41,8 +42,8 @@ def _consts(node: Node, graph: Graph) -> Optional[tuple]:
 
 
 def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    if _consts(node, graph) is None:
-        return "Resize with run-time roi, scales or sizes runs on the host"
+    if _consts(node, graph) is None and not plan_constants(node, graph, (1, 2, 3)):
+        return "Resize with computed roi, scales or sizes runs on the host"
     try:
         from onnx.reference.ops import op_resize  # noqa: F401
     except ImportError:  # pragma: no cover

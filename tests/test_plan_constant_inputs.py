@@ -1,0 +1,70 @@
+"""Resize, Slice and Pad whose scales / sizes, starts / ends or pads are graph inputs run on OpenCL
+with the host fallback off: such an input is a constant of each plan (runtime.engine.SHAPE_INPUTS,
+its value part of the plan key), so the node is accepted at load and lowered with the value each
+run brings; results against onnxruntime for two different values in one session."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto as T, helper
+
+import clglow
+from models import ort_run
+
+RNG = np.random.default_rng(31)
+
+
+def _model(node, inputs: list, out_rank: int):
+    g = helper.make_graph([node], "m", inputs, [helper.make_tensor_value_info("y", T.FLOAT, [None] * out_rank)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    return m
+
+
+CASES = {
+    "resize_scales": (helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear"),
+                      [("s", T.FLOAT, [4])],
+                      [{"s": np.array([1, 1, 2, 1.5], np.float32)}, {"s": np.array([1, 1, 0.5, 3], np.float32)}]),
+    "resize_sizes": (helper.make_node("Resize", ["x", "", "", "z"], ["y"], mode="nearest"),
+                     [("z", T.INT64, [4])],
+                     [{"z": np.array([1, 3, 7, 9], np.int64)}, {"z": np.array([1, 3, 16, 4], np.int64)}]),
+    "slice": (helper.make_node("Slice", ["x", "b", "e", "a"], ["y"]),
+              [("b", T.INT64, [1]), ("e", T.INT64, [1]), ("a", T.INT64, [1])],
+              [{"b": np.array([1], np.int64), "e": np.array([5], np.int64), "a": np.array([2], np.int64)},
+               {"b": np.array([-4], np.int64), "e": np.array([100], np.int64), "a": np.array([3], np.int64)}]),
+    "pad": (helper.make_node("Pad", ["x", "p", "v"], ["y"], mode="constant"),
+            [("p", T.INT64, [8]), ("v", T.FLOAT, [])],
+            [{"p": np.array([0, 0, 1, 2, 0, 0, 3, 0], np.int64), "v": np.array(1.5, np.float32)},
+             {"p": np.array([0, 1, 0, 0, 0, 0, 2, 2], np.int64), "v": np.array(-2.0, np.float32)}]),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_graph_input_parameters_run_on_the_device(name, monkeypatch):
+    monkeypatch.setenv("CLGLOW_HOST_FALLBACK", "0")
+    node, params, runs = CASES[name]
+    inputs = [helper.make_tensor_value_info("x", T.FLOAT, [1, 3, 8, 6])]
+    inputs += [helper.make_tensor_value_info(n, t, s) for n, t, s in params]
+    m = _model(node, inputs, 4)
+    sess = clglow.InferenceSession(m.SerializeToString())  # accepted at load, fallback off
+    x = RNG.standard_normal((1, 3, 8, 6)).astype(np.float32)
+    for extra in runs:
+        feeds = {"x": x, **extra}
+        (got,), (want,) = sess.run(None, feeds), ort_run(m, feeds)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        assert {p.where for p in sess.placement} == {"opencl"}, [str(p) for p in sess.placement]
+
+
+def test_computed_parameters_still_say_why(monkeypatch):
+    """Pads computed by another node (not a graph input, not constant): refused at load with the
+    reason, as before."""
+    monkeypatch.setenv("CLGLOW_HOST_FALLBACK", "0")
+    nodes = [helper.make_node("Abs", ["p"], ["pa"]), helper.make_node("Pad", ["x", "pa"], ["y"])]
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", T.FLOAT, [2, 3]),
+                                       helper.make_tensor_value_info("p", T.INT64, [4])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [None, None])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    with pytest.raises(clglow.UnsupportedOperator, match="Pad with computed pads"):
+        clglow.InferenceSession(m.SerializeToString())
