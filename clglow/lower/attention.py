@@ -25,10 +25,11 @@ from .movement import copy_launches
 
 
 def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    r = check_dtypes(node, graph, floats(target), inputs=[0, 1, 2, 4, 5])
+    """Float tensors the device computes, or float16 ones (run on float32 copies: lower/half.py)."""
+    fl = floats(target) | {np.dtype(np.float16)}
+    r = check_dtypes(node, graph, fl, inputs=[0, 1, 2, 4, 5])
     if r:
         return r
-    fl = floats(target)
     if node.input(3):
         dt = dtype_of(graph, node.input(3))
         if dt is not None and dt != BOOL and dt not in fl:
@@ -46,6 +47,14 @@ def _out(ctx: LowerCtx, j: int) -> bool:
 
 @device_op("Attention", supports=_supports)
 def lower_attention(ctx: LowerCtx) -> list:
+    """A float16 model's Attention on float32 copies of its half tensors (attention.cl computes
+    in the storage type; pocl and other devices without cl_khr_fp16 have no half arithmetic)."""
+    if has_half(ctx):
+        return lower_as_float(ctx, _lower_attention)
+    return _lower_attention(ctx)
+
+
+def _lower_attention(ctx: LowerCtx) -> list:
     Q, K, V = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2]
     for t in list(ctx.inputs) + list(ctx.outputs):
         check_int32_sizes(ctx)

@@ -50,11 +50,12 @@ def lower_as_float(ctx: LowerCtx, lower: Callable[[LowerCtx], list]) -> list:
         elif t.size:
             ins[i] = fctx.scratch(4 * t.size)  # the copy's slots: the lowering's follow them
             before.append(half_cast_launch(ctx, ctx.buf(i), ins[i], t.size, to_half=False))
-    outs: dict = {}
-    for j, t in enumerate(ctx.outputs):
+    outs: dict = {}  # node output index -> (its float copy, its TensorInfo)
+    present = [j for j, o in enumerate(ctx.node.outputs) if o]  # ctx.outputs lists these only
+    for k, t in enumerate(ctx.outputs):
         if np.dtype(t.dtype) == F16:
-            fctx.outputs[j] = TensorInfo(t.name, F32, t.shape)
-            outs[j] = fctx.scratch(4 * max(t.size, 1))
+            fctx.outputs[k] = TensorInfo(t.name, F32, t.shape)
+            outs[present[k]] = (fctx.scratch(4 * max(t.size, 1)), t)
 
     def const(i: int):
         c = ctx.const(i)
@@ -62,9 +63,9 @@ def lower_as_float(ctx: LowerCtx, lower: Callable[[LowerCtx], list]) -> list:
 
     fctx.const = const  # derived() packs from these
     fctx.buf = lambda i: ins.get(i) or Buf(ctx.node.inputs[i])
-    fctx.out = lambda j=0: outs.get(j) or Buf(ctx.node.outputs[j])
+    fctx.out = lambda j=0: outs[j][0] if j in outs else Buf(ctx.node.outputs[j])
     launches = before + lower(fctx)
-    for j, s in outs.items():
-        if ctx.outputs[j].size:
-            launches.append(half_cast_launch(ctx, s, ctx.out(j), ctx.outputs[j].size, to_half=True))
+    for j, (s, t) in outs.items():
+        if t.size:
+            launches.append(half_cast_launch(ctx, s, ctx.out(j), t.size, to_half=True))
     return launches

@@ -34,6 +34,17 @@ def test_attention_4d_gqa_past(causal, mask):
           feeds, opset=23, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("mode", [0, 3])
+def test_attention_float16_with_absent_middle_outputs(mode):
+    """A float16 Attention (run on float32 copies, lower/half.py) whose present key / value are not
+    asked for but qk_matmul_output is: each half output gets its own copy back (the copies were
+    once matched to the outputs by the position among the present ones, so qk received Y)."""
+    h = np.float16
+    feeds = {"q": r(1, 2, 3, 8).astype(h), "k": r(1, 2, 4, 8).astype(h), "v": r(1, 2, 4, 6).astype(h)}
+    check(helper.make_node("Attention", ["q", "k", "v"], ["y", "", "", "qk"], is_causal=1, qk_matmul_output_mode=mode),
+          feeds, opset=23, rtol=2e-3, atol=2e-3)
+
+
 def test_attention_3d_softcap():
     feeds = {"q": r(2, 3, 16), "k": r(2, 5, 8), "v": r(2, 5, 8)}
     check(helper.make_node("Attention", ["q", "k", "v"], ["y"], q_num_heads=4, kv_num_heads=2, softcap=2.0,
