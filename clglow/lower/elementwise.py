@@ -309,11 +309,26 @@ def _supports_binary(node: Node, graph: Graph, target: Target) -> Optional[str]:
         return check_dtypes(node, graph, _BOOL)
     if op == "Equal":
         return check_dtypes(node, graph, numeric(target) | _BOOL)
-    if op == "PRelu" and graph.opset(node.domain) < 7:
-        return "PRelu before opset 7 broadcasts the slope per channel; it runs on the host"
+    if op == "PRelu" and graph.opset(node.domain) < 7 and _old_prelu_slope(node, graph) is None:
+        return "PRelu before opset 7 with a slope neither of one value, per channel nor of x's shape"
     if op in ("PRelu", "Mean"):
         return check_dtypes(node, graph, _stored(target))
     return check_dtypes(node, graph, numeric(target) | {F16})
+
+
+def _old_prelu_slope(node: Node, graph: Graph) -> Optional[tuple]:
+    """The shape a PRelu of opset < 7 reads its slope as (one value or x's shape as it is; a [C]
+    slope per channel of x [N, C, ...], which numpy broadcasting would align with x's last axis),
+    None for other slopes or unknown shapes."""
+    x, slope = (graph.values.get(node.input(i)) for i in (0, 1))
+    if x is None or slope is None or x.shape is None or slope.shape is None:
+        return None
+    xs, ss = tuple(x.shape), tuple(slope.shape)
+    if ss == xs or int(np.prod(ss)) == 1:
+        return ss
+    if len(ss) == 1 and len(xs) >= 2 and ss[0] == xs[1]:
+        return (ss[0],) + (1,) * (len(xs) - 2)
+    return None
 
 
 # The float arithmetic (and comparisons, whose bool output is not float) on half storage: each
@@ -345,11 +360,16 @@ def lower_binary(ctx: LowerCtx) -> list:
             expr = _pow_expr(ctx, ta, tb, out)
             if expr is not None:
                 return [flat_launch(ctx, [a] * 4, out.size, {"EXPR": expr, "NIN": 1})]
-        if op in _FUSED_ARITH and F16 in (ta.dtype, tb.dtype, out.dtype) and {ta.dtype, tb.dtype, out.dtype} <= {F16, F32}:
+        old_prelu = op_type == "PRelu" and ctx.opset < 7
+        if not old_prelu and op in _FUSED_ARITH and F16 in (ta.dtype, tb.dtype, out.dtype) \
+                and {ta.dtype, tb.dtype, out.dtype} <= {F16, F32}:
             # half storage: fused_elementwise's kernels convert 16 lanes at a time where the
             # shapes allow (the scalar kernels here convert per element)
             return expr_launches(ctx, f"{op}(X0,X1)")
-        return [binary_launch(ctx, op, a, b, ctx.out(0), ta.shape, tb.shape, out.shape,
+        b_shape = tb.shape
+        if old_prelu:  # the slope per channel: [C] read as [C, 1, ...]
+            b_shape = _old_prelu_slope(ctx.node, ctx.graph) or tb.shape
+        return [binary_launch(ctx, op, a, b, ctx.out(0), ta.shape, b_shape, out.shape,
                               ta.dtype, tb.dtype, out.dtype)]
     op = _VARIADIC[op_type]
     dt = np.dtype(out.dtype)
