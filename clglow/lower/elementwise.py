@@ -165,10 +165,11 @@ def lower_not(ctx: LowerCtx) -> list:
 
 
 def _supports_isx(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return check_dtypes(node, graph, floats(target))
+    """Floats, half storage included (storage.h's conversion keeps NaN and infinities)."""
+    return check_dtypes(node, graph, floats(target) | {F16}, [0])
 
 
-@device_op("IsNaN", "IsInf", supports=_supports_isx)
+@device_op("IsNaN", "IsInf", supports=_supports_isx, half=HalfIO((0,), ()))
 def lower_isx(ctx: LowerCtx) -> list:
     n = ctx.outputs[0].size
     if n == 0:

@@ -35,9 +35,14 @@ def _axes_from_input(op_type: str, opset: int) -> bool:
     return opset >= (13 if op_type == "ReduceSum" else 18)
 
 
+_BOOL = np.dtype(np.bool_)
+
+
 def _supports_reduce(node: Node, graph: Graph, target: Target) -> Optional[str]:
     """Numeric (LogSum*: float) inputs; half storage on any device (reduce.cl XH, fp32 math)."""
     allowed = numeric(target) if node.op_type not in ("ReduceLogSumExp", "ReduceLogSum") else floats(target)
+    if node.op_type in ("ReduceMax", "ReduceMin"):  # over bool: any / all, computed on its bytes
+        allowed = set(allowed) | {_BOOL}
     return check_dtypes(node, graph, set(allowed) | {F16}, [0])
 
 
@@ -168,11 +173,14 @@ def lower_reduce(ctx: LowerCtx) -> list:
         return []
     op = _REDUCE[ctx.node.op_type]
     meta, rk, rr, _n_out, _n_red = reduce_meta(x.shape, _reduce_axes(ctx))
-    dt = np.dtype(x.dtype)
-    defines = type_defines(T=dt, TO=np.dtype(out.dtype))
+    dt, out_dt = np.dtype(x.dtype), np.dtype(out.dtype)
+    is_bool = dt == _BOOL
+    if is_bool:  # max / min of the bytes 0 and 1
+        dt = out_dt = np.dtype(np.uint8)
+    defines = type_defines(T=dt, TO=out_dt)
     defines.update({f"OP_{op}": None, "ACC": acc_type(dt), "RK": rk, "RR": rr})
-    if op in ("MAX", "MIN"):
-        defines["EMPTY"] = _empty_value(op, dt)
+    if op in ("MAX", "MIN"):  # an empty reduction: the type's lowest / highest (bool: false / true)
+        defines["EMPTY"] = ("(0)" if op == "MAX" else "(1)") if is_bool else _empty_value(op, dt)
     lower = next(fn for _name, ok, fn in _REDUCE_PATHS if ok(ctx.device) is None)
     return lower(ctx, meta, rk, rr, defines)
 

@@ -75,3 +75,11 @@ def test_arg_over_inner_axis(op, select_last):
     kernels = [l.kernel for l in lower(node, {"x": x}, {}, {"y": ((2, 37), np.int64)}, opset=13, device=cpu())]
     assert kernels == ["argreduce_cols"], kernels
     check(node, {"x": x}, opset=13, device=cpu())
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+@pytest.mark.parametrize("shape,axes", [((3, 5, 70), [-1]), ((4, 6, 7), [0, 2]), ((2, 0, 3), [1])])
+def test_reduce_bool(op, shape, axes):
+    """Over bool (any / all, on the bytes): vs onnx.reference, the empty reduction included."""
+    x = RNG.random(shape) > (0.97 if op == "ReduceMax" else 0.03)
+    check(helper.make_node(op, ["x", "a"], ["y"], keepdims=1), {"x": x}, {"a": np.array(axes, np.int64)}, opset=18)
