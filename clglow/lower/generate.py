@@ -14,7 +14,8 @@ import numpy as np
 from ..ir import Graph, Node
 from ..target import Target
 from .base import Launch, LowerCtx, device_op, i32
-from .common import BOOL, F16, INDEX, check_dtypes, fill_bits, norm_axis, numeric, storage_type, type_defines, work_size
+from .common import (BOOL, F16, INDEX, check_dtypes, cl_type, fill_bits, floats, norm_axis, numeric, storage_type,
+                     type_defines, work_size)
 from .index_space import contiguous_strides
 from .movement import copy_launches, supports_movable
 
@@ -119,7 +120,9 @@ def lower_trilu(ctx: LowerCtx) -> list:
 
 
 def _supports_onehot(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return check_dtypes(node, graph, INDEX, [0]) or \
+    """Integer or float indices (a float index is truncated to an integer, as onnx.reference
+    casts it), numeric values."""
+    return check_dtypes(node, graph, set(INDEX) | floats(target), [0]) or \
         check_dtypes(node, graph, numeric(target), [2])
 
 
@@ -133,7 +136,10 @@ def lower_onehot(ctx: LowerCtx) -> list:
     depth = int(out.shape[axis])
     inner = int(np.prod(out.shape[axis + 1:], dtype=np.int64))
     defines = type_defines(T=np.dtype(out.dtype))
-    defines["TI"] = "int" if np.dtype(ind.dtype) == np.int32 else "long"
+    defines["TI"] = cl_type(np.dtype(ind.dtype)) if np.dtype(ind.dtype).kind == "f" else \
+        "int" if np.dtype(ind.dtype) == np.int32 else "long"
+    if np.dtype(ind.dtype) == np.float64:
+        defines["USE_FP64"] = None
     g, l = work_size(ctx, out.size)
     return [Launch("generate", "onehot", g, [ctx.buf(0), ctx.buf(2), ctx.out(0), i32(out.size), i32(depth),
                                              i32(inner)], l, defines, ctx.label())]
