@@ -29,6 +29,26 @@
 #include "activation.h"
 DEFINE_ACT(act_s, float)
 
+/* X at (y, x) of the channel plane xp, zero outside H x W (the conv's padding). */
+inline float wino_x(const __global ST_T(XH)* xp, int y, int x, int H, int W)
+{
+    return y >= 0 && y < H && x >= 0 && x < W ? ST_LD(XH, xp, y * W + x) : 0.0f;
+}
+
+/* One output pixel (y, x) of the plane at `plane`, if inside OH x OW: the conv's epilogue
+ * ACT(v + bias + Z). */
+inline void wino_store(__global ST_T(YH)* Y, const __global ST_T(YH)* Z, int plane, int y, int x, int OH, int OW,
+                       float v, float b, int flags, float act_a, float act_b, float act_c)
+{
+    if (y >= OH || x >= OW)
+        return;
+    const int p = plane + y * OW + x;
+    v += b;
+    if (flags & FLAG_RES)
+        v += ST_LD(YH, Z, p);
+    ST_ST(YH, Y, p, act_s(v, act_a, act_b, act_c));
+}
+
 __kernel void wino2_in(__global const ST_T(XH)* restrict X, int offX, int sX, __global float* restrict V, int sV,
                        int C, int H, int W, int PH, int PW, int TW, int NT)
 {
@@ -42,10 +62,8 @@ __kernel void wino2_in(__global const ST_T(XH)* restrict X, int offX, int sX, __
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int y = y0 + i, x = x0 + j;
-            d[i][j] = y >= 0 && y < H && x >= 0 && x < W ? ST_LD(XH, xp, y * W + x) : 0.0f;
-        }
+        for (int j = 0; j < 4; ++j)
+            d[i][j] = wino_x(xp, y0 + i, x0 + j, H, W);
     float e[4][4]; /* B^T d: along the rows */
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -91,19 +109,10 @@ __kernel void wino2_out(__global const float* restrict Mp, int sM, __global ST_T
     const int plane = offY + z * sY + o * OH * OW;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-        const int y = 2 * ty + i;
         const float v2[2] = {r[i][0] + r[i][1] + r[i][2], r[i][1] - r[i][2] - r[i][3]}; /* (A^T m) A */
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-            const int x = 2 * tx + j;
-            if (y < OH && x < OW) {
-                const int p = plane + y * OW + x;
-                float v = v2[j] + b;
-                if (flags & FLAG_RES)
-                    v += ST_LD(YH, Z, p);
-                ST_ST(YH, Y, p, act_s(v, act_a, act_b, act_c));
-            }
-        }
+        for (int j = 0; j < 2; ++j)
+            wino_store(Y, Z, plane, 2 * ty + i, 2 * tx + j, OH, OW, v2[j], b, flags, act_a, act_b, act_c);
     }
 }
 
@@ -144,10 +153,8 @@ __kernel void wino4_in(__global const ST_T(XH)* restrict X, int offX, int sX, __
 #pragma unroll
     for (int i = 0; i < 6; ++i)
 #pragma unroll
-        for (int j = 0; j < 6; ++j) {
-            const int y = y0 + i, x = x0 + j;
-            d[i][j] = y >= 0 && y < H && x >= 0 && x < W ? ST_LD(XH, xp, y * W + x) : 0.0f;
-        }
+        for (int j = 0; j < 6; ++j)
+            d[i][j] = wino_x(xp, y0 + i, x0 + j, H, W);
     float e[6][6]; /* B^T d: along the rows, e[.][j] from column j of d */
 #pragma unroll
     for (int j = 0; j < 6; ++j) {
@@ -193,19 +200,10 @@ __kernel void wino4_out(__global const float* restrict Mp, int sM, __global ST_T
     const int plane = offY + z * sY + o * OH * OW;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        const int y = 4 * ty + i;
         float v4[4]; /* (A^T m) A */
         AT6_1D(v4, r[i][0], r[i][1], r[i][2], r[i][3], r[i][4], r[i][5]);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int x = 4 * tx + j;
-            if (y < OH && x < OW) {
-                const int p = plane + y * OW + x;
-                float v = v4[j] + b;
-                if (flags & FLAG_RES)
-                    v += ST_LD(YH, Z, p);
-                ST_ST(YH, Y, p, act_s(v, act_a, act_b, act_c));
-            }
-        }
+        for (int j = 0; j < 4; ++j)
+            wino_store(Y, Z, plane, 4 * ty + i, 4 * tx + j, OH, OW, v4[j], b, flags, act_a, act_b, act_c);
     }
 }
