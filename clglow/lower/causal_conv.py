@@ -17,6 +17,11 @@ def _given(node: Node, i: int) -> bool:
     return i < len(node.inputs) and bool(node.inputs[i])
 
 
+def _shape(graph: Graph, name: str) -> Optional[tuple]:
+    v = graph.values.get(name)
+    return tuple(int(d) for d in v.shape) if v is not None and v.is_static else None
+
+
 def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
     """Float32 or float16 (read and written as stored, float arithmetic), static [B, C, L] input, constant-shaped (C, 1, K) weight, bias (C) and past state
     (B, C, K-1) when given, an activation the kernel has."""
@@ -34,9 +39,9 @@ def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
     k = int(w.shape[2])
     if tuple(int(d) for d in w.shape) != (c, 1, k) or k < 1:
         return f"weight {tuple(w.shape)} is not (channels {c}, 1, k)"
-    if _given(node, 2) and tuple(graph.values[node.inputs[2]].shape or ()) != (c,):
+    if _given(node, 2) and _shape(graph, node.inputs[2]) != (c,):
         return f"bias is not of shape ({c},)"
-    if _given(node, 3) and tuple(graph.values[node.inputs[3]].shape or ()) != (b, c, k - 1):
+    if _given(node, 3) and _shape(graph, node.inputs[3]) != (b, c, k - 1):
         return f"past_state is not of shape ({b}, {c}, {k - 1})"
     return None
 
