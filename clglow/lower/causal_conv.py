@@ -8,23 +8,15 @@ from typing import Optional
 from ..ir import Graph, Node
 from ..target import Target
 from .base import HalfIO, Launch, LowerCtx, device_op, i32
-from .common import F16, F32, check_dtypes, check_int32_sizes, grid
+from .common import F16, F32, check_dtypes, check_int32_sizes, grid, shape_of
 
 ACTIVATIONS = {"none": 0, "silu": 1, "swish": 1}
 
 
-def _given(node: Node, i: int) -> bool:
-    return i < len(node.inputs) and bool(node.inputs[i])
-
-
-def _shape(graph: Graph, name: str) -> Optional[tuple]:
-    v = graph.values.get(name)
-    return tuple(int(d) for d in v.shape) if v is not None and v.is_static else None
-
-
 def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    """Float32 or float16 (read and written as stored, float arithmetic), static [B, C, L] input, constant-shaped (C, 1, K) weight, bias (C) and past state
-    (B, C, K-1) when given, an activation the kernel has."""
+    """Float32 or float16 (read and written as stored, float arithmetic), a static [B, C, L]
+    input, a (C, 1, K) weight, bias (C) and past state (B, C, K-1) when given, an activation the
+    kernel has."""
     why = check_dtypes(node, graph, {F32, F16}, inputs=[i for i in range(len(node.inputs)) if node.inputs[i]],
                        outputs=True)
     if why:
@@ -39,9 +31,9 @@ def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
     k = int(w.shape[2])
     if tuple(int(d) for d in w.shape) != (c, 1, k) or k < 1:
         return f"weight {tuple(w.shape)} is not (channels {c}, 1, k)"
-    if _given(node, 2) and _shape(graph, node.inputs[2]) != (c,):
+    if node.input(2) and shape_of(graph, node.input(2)) != (c,):
         return f"bias is not of shape ({c},)"
-    if _given(node, 3) and _shape(graph, node.inputs[3]) != (b, c, k - 1):
+    if node.input(3) and shape_of(graph, node.input(3)) != (b, c, k - 1):
         return f"past_state is not of shape ({b}, {c}, {k - 1})"
     return None
 
@@ -57,14 +49,14 @@ def lower_causal_conv(ctx: LowerCtx) -> list:
     if b * c * extent == 0:
         return []
     check_int32_sizes(ctx)
-    has_bias, has_past = _given(ctx.node, 2), _given(ctx.node, 3)
+    has_bias, has_past = bool(ctx.node.input(2)), bool(ctx.node.input(3))
     y = ctx.out(0)
     args = [ctx.buf(0), ctx.buf(1), ctx.buf(2) if has_bias else ctx.buf(1), ctx.buf(3) if has_past else ctx.buf(1),
             y, ctx.out(1) if has_present else y, i32(c), i32(length)]  # absent ones: never read or written
     defines = {"K": k, "HAS_BIAS": int(has_bias), "HAS_PAST": int(has_past), "HAS_PRESENT": int(has_present),
                "SILU": ACTIVATIONS[ctx.attr("activation", "none")]}
     for flag, i in (("XH", 0), ("WH", 1), ("BH", 2), ("PH", 3)):
-        if _given(ctx.node, i) and ctx.inputs[i].dtype == F16:
+        if ctx.node.input(i) and ctx.inputs[i].dtype == F16:
             defines[flag] = 1
     for flag, j in (("YH", 0), ("SH", 1)):
         if j < len(ctx.outputs) and ctx.outputs[j] is not None and ctx.node.outputs[j] and ctx.outputs[j].dtype == F16:

@@ -581,10 +581,10 @@ def runs(case: ConvCase, p: dict) -> bool:
     if path is None or path.name in ("implicit nd", "im2col nd"):
         return False
     variant = str(p.get("variant") or "")
-    c = dataclasses.replace(case, variants=(variant,)) if variant else case
-    if path.name in _PATH_VARIANTS and variant not in _PATH_VARIANTS[path.name] + ("",):
+    if variant not in _PATH_VARIANTS.get(path.name, ("",)):  # Winograd names one; gpu winograd "" or "F4"
         return False
-    return path.applicable(c) is None and (path.name != "winograd" or variant in VARIANTS)
+    c = dataclasses.replace(case, variants=(variant,)) if variant else case
+    return path.applicable(c) is None
 
 
 def conv_space(target: Target, key: tuple) -> list:

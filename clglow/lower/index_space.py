@@ -24,6 +24,18 @@ def contiguous_strides(shape: Sequence[int]) -> list:
     return st
 
 
+def broadcast_strides(shape: tuple, full: tuple) -> Optional[list]:
+    """Element strides of a contiguous tensor of `shape` read as `full` (numpy broadcasting:
+    0 along the axes it repeats), None when it does not broadcast."""
+    if len(shape) > len(full):
+        return None
+    padded = (1,) * (len(full) - len(shape)) + tuple(shape)
+    if any(d not in (1, f) for d, f in zip(padded, full)):
+        return None
+    st = contiguous_strides(padded)
+    return [0 if d == 1 and f != 1 else s for d, s, f in zip(padded, st, full)]
+
+
 def collapse(out_shape: Sequence[int], in_shapes: Sequence[Sequence[int]]) -> tuple:
     """Merge adjacent dims that every input broadcasts the same way.
 

@@ -10,27 +10,19 @@ from typing import Optional
 from ..ir import Graph, Node
 from ..target import Target
 from .base import Launch, LowerCtx, device_op, f32, i32
-from .common import F16, F32, check_dtypes, check_int32_sizes, grid
+from .common import F16, F32, check_dtypes, check_int32_sizes, grid, shape_of
 
 RULES = {"linear": (0, 0), "gated": (1, 0), "delta": (0, 1), "gated_delta": (1, 1)}  # (GATED, DELTA)
 MAX_DK = 256  # the state column a work-item keeps (registers or its private stack)
 
 
-def _given(node: Node, i: int) -> bool:
-    return i < len(node.inputs) and bool(node.inputs[i])
-
-
-def _shape(graph: Graph, name: str) -> Optional[tuple]:
-    v = graph.values.get(name)
-    return tuple(int(d) for d in v.shape) if v is not None and v.is_static else None
-
-
 def _dims(node: Node, graph: Graph) -> Optional[tuple]:
     """(B, T, Hq, Hkv, d_k, d_v) of the node, None when q, k, v are not static [B, T, H * D] of
     one B and T with whole heads."""
-    q, k, v = (_shape(graph, n) for n in node.inputs[:3])
+    q, k, v = (shape_of(graph, n) for n in node.inputs[:3])
     hq, hkv = int(node.attr("q_num_heads", 0) or 0), int(node.attr("kv_num_heads", 0) or 0)
-    if q is None or k is None or v is None or len({len(q), len(k), len(v), 3}) != 1 or hq <= 0 or hkv <= 0:
+    if any(s is None or len(s) != 3 or not all(isinstance(d, int) for d in s) for s in (q, k, v)) \
+            or hq <= 0 or hkv <= 0:
         return None
     if q[:2] != k[:2] or q[:2] != v[:2] or hq % hkv or q[2] % hq or v[2] % hkv:
         return None
@@ -40,8 +32,8 @@ def _dims(node: Node, graph: Graph) -> Optional[tuple]:
 
 def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
     """Float32 or float16 (T: q, k, v, decay, beta and the output of one of them; the states
-    either, read and written as stored; float arithmetic), static packed shapes, the rule's decay / beta given in a layout the
-    kernel reads, a key size within MAX_DK."""
+    either, read and written as stored; float arithmetic), static packed shapes, the rule's
+    decay / beta given in a layout the kernel reads, a key size within MAX_DK."""
     why = check_dtypes(node, graph, {F32, F16}, inputs=[i for i in range(len(node.inputs)) if node.inputs[i]],
                        outputs=True)
     if why:
@@ -57,13 +49,13 @@ def _supports(node: Node, graph: Graph, target: Target) -> Optional[str]:
     gated, delta = RULES[rule]
     if dk > MAX_DK:
         return f"key size {dk} above the kernel's {MAX_DK}"
-    if gated != _given(node, 4) or delta != _given(node, 5):
-        return f"update_rule {rule!r} with decay given {_given(node, 4)}, beta given {_given(node, 5)}"
-    if gated and _shape(graph, node.inputs[4]) not in ((b, t, hkv), (b, t, hkv * dk)):
+    if gated != bool(node.input(4)) or delta != bool(node.input(5)):
+        return f"update_rule {rule!r} with decay given {bool(node.input(4))}, beta given {bool(node.input(5))}"
+    if gated and shape_of(graph, node.input(4)) not in ((b, t, hkv), (b, t, hkv * dk)):
         return "decay is not [B, T, kv heads] or [B, T, kv heads * d_k]"
-    if delta and _shape(graph, node.inputs[5]) not in ((b, t, hkv), (b, t, 1)):
+    if delta and shape_of(graph, node.input(5)) not in ((b, t, hkv), (b, t, 1)):
         return "beta is not [B, T, kv heads] or [B, T, 1]"
-    if _given(node, 3) and _shape(graph, node.inputs[3]) != (b, hkv, dk, dv):
+    if node.input(3) and shape_of(graph, node.input(3)) != (b, hkv, dk, dv):
         return f"past_state is not ({b}, {hkv}, {dk}, {dv})"
     return None
 
@@ -76,7 +68,7 @@ def lower_linear_attention(ctx: LowerCtx) -> list:
         return []
     check_int32_sizes(ctx)
     gated, delta = RULES[ctx.attr("update_rule", "gated_delta")]
-    has_past = _given(ctx.node, 3)
+    has_past = bool(ctx.node.input(3))
     has_present = len(ctx.node.outputs) > 1 and bool(ctx.node.outputs[1])
     scale = float(ctx.attr("scale", 0.0) or 0.0) or 1.0 / math.sqrt(dk)
     y = ctx.out(0)
@@ -88,9 +80,9 @@ def lower_linear_attention(ctx: LowerCtx) -> list:
     storage = {"TH": ctx.inputs[0].dtype, "PH": ctx.inputs[3].dtype if has_past else None,
                "SH": ctx.outputs[1].dtype if has_present else None}
     defines.update({flag: 1 for flag, dt in storage.items() if dt == F16})
-    if gated and _shape(ctx.graph, ctx.node.inputs[4])[2] == hkv * dk and dk != 1:
+    if gated and shape_of(ctx.graph, ctx.node.input(4))[2] == hkv * dk and dk != 1:
         defines["DECAY_PER_KEY"] = 1
-    if delta and _shape(ctx.graph, ctx.node.inputs[5])[2] == 1 and hkv != 1:
+    if delta and shape_of(ctx.graph, ctx.node.input(5))[2] == 1 and hkv != 1:
         defines["BETA_SHARED"] = 1
     gsize, ls = grid(ctx.device, (dv, hkv, b), (min(dv, 64), 1, 1))
     return [Launch("linear_attention", "linear_attention", gsize, args, ls, defines, ctx.label())]

@@ -137,7 +137,7 @@ def lower_split(ctx: LowerCtx) -> list:
 
 
 # --- Slice ---------------------------------------------------------------------------------------
-def _slice_params(node: Node, graph: Graph, opset: int) -> Optional[tuple]:
+def slice_params(node: Node, graph: Graph, opset: int) -> Optional[tuple]:
     """(starts, axes, steps) when known without running the graph, else None."""
     if opset < 10:
         starts = node.attr("starts")
@@ -157,7 +157,7 @@ def _slice_params(node: Node, graph: Graph, opset: int) -> Optional[tuple]:
 
 
 def _supports_slice(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    if _slice_params(node, graph, graph.opset(node.domain)) is None and not plan_constants(node, graph, (1, 2, 3, 4)):
+    if slice_params(node, graph, graph.opset(node.domain)) is None and not plan_constants(node, graph, (1, 2, 3, 4)):
         return "Slice with computed starts, ends, axes or steps runs on the host"
     return supports_movable(node, graph, target)
 
@@ -168,7 +168,7 @@ def lower_slice(ctx: LowerCtx) -> list:
     if out.size == 0:
         return []
     check_int32_sizes(ctx)
-    params = _slice_params(ctx.node, ctx.graph, ctx.opset)
+    params = slice_params(ctx.node, ctx.graph, ctx.opset)
     if params is None:
         raise ValueError(f"{ctx.node.name}: Slice parameters are not constant")
     starts, axes, steps = params

@@ -10,21 +10,9 @@ from ..ir import Graph, Node
 from ..target import Target
 from .base import HalfIO, Launch, LowerCtx, device_op, i32
 from .common import F16, F32, check_dtypes, check_int32_sizes, grid
-from .index_space import contiguous_strides
+from .index_space import broadcast_strides
 
 MAX_RANK = 4  # x as [R0, R1, R2, D]: the kernel's index split
-
-
-def broadcast_strides(shape: tuple, full: tuple) -> Optional[list]:
-    """Element strides of a contiguous tensor of `shape` read as `full` (numpy broadcasting:
-    0 along the axes it repeats), over rank-MAX_RANK `full`; None when it does not broadcast."""
-    if len(shape) > len(full):
-        return None
-    padded = (1,) * (len(full) - len(shape)) + tuple(shape)
-    if any(d not in (1, f) for d, f in zip(padded, full)):
-        return None
-    st = contiguous_strides(padded)
-    return [0 if d == 1 and f != 1 else s for d, s, f in zip(padded, st, full)]
 
 
 def _padded(shape: tuple) -> tuple:

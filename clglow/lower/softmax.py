@@ -21,6 +21,7 @@ from . import gpu_reduce
 from .base import HalfIO, Launch, LowerCtx, device_op, i32
 from .common import F16, F32, check_dtypes, check_int32_sizes, work_size
 from .gpu_softmax import lower_softmax_wg
+from .index_space import broadcast_strides
 
 log = logging.getLogger(__name__)
 
@@ -81,16 +82,10 @@ def _supports_bias(node: Node, graph: Graph, target: Target) -> Optional[str]:
 def bias_strides(x_shape: tuple, b_shape: tuple) -> Optional[list]:
     """The bias's element strides over x's leading axes (0 where it broadcasts) when it
     broadcasts to x with x's full last axis, else None."""
-    if len(b_shape) > len(x_shape) or not x_shape or not b_shape or b_shape[-1] != x_shape[-1]:
+    if not x_shape or not b_shape or b_shape[-1] != x_shape[-1]:
         return None
-    b = (1,) * (len(x_shape) - len(b_shape)) + tuple(b_shape)
-    if any(d not in (1, full) for d, full in zip(b, x_shape)):
-        return None
-    st, acc = [0] * len(b), 1
-    for a in range(len(b) - 1, -1, -1):
-        st[a] = 0 if b[a] == 1 else acc
-        acc *= b[a]
-    return st[:-1]
+    st = broadcast_strides(tuple(b_shape), tuple(x_shape))
+    return None if st is None else st[:-1]
 
 
 @device_op("BiasSoftmax", domain="clglow", supports=_supports_bias, half=HalfIO((0,), (0,)))

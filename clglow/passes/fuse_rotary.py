@@ -21,9 +21,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-import numpy as np
-
 from ..ir import Graph, Node
+from ..lower.movement import slice_params
 from .fuse_conv import rewrite_to_fixed_point, splice_fused
 
 
@@ -32,26 +31,20 @@ def _is(node: Optional[Node], op: str) -> bool:
 
 
 def _last_axis_slice(g: Graph, node: Node) -> Optional[tuple]:
-    """(data, start, end) of a Slice over the last axis of a static tensor in steps of 1, the
-    bounds clamped to the axis as ONNX does; None for any other Slice."""
-    v = g.values.get(node.inputs[0])
-    if v is None or not v.is_static or not v.shape:
+    """(data, start, end) of a Slice over the last axis of a static tensor in steps of 1 (its
+    constant start as lower/movement.slice_params reads it, clamped as ONNX does; its end from the
+    output's shape); None for any other Slice."""
+    v, out = g.values.get(node.inputs[0]), g.values.get(node.outputs[0])
+    params = slice_params(node, g, g.opset())
+    if v is None or out is None or not v.is_static or not out.is_static or not v.shape or params is None:
         return None
     rank, dim = len(v.shape), int(v.shape[-1])
-    if g.opset() >= 10:
-        arrs = [g.const(n) if n else None for n in (list(node.inputs[1:5]) + [""] * 4)[:4]]
-        starts, ends, axes, steps = arrs
-        if starts is None or ends is None or (len(node.inputs) > 3 and node.inputs[3] and axes is None) \
-                or (len(node.inputs) > 4 and node.inputs[4] and steps is None):
-            return None
-    else:
-        starts, ends, axes, steps = node.attr("starts"), node.attr("ends"), node.attr("axes"), None
-    axes = list(range(len(starts))) if axes is None else [int(a) for a in np.ravel(axes)]
-    if len(axes) != 1 or axes[0] not in (-1, rank - 1) or (steps is not None and list(np.ravel(steps)) != [1]):
+    starts, axes, steps = params
+    axes = list(range(len(starts))) if axes is None else axes
+    if len(axes) != 1 or axes[0] not in (-1, rank - 1) or steps not in (None, [1]):
         return None
-    start, end = (int(np.ravel(b)[0]) for b in (starts, ends))
-    start, end = (min(max(b + dim if b < 0 else b, 0), dim) for b in (start, end))
-    return node.inputs[0], start, end
+    start = min(max(starts[0] + dim if starts[0] < 0 else starts[0], 0), dim)
+    return node.inputs[0], start, start + int(out.shape[-1])
 
 
 def _rotate_half_of(g: Graph, prod: dict, name: str) -> Optional[tuple]:

@@ -41,7 +41,7 @@ def _rotary(x_shape, cos_shape, opset=17, const_tables=False, swap=False, split=
     h = d // 2 if split is None else split
     inits: list = []
     nodes = [helper.make_node("Relu", ["x"], ["q"]),
-             _slice("x1", "q", 0, h, -1, opset, inits),
+             _slice("x1", "q", 0, h, -1 if opset >= 11 else len(x_shape) - 1, opset, inits),  # negative axes: opset 11+
              _slice("x2", "q", h, BIG if opset >= 10 else d, len(x_shape) - 1, opset, inits),
              helper.make_node("Neg", ["x2"], ["n2"]),
              helper.make_node("Concat", ["x1", "n2"] if reversed_cat else ["n2", "x1"], ["r"], axis=-1)]
