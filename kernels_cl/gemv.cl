@@ -18,7 +18,11 @@
  * at any alignment; y may be z (a residual updated in place: each output read, then written,
  * by one work-item).
  * LN_PRO: x is first normalised as LayerNormalization over its k elements does (norm.cl's
- * arithmetic), ln_scale and ln_bias of k elements (passes/fuse_norm_matmul.py).
+ * arithmetic), ln_scale and ln_bias of k elements (passes/fuse_norm_matmul.py), once per
+ * work-group into local memory (LN_KMAX floats, at least k): the first work-item takes the
+ * statistics, all of them the normalised elements. Each work-item normalising x inside its
+ * own k loop cost as much as the launch it saved (3 loads and 2 FMAs per k next to one vector
+ * load, for each of the 500 panels of a vocabulary head).
  * EPI_EXPR: a FusedElementwise expression of X0 (the output above; fe_ops.h's macros) applied
  * before the store: GPT-2's tanh GELU after its c_fc projection.
  */
@@ -59,23 +63,37 @@ __kernel void gemv(const __global float* restrict x, const int x_off,
                    const float ln_eps
 #endif
                    ) {
+    if (n <= 0)
+        return;  /* the no-op launch (dummy buffers): the whole group returns, before any read */
     const int p0 = get_global_id(0) * PP;
-    if (p0 * VW >= n)
-        return;
-    const int last = (n + VW - 1) / VW - 1;
     const __global float* xp = x + x_off;
+#ifdef LN_PRO
+    __local float xn[LN_KMAX];
+    __local float ln_stats[2];
+    const int lid = get_local_id(0), lsz = get_local_size(0);
+    if (lid == 0) {
+        const float m = lanes_sum(xp, k) / (float)k;
+        ln_stats[0] = m;
+        ln_stats[1] = 1.0f / sqrt(lanes_sqdev(xp, k, m) / (float)k + ln_eps);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    {
+        const float m = ln_stats[0], inv = ln_stats[1];
+        for (int i = lid; i < k; i += lsz)
+            xn[i] = (xp[i] - m) * inv * ln_scale[i] + ln_bias[i];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+#define XK(i) xn[i]
+#else
+#define XK(i) xp[i]
+#endif
+    if (p0 * VW >= n)
+        return;  /* after the prologue's barriers, which every work-item of the group reaches */
+    const int last = (n + VW - 1) / VW - 1;
     const __global floatv* wp[PP];
 #pragma unroll
     for (int j = 0; j < PP; ++j)
         wp[j] = w + (long)min(p0 + j, last) * k;
-#ifdef LN_PRO
-    /* x's LayerNormalization, recomputed by each work-item (k floats: a fraction of its panel) */
-    const float ln_m = lanes_sum(xp, k) / (float)k;
-    const float ln_inv = 1.0f / sqrt(lanes_sqdev(xp, k, ln_m) / (float)k + ln_eps);
-#define XK(i) ((xp[i] - ln_m) * ln_inv * ln_scale[i] + ln_bias[i])
-#else
-#define XK(i) xp[i]
-#endif
     floatv acc[PP][KU];
 #pragma unroll
     for (int j = 0; j < PP; ++j)

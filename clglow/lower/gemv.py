@@ -19,6 +19,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
+from ..errors import InvalidModel
 from ..target import Target
 from .base import Arg, Buf, Launch, LowerCtx, f32, i32, unaligned
 from .common import grid
@@ -53,7 +54,10 @@ def gemv_launch(ctx: LowerCtx, *, k: int, n: int, bias: Optional[Bias], res: Opt
     """y[0, :] = act(alpha * x @ W + bias + res) with W (input 1, constant [.., K, N]) packed in
     panels of the family's width; `ln` (scale, bias, epsilon): x layer-normalised first;
     `epilogue`: an elementwise expression of X0 (the result) applied before the store."""
-    p = tuned(ctx.device, k, n, ctx.label())
+    if ln is not None and 4 * ln_kmax(k) > ctx.device.local_mem_size:
+        raise InvalidModel(f"a LayerNormalization prologue of {k} features needs {4 * ln_kmax(k)} bytes of local "
+                           f"memory; the device has {ctx.device.local_mem_size}", node=ctx.label())
+    p = tuned(ctx.device, k, n, ctx.label(), ln=ln is not None)
     vw = int(p["vw"])
     w = ctx.derived(1, f"gemv{vw}", lambda b: pack_b(np.asarray(b, np.float32).reshape(k, n), vw))
     tail = []
@@ -82,20 +86,36 @@ def _launch(target: Target, p: Params, k: int, n: int, x: Arg, w: Arg, y: Arg, *
         defines["EPI_EXPR"] = epilogue
     if ln_args is not None:
         defines["LN_PRO"] = None
+        defines["LN_KMAX"] = ln_kmax(k)
     items = -(-(-(-n // vw)) // pp)
     gsize, ls = grid(target, (items,), (int(p["ls"]),))
     return Launch("gemv", "gemv", gsize, args + [i32(n), i32(k)] + tail, ls, defines, label,
                   noop_args=args + [i32(0), i32(k)] + tail)
 
 
-# --- the tunable family: gemv.cl's parameters per (K, N) ------------------------------------------
-# Shape key: (K, N). Parameters: vw (panel width), ku (unroll), pp (panels per work-item), ls
-# (work-group size).
+def ln_kmax(k: int) -> int:
+    """The local buffer of an LN prologue (gemv.cl LN_KMAX): k rounded up to a power of two (at
+    least 64), so that the hidden sizes of a model share one program."""
+    return max(64, 1 << (int(k) - 1).bit_length())
+
+
+# --- the tunable family: gemv.cl's parameters per (K, N) or (K, N, 1) -----------------------------
+# Shape key: (K, N), and (K, N, 1) for a product with a LayerNormalization prologue (its groups
+# normalise x once each, so fewer and larger groups pay there). Parameters: vw (panel width), ku
+# (unroll), pp (panels per work-item), ls (work-group size).
 def _space(target: Target, key: ShapeKey) -> List[Params]:
     return list(product({"vw": widths(target), "ku": KU_SPACE, "pp": PP_SPACE, "ls": LS_SPACE}))
 
 
+def _has_ln(key: ShapeKey) -> bool:
+    return len(key) > 2 and bool(key[2])
+
+
 def _default(target: Target, key: ShapeKey) -> Params:
+    """One panel per group of one; with a prologue, the largest groups of the space (the
+    prologue is paid once per group)."""
+    if _has_ln(key):
+        return {"vw": gemv_width(target), "ku": KU_SPACE[0], "pp": max(PP_SPACE), "ls": max(LS_SPACE)}
     return {"vw": gemv_width(target), "ku": KU_SPACE[0], "pp": PP_SPACE[0], "ls": LS_SPACE[0]}
 
 
@@ -105,14 +125,19 @@ def _valid(target: Target, p: Params) -> bool:
 
 
 def _bench(target: Target, key: ShapeKey, p: Params) -> Tuple[Launch, dict]:
-    """x [K] @ W [K, N] with `p` (buffers X, W, B, Y: a bias as the projections have)."""
+    """x [K] @ W [K, N] with `p` (buffers X, W, B, Y: a bias as the projections have; LS and
+    LB, the LayerNormalization's scale and bias, for a prologue key)."""
     k, n = int(key[0]), int(key[1])
     if not _valid(target, p):
         raise ValueError(f"gemv does not run {p}")
     vw = int(p["vw"])
+    ln_args = [Buf("LS"), Buf("LB"), f32(1e-5)] if _has_ln(key) else None
     launch = _launch(target, p, k, n, Buf("X"), Buf("W"), Buf("Y"), bias=Bias(Buf("B"), 0, 1), res=None,
-                     alpha=1.0, act=("", 0.0, 0.0), ln_args=None, epilogue="", label="")
-    return launch, {"X": 4 * k, "W": 4 * k * vw * -(-n // vw), "B": 4 * n, "Y": 4 * n}
+                     alpha=1.0, act=("", 0.0, 0.0), ln_args=ln_args, epilogue="", label="")
+    sizes = {"X": 4 * k, "W": 4 * k * vw * -(-n // vw), "B": 4 * n, "Y": 4 * n}
+    if ln_args is not None:
+        sizes.update(LS=4 * k, LB=4 * k)
+    return launch, sizes
 
 
 def _flops(key: ShapeKey) -> float:
@@ -123,10 +148,11 @@ GEMV_FAMILY = register(Family("gemv", "gemv", _space, _default, _bench, flops=_f
                               applies=lambda target: target.is_cpu_family, priority=2))
 
 
-def tuned(target: Target, k: int, n: int, label: str = "") -> Params:
+def tuned(target: Target, k: int, n: int, label: str = "", ln: bool = False) -> Params:
     """This product's gemv parameters: the database's when a point of the space, else the default."""
-    p, _ = choose(target, "gemv", (int(k), int(n)), label, valid=lambda q: _valid(target, q))
+    key = (int(k), int(n), 1) if ln else (int(k), int(n))
+    p, _ = choose(target, "gemv", key, label, valid=lambda q: _valid(target, q))
     return p
 
 
-__all__ = ["GEMV_FAMILY", "gemv_applicable", "gemv_launch", "gemv_width", "tuned", "widths"]
+__all__ = ["GEMV_FAMILY", "gemv_applicable", "gemv_launch", "gemv_width", "ln_kmax", "tuned", "widths"]

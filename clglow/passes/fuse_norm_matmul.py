@@ -3,8 +3,8 @@ expression of a GEMV's result -> its epilogue (fuse_gemv_epilogue, below).
 
 A decode step normalises one token's hidden state before each projection (GPT-2's ln_1, ln_2,
 ln_f): a launch that reads and writes a few hundred floats, then the GEMV reads them again.
-As the GEMV's prologue (kernels_cl/gemv.cl LN_PRO) each work-item normalises x itself (its
-k floats next to the k x VW panel it streams anyway) and the launch disappears.
+As the GEMV's prologue (kernels_cl/gemv.cl LN_PRO) each work-group normalises x once into local
+memory before streaming its panels, and the launch disappears.
 
 Fused when: a LayerNormalization (ai.onnx, or clglow's from fuse_layernorm) over the last axis
 of a static float32 tensor with one row, only its Y used; Y consumed only by a MatMul or a

@@ -83,12 +83,13 @@ def test_prologue_and_epilogue_under_other_points(point, monkeypatch):
     del point["width"]
     x, w, b = (RNG.standard_normal(s).astype(np.float32) for s in ((1, k), (k, n), (n,)))
     g, beta = RNG.standard_normal(k).astype(np.float32), RNG.standard_normal(k).astype(np.float32)
-    target = dataclasses.replace(base, tuned=(("gemv", key_str((k, n)), tuple(sorted(point.items()))),))
+    # a prologue's product is keyed (K, N, 1): its groups normalise x once each
+    target = dataclasses.replace(base, tuned=(("gemv", key_str((k, n, 1)), tuple(sorted(point.items()))),))
     node = helper.make_node("FusedMatMul", ["x", "w", "b", "", "g", "beta"], ["y"], domain="clglow",
                             ln_epsilon=1e-5, epilogue="TANH(ADD(X0,X0))")
     launches = lower(node, {"x": x}, {"w": w, "b": b, "g": g, "beta": beta}, {"y": ((1, n), np.float32)},
                      device=target)
-    assert [(ln.defines["PP"], "LN_PRO" in ln.defines) for ln in launches] == [(point["pp"], True)]
+    assert [(ln.defines["PP"], "LN_PRO" in ln.defines, ln.lsize) for ln in launches] == [(point["pp"], True, (point["ls"],))]
     xd = x.astype(np.float64)
     xn = (xd - xd.mean()) / np.sqrt(xd.var() + 1e-5) * g + beta
     want = np.tanh(2 * (xn @ w + b)).astype(np.float32)
