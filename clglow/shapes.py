@@ -145,6 +145,24 @@ def infer_node(node: Node, graph: Graph) -> dict:
     return {k: type_to_dtype_shape(tp) for k, tp in out.items()}
 
 
+# Node inputs whose values decide output shapes (or kernel parameters fixed at plan time). When a
+# graph input feeds one of these, its run-time value is part of the plan key and the plan is
+# specialised with it as a constant (as onnxruntime keeps shape tensors on the CPU; runtime/engine.py);
+# when a node of the stage computes it, the node waits for the next stage, where the value is read
+# back and is such a constant (specialize, `_waits_for_parameters`).
+SHAPE_INPUTS: dict = {
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 2, 3),
+    "Squeeze": (1,), "Unsqueeze": (1,), "Split": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
+    "OneHot": (1, 2), "TopK": (1,), "If": (0,), "Loop": (0, 1), "Resize": (1, 2, 3), "Upsample": (1,), "CenterCropPad": (1, 2),
+    "Trilu": (1,), "CumSum": (1,), "CumProd": (1,), "Dropout": (1, 2), "Col2Im": (1, 2, 3),
+    "AffineGrid": (1,), "MaxUnpool": (2,), "BlackmanWindow": (0,), "HammingWindow": (0,), "HannWindow": (0,),
+    "DFT": (1, 2), "STFT": (1, 3), "MelWeightMatrix": (0, 1, 2, 3, 4),
+    **{op: (1,) for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+                           "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")},
+}
+SHAPE_INPUT_MAX_ELEMENTS = 64
+
+
 _HALF_OR_FLOAT = (np.dtype(np.float16), np.dtype(np.float32))
 
 
@@ -366,12 +384,47 @@ def specialize(graph: Graph, input_types: Mapping[str, tuple]) -> tuple[Graph, O
                 g.values[name] = Value(name, arr.dtype, tuple(arr.shape), arr)
             continue
         check_node(node, g)
-        if not _infer_outputs(node, g):
+        known = _infer_outputs(node, g)
+        if _waits_for_parameters(node, g, known):  # planned in the next stage, its parameters constants there
+            deferred.append(node)
+            unknown.update(o for o in node.outputs if o)
+            continue
+        if not known:
             unknown.update(o for o in node.outputs if o)
         keep.append(node)
     keep = flatten_scan_concats(keep, g)
     g.nodes = keep + deferred
     return g, (len(keep) if unknown else None)
+
+
+# Ops whose kernels take these inputs as plan-time constants (lower/common.plan_constants): a
+# computed one always waits for the next stage, even where the output shape is known otherwise
+_CONSTANT_PARAMETERS = ("Pad", "Slice", "Resize")
+
+
+def _waits_for_parameters(node: Node, g: Graph, shapes_known: bool) -> bool:
+    """True when a node reads its shape-deciding inputs (SHAPE_INPUTS) as small values computed
+    in this stage, and its output shapes are not known without them (or its kernel takes them as
+    constants): a Pad's pads, a Slice's starts, a Range's limit made by other nodes (onnx's
+    expanded Attention functions pad and slice by amounts computed from the inputs). The next
+    stage reads them back as constants (engine `_next_stage`) and plans the node on the device,
+    where it would otherwise run on the host. Not TopK, whose outputs are sized on the device
+    (lower/select.py), nor If and Loop, which staging handles above (a Loop left to the host
+    continues its iterations there)."""
+    if node.domain not in ("", "ai.onnx") or node.op_type in ("TopK", "If", "Loop"):
+        return False
+    if shapes_known and node.op_type not in _CONSTANT_PARAMETERS:
+        return False
+    positions = [node.input(i) for i in SHAPE_INPUTS.get(node.op_type, ()) if node.input(i)]
+    computed = [name for name in positions if g.const(name) is None]
+    if not computed:
+        return False
+    for name in computed:
+        v = g.values.get(name)
+        if (v is None or not v.is_static or v.dtype is None or np.dtype(v.dtype).kind not in "biuf"
+                or int(np.prod(v.shape, dtype=np.int64)) > SHAPE_INPUT_MAX_ELEMENTS):
+            return False
+    return True
 
 
 def _reads(node: Node) -> list:

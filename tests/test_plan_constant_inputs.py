@@ -56,14 +56,66 @@ def test_graph_input_parameters_run_on_the_device(name, monkeypatch):
         assert {p.where for p in sess.placement} == {"opencl"}, [str(p) for p in sess.placement]
 
 
-def test_computed_parameters_still_say_why(monkeypatch):
-    """Pads computed by another node (not a graph input, not constant): refused at load with the
-    reason, as before."""
+def _computed_model(nodes: list, params: list, out_rank: int):
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", T.FLOAT, [2, 3, 5])]
+                          + [helper.make_tensor_value_info(n, t, s) for n, t, s in params],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [None] * out_rank)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    return m
+
+
+COMPUTED = {
+    # pads, starts / ends and a Range's limit made by other nodes from graph inputs (onnx's expanded
+    # Attention functions pad and slice by amounts computed so): the node waits for the next
+    # stage, where the amounts are read back as constants, and runs on the device
+    "pad": ([helper.make_node("Abs", ["p"], ["pa"]), helper.make_node("Pad", ["x", "pa", "v"], ["y"])],
+            [("p", T.INT64, [6]), ("v", T.FLOAT, [])], 3,
+            [{"p": np.array([0, -1, 2, 1, 0, -3], np.int64), "v": np.array(0.5, np.float32)},
+             {"p": np.array([1, 0, 0, 0, 2, 1], np.int64), "v": np.array(-1.0, np.float32)}]),
+    "slice": ([helper.make_node("Mul", ["e", "two"], ["e2"]), helper.make_node("Neg", ["b"], ["nb"]),
+               helper.make_node("Slice", ["x", "nb", "e2", "a"], ["y"])],
+              [("b", T.INT64, [1]), ("e", T.INT64, [1]), ("a", T.INT64, [1]), ("two", T.INT64, [1])], 3,
+              [{"b": np.array([-1], np.int64), "e": np.array([2], np.int64), "a": np.array([2], np.int64),
+                "two": np.array([2], np.int64)},
+               {"b": np.array([1], np.int64), "e": np.array([5], np.int64), "a": np.array([1], np.int64),
+                "two": np.array([1], np.int64)}]),
+    "range": ([helper.make_node("Add", ["n", "one"], ["lim"]), helper.make_node("Range", ["zero", "lim", "one"], ["r"]),
+               helper.make_node("Cast", ["r"], ["rf"], to=T.FLOAT), helper.make_node("ReduceSum", ["x"], ["xs"], keepdims=0),
+               helper.make_node("Unsqueeze", ["rf", "ax"], ["ru"]), helper.make_node("Mul", ["ru", "xs"], ["y"])],
+              [("n", T.INT64, []), ("one", T.INT64, []), ("zero", T.INT64, []), ("ax", T.INT64, [1])], 2,
+              [{"n": np.array(4, np.int64), "one": np.array(1, np.int64), "zero": np.array(0, np.int64),
+                "ax": np.array([0], np.int64)},
+               {"n": np.array(2, np.int64), "one": np.array(1, np.int64), "zero": np.array(0, np.int64),
+                "ax": np.array([0], np.int64)}]),
+}
+
+
+@pytest.mark.parametrize("name", list(COMPUTED))
+def test_computed_parameters_run_on_the_device(name, monkeypatch):
     monkeypatch.setenv("CLGLOW_HOST_FALLBACK", "0")
-    nodes = [helper.make_node("Abs", ["p"], ["pa"]), helper.make_node("Pad", ["x", "pa"], ["y"])]
+    nodes, params, rank, runs = COMPUTED[name]
+    m = _computed_model(nodes, params, rank)
+    sess = clglow.InferenceSession(m.SerializeToString())  # accepted at load, fallback off
+    x = RNG.standard_normal((2, 3, 5)).astype(np.float32)
+    for extra in runs:
+        feeds = {"x": x, **extra}
+        (got,), (want,) = sess.run(None, feeds), ort_run(m, feeds)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        assert {p.where for p in sess.placement} == {"opencl"}, [str(p) for p in sess.placement]
+
+
+def test_computed_parameters_of_unknown_size_still_say_why(monkeypatch):
+    """Pads whose length is not known at load (a NonZero's count decides it): refused at load
+    with the reason, host fallback off."""
+    monkeypatch.setenv("CLGLOW_HOST_FALLBACK", "0")
+    nodes = [helper.make_node("NonZero", ["p"], ["nz"]), helper.make_node("Reshape", ["nz", "flat"], ["pa"]),
+             helper.make_node("Pad", ["x", "pa"], ["y"])]
     g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", T.FLOAT, [2, 3]),
                                        helper.make_tensor_value_info("p", T.INT64, [4])],
-                          [helper.make_tensor_value_info("y", T.FLOAT, [None, None])])
+                          [helper.make_tensor_value_info("y", T.FLOAT, [None, None])],
+                          [helper.make_tensor("flat", T.INT64, [1], [-1])])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
     m.ir_version = 8
     with pytest.raises(clglow.UnsupportedOperator, match="Pad with computed pads"):

@@ -78,14 +78,26 @@ def check_dtypes(node: Node, graph: Graph, allowed: set, inputs: Optional[Sequen
 
 
 def plan_constants(node: Node, graph: Graph, positions: Sequence[int]) -> bool:
-    """Whether each of the node's inputs at `positions` is absent, a constant, or a graph input:
-    runtime.engine.SHAPE_INPUTS makes such an input a constant of each plan (its value part of
-    the plan's key), where the node is judged and lowered again with it."""
+    """Whether each of the node's inputs at `positions` is absent, a constant, a graph input, or
+    a small value computed by other nodes: runtime.engine.SHAPE_INPUTS makes a graph input a
+    constant of each plan (its value part of the plan's key), and staging puts a node reading a
+    computed one in the next stage, where the value is read back as such a constant
+    (shapes.specialize); the node is judged and lowered again with it."""
     for i in positions:
         name = node.input(i)
-        if name and graph.const(name) is None and name not in graph.inputs:
+        if name and graph.const(name) is None and name not in graph.inputs and not small_parameter(graph, name):
             return False
     return True
+
+
+def small_parameter(graph: Graph, name: str) -> bool:
+    """A value of static shape, at most shapes.SHAPE_INPUT_MAX_ELEMENTS numbers: what staging
+    reads back to the host to make a constant of the next stage."""
+    from ..shapes import SHAPE_INPUT_MAX_ELEMENTS
+
+    v = graph.values.get(name)
+    return (v is not None and v.is_static and v.dtype is not None and np.dtype(v.dtype).kind in "biuf"
+            and int(np.prod(v.shape, dtype=np.int64)) <= SHAPE_INPUT_MAX_ELEMENTS)
 
 
 def float32_only(node: Node, graph: Graph) -> Optional[str]:

@@ -22,7 +22,7 @@ from ..errors import CompileError, InvalidModel, UnsupportedOperator
 from ..ir import Graph, Value
 from ..partition import failed_fusion, refused_fusions, unfuse
 from ..target import Target
-from ..shapes import specialize
+from ..shapes import SHAPE_INPUT_MAX_ELEMENTS, SHAPE_INPUTS, specialize
 from .host import outer_scope_names
 from .executor import DeviceValue, Plan, RunRecord, WeightCache, build_plan, execute
 
@@ -33,21 +33,6 @@ def _signature(types: dict) -> tuple:
     return tuple(sorted((k, np.dtype(d).str, tuple(int(x) for x in s)) for k, (d, s) in types.items()))
 
 
-# Node inputs whose values decide output shapes (or kernel parameters fixed at plan time). When a
-# graph input feeds one of these, its run-time value is part of the plan key and the plan is
-# specialised with it as a constant (as onnxruntime keeps shape tensors on the CPU); otherwise the
-# node would end a stage and run on the host.
-SHAPE_INPUTS: dict = {
-    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 2, 3),
-    "Squeeze": (1,), "Unsqueeze": (1,), "Split": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
-    "OneHot": (1, 2), "TopK": (1,), "If": (0,), "Loop": (0, 1), "Resize": (1, 2, 3), "Upsample": (1,), "CenterCropPad": (1, 2),
-    "Trilu": (1,), "CumSum": (1,), "CumProd": (1,), "Dropout": (1, 2), "Col2Im": (1, 2, 3),
-    "AffineGrid": (1,), "MaxUnpool": (2,), "BlackmanWindow": (0,), "HammingWindow": (0,), "HannWindow": (0,),
-    "DFT": (1, 2), "STFT": (1, 3), "MelWeightMatrix": (0, 1, 2, 3, 4),
-    **{op: (1,) for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
-                           "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")},
-}
-SHAPE_INPUT_MAX_ELEMENTS = 64
 
 
 def shape_inputs(graph: Graph) -> set:
