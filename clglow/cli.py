@@ -158,13 +158,14 @@ def _demo(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     from .frontend.onnx_model import import_model, load_model
     from .partition import format_placement, place
+    from .lower import has_kernel
     from .passes.pipeline import optimize
     from .passes.precision import apply_precision, resolve_precision
 
     from .runtime.device import select_device
 
     proto, _ = load_model(args.model)
-    g = optimize(import_model(proto))
+    g = optimize(import_model(proto, has_kernel=has_kernel))
     target = select_device(args.device).info.with_family(args.target or config.target_family())
     precision = resolve_precision(args.precision or config.precision(), target)
     stored = apply_precision(g, precision, target)

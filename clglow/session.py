@@ -28,6 +28,7 @@ from .errors import InvalidArgument
 from .frontend import graph_cache
 from .frontend.onnx_model import ModelLike, import_model, load_model
 from .ir import Graph
+from .lower import has_kernel
 from .partition import Placement, format_placement, place
 from .passes.pipeline import optimize
 from .passes.precision import apply_precision, resolve_precision
@@ -210,7 +211,7 @@ class InferenceSession:
         proto, base_dir = load_model(model, external)
         meta = {"producer": proto.producer_name, "graph": proto.graph.name,
                 "opsets": {o.domain or "ai.onnx": o.version for o in proto.opset_import}}
-        imported = import_model(proto, weights, max_tensor_bytes=cap)
+        imported = import_model(proto, weights, max_tensor_bytes=cap, has_kernel=has_kernel)
         del proto
         declared = {name: imported.values[name] for name in imported.inputs + imported.outputs}
         graph = optimize(imported, enabled=self.options.graph_optimization_level > 0)

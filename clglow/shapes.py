@@ -142,7 +142,17 @@ def infer_node(node: Node, graph: Graph) -> dict:
                                                  max(graph.ir_version, 3))
     except Exception as e:
         raise InvalidModel(f"shape inference failed: {str(e).strip().splitlines()[-1]}", node=node.name) from None
-    return {k: type_to_dtype_shape(tp) for k, tp in out.items()}
+    found = {k: type_to_dtype_shape(tp) for k, tp in out.items()}
+    if (domain, op_type) in _SHAPED_AS_INPUT and proto_node.inputs and proto_node.outputs:
+        y, v = proto_node.outputs[0], graph.values.get(proto_node.inputs[0])
+        if v is not None and found.get(y, (None, None))[1] is None:  # onnx infers the shape only through the body
+            found[y] = (v.dtype, v.shape)
+    return found
+
+
+# Ops whose one output has input 0's type and shape, for which onnx's node-level inference says
+# nothing at some opsets (GroupNormalization-21 has no inference function of its own)
+_SHAPED_AS_INPUT = {("", "GroupNormalization"), ("", "MeanVarianceNormalization")}
 
 
 # Node inputs whose values decide output shapes (or kernel parameters fixed at plan time). When a

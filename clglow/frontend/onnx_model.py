@@ -19,6 +19,7 @@ from ..dtypes import onnx_to_numpy
 from ..errors import InvalidModel, InvalidProtobuf
 from ..ir import Graph, Node, Value
 from . import contrib_ops
+from .functions import HasKernel, inline_functions
 
 log = logging.getLogger(__name__)
 
@@ -232,17 +233,25 @@ def _single_constant_model(node: onnx.NodeProto) -> onnx.ModelProto:
 
 
 def import_model(proto: onnx.ModelProto, weights: Optional[Mapping[str, np.ndarray]] = None,
-                 check: bool = True, max_tensor_bytes: Optional[int] = None) -> Graph:
+                 check: bool = True, max_tensor_bytes: Optional[int] = None,
+                 has_kernel: Optional[HasKernel] = None) -> Graph:
     """Validate, shape-infer and translate a ModelProto to a clglow Graph.
 
     `weights` supplies or overrides initializer values by name (ONNXIFI weight descriptors);
-    `max_tensor_bytes` caps any tensor (None: CLGLOW_MAX_TENSOR_BYTES), kept on the graph.
+    `max_tensor_bytes` caps any tensor (None: CLGLOW_MAX_TENSOR_BYTES), kept on the graph;
+    `has_kernel(domain, op_type)`: the model's local functions are inlined and standard ops it
+    denies are expanded into their function bodies (frontend/functions.py).
     """
     sk = skeleton(proto)
+    if has_kernel is not None:
+        try:
+            sk = inline_functions(sk, has_kernel)
+        except Exception as e:  # onnx's inliner refused the model: the checker below says why
+            log.info("functions not inlined: %s", e)
     if check:
-        _check_known_ops(proto)
+        _check_known_ops(sk)
         check_model(sk)
-    opsets = {(o.domain if o.domain != "ai.onnx" else ""): int(o.version) for o in proto.opset_import}
+    opsets = {(o.domain if o.domain != "ai.onnx" else ""): int(o.version) for o in sk.opset_import}
     _check_opsets(opsets)
     if "" not in opsets:
         opsets[""] = 1 if not proto.opset_import else opsets.get("", 1)

@@ -32,6 +32,6 @@ from . import qlinear  # noqa: F401  (registration: com.microsoft QLinear* ops)
 from . import select  # noqa: F401  (registration: NonZero, Compress, NonMaxSuppression sized at run time)
 from . import linalg, spectral, swiglu, tensor_scatter, windows  # noqa: F401  (registration: issue 21 part 5 ops)
 from . import col2im, deform_conv, roialign, spatial  # noqa: F401  (registration: issue 21 part 3 ops)
-from .base import REGISTRY, DeviceInfo, Launch, LowerCtx, TensorInfo, lookup
+from .base import REGISTRY, DeviceInfo, Launch, LowerCtx, TensorInfo, has_kernel, lookup
 
-__all__ = ["REGISTRY", "DeviceInfo", "Launch", "LowerCtx", "TensorInfo", "lookup"]
+__all__ = ["REGISTRY", "DeviceInfo", "Launch", "LowerCtx", "TensorInfo", "has_kernel", "lookup"]

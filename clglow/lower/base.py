@@ -285,6 +285,12 @@ def lookup(node: Node) -> Optional[DeviceOp]:
     return REGISTRY.get((node.domain if node.domain != "ai.onnx" else "", node.op_type))
 
 
+def has_kernel(domain: str, op_type: str) -> bool:
+    """Whether some lowering is registered for the op (it may still decline a node's attributes
+    or dtypes): the frontend expands the function bodies of standard ops without one."""
+    return (domain if domain != "ai.onnx" else "", op_type) in REGISTRY
+
+
 # --- helpers shared by lowering modules ---------------------------------------------------------
 def i32(x: int) -> np.int32:
     """A kernel's int argument (sizes, strides, offsets in elements): beyond int32 the OpenCL
