@@ -120,3 +120,21 @@ def test_computed_parameters_of_unknown_size_still_say_why(monkeypatch):
     m.ir_version = 8
     with pytest.raises(clglow.UnsupportedOperator, match="Pad with computed pads"):
         clglow.InferenceSession(m.SerializeToString())
+
+
+@pytest.mark.parametrize("op", ["Equal", "Less", "GreaterOrEqual"])
+def test_float16_comparisons_run_on_the_device(op, monkeypatch):
+    """Comparisons of float16 tensors (onnx's expanded fp16 Attention compares a float16 bias
+    row with Equal) on OpenCL, host fallback off; numpy is the oracle."""
+    monkeypatch.setenv("CLGLOW_HOST_FALLBACK", "0")
+    g = helper.make_graph([helper.make_node(op, ["a", "b"], ["y"])], "cmp",
+                          [helper.make_tensor_value_info("a", T.FLOAT16, [3, 4]),
+                           helper.make_tensor_value_info("b", T.FLOAT16, [4])],
+                          [helper.make_tensor_value_info("y", T.BOOL, [3, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    a = RNG.integers(0, 3, (3, 4)).astype(np.float16)
+    b = RNG.integers(0, 3, 4).astype(np.float16)
+    sess = clglow.InferenceSession(m.SerializeToString())
+    want = {"Equal": np.equal, "Less": np.less, "GreaterOrEqual": np.greater_equal}[op](a, b)
+    np.testing.assert_array_equal(sess.run(None, {"a": a, "b": b})[0], want)
+    assert {p.where for p in sess.placement} == {"opencl"}

@@ -309,7 +309,7 @@ def _supports_binary(node: Node, graph: Graph, target: Target) -> Optional[str]:
     if op in ("And", "Or", "Xor"):
         return check_dtypes(node, graph, _BOOL)
     if op == "Equal":
-        return check_dtypes(node, graph, numeric(target) | _BOOL)
+        return check_dtypes(node, graph, numeric(target) | _BOOL | {F16})
     if op == "PRelu" and graph.opset(node.domain) < 7 and _old_prelu_slope(node, graph) is None:
         return "PRelu before opset 7 with a slope neither of one value, per channel nor of x's shape"
     if op in ("PRelu", "Mean"):
