@@ -19,10 +19,10 @@ from onnx import defs, helper, numpy_helper, shape_inference
 from .dtypes import numpy_to_onnx
 from .errors import InvalidArgument, InvalidModel
 from .frontend import contrib_ops
-from .frontend.onnx_model import attribute_value, constant_node_value, type_to_dtype_shape
+from .frontend.onnx_model import type_to_dtype_shape
 from .ir import Graph, Node, Value
 from .passes.fold_constants import fold_node
-from .passes.unroll_loop import flatten_scan_concats, host_loop, loop_waits, unroll_loop, unroll_scan
+from .passes.unroll_loop import flatten_scan_concats, host_loop, inline_body, loop_waits, unroll_loop, unroll_scan
 
 log = logging.getLogger(__name__)
 
@@ -281,58 +281,33 @@ def fold_shape_op(node: Node, graph: Graph) -> Optional[np.ndarray]:
 
 
 
-def _has_subgraph(n: onnx.NodeProto) -> bool:
-    return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute)
-
-
 def inlinable_if(node: Node) -> bool:
-    """An If whose branches have no subgraphs of their own: inlined once its condition is
-    known (inline_if), so it never needs onnx.reference."""
+    """An If with two graph branches: inlined once its condition is known (inline_if), so it
+    never needs onnx.reference. Subgraphs inside the branch taken (an If in an If, as onnx's
+    expanded AffineGrid has) come along renamed and are staged in their turn."""
     if node.op_type != "If" or node.domain not in ("", "ai.onnx"):
         return False
     branches = [node.attrs.get("then_branch"), node.attrs.get("else_branch")]
-    return all(isinstance(b, onnx.GraphProto) and not any(_has_subgraph(n) for n in b.node) for b in branches)
+    return all(isinstance(b, onnx.GraphProto) for b in branches)
 
 
 def inline_if(node: Node, g: Graph) -> Optional[list]:
     """The nodes of the branch an If with a constant condition takes, renamed into the outer
-    graph (`g` gets the branch's constants), ending in Identity nodes that write the If's
-    outputs; None when the condition is not known or the branch has subgraphs of its own. Why:
-    torchvision's detection heads guard NonMaxSuppression with `If(numel == 0)`, which staging
-    makes constant; inlined, the branch's nodes run on the device instead of onnx.reference."""
-    if node.op_type != "If" or node.domain not in ("", "ai.onnx"):
+    graph (`g` gets the branch's constants; nested subgraphs' reads of the branch's values
+    renamed too), ending in Identity nodes that write the If's outputs; None when the condition
+    is not known. Why: torchvision's detection heads guard NonMaxSuppression with
+    `If(numel == 0)`, which staging makes constant; inlined, the branch's nodes run on the
+    device instead of onnx.reference."""
+    if not inlinable_if(node):
         return None
     cond = g.const(node.input(0))
     if cond is None or cond.size != 1:
         return None
     branch = node.attrs.get("then_branch" if bool(cond.reshape(-1)[0]) else "else_branch")
-    if not isinstance(branch, onnx.GraphProto) or any(_has_subgraph(n) for n in branch.node):
-        return None
-    prefix = f"{node.name}/"
-    local = {t.name for t in branch.initializer} | {o for n in branch.node for o in n.output if o}
-
-    def rename(name: str) -> str:
-        return prefix + name if name in local else name
-
-    for t in branch.initializer:
-        arr = numpy_helper.to_array(t)
-        g.values[rename(t.name)] = Value(rename(t.name), arr.dtype, tuple(arr.shape), arr)
-    nodes: list = []
-    for k, n in enumerate(branch.node):
-        outs = [rename(o) if o else "" for o in n.output]
-        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
-            arr = constant_node_value(n)
-            g.values[outs[0]] = Value(outs[0], arr.dtype, tuple(arr.shape), arr)
-            continue
-        ins = [rename(i) if i else "" for i in n.input]
-        for v in ins + outs:
-            if v and v not in g.values:
-                g.values[v] = Value(v)
-        nodes.append(Node(n.op_type, prefix + (n.name or f"{n.op_type}_{k}"), ins, outs,
-                          {a.name: attribute_value(a) for a in n.attribute}, n.domain, n))
+    nodes, rename = inline_body(branch, g, f"{node.name}/", {})
     for k, (vi, out) in enumerate(zip(branch.output, node.outputs)):
         if out:
-            nodes.append(Node("Identity", f"{prefix}output_{k}", [rename(vi.name)], [out]))
+            nodes.append(Node("Identity", f"{node.name}/output_{k}", [rename(vi.name)], [out]))
     return nodes
 
 

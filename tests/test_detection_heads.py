@@ -272,3 +272,34 @@ def test_if_on_a_condition_from_data_runs_on_the_device():
     for feeds in ({"x": x}, {"x": -x}):
         np.testing.assert_array_equal(sess.run(None, feeds)[0], _ort(model, feeds)[0])
         assert {p.where for p in sess.placement} == {"opencl"}, sess.explain()
+
+
+def test_nested_ifs_on_conditions_from_data_run_on_the_device():
+    """An If whose then branch holds another If that reads the outer branch's own value (onnx's
+    expanded AffineGrid nests them so): the branch taken is inlined with the inner If's reads
+    renamed, and the inner If is inlined in turn once its condition is known; host fallback off,
+    all four paths against onnxruntime."""
+    T = TensorProto
+    vi = helper.make_tensor_value_info
+    inner_then = helper.make_graph([helper.make_node("Add", ["r", "x"], ["it"])], "inner_then", [],
+                                   [vi("it", T.FLOAT, [8])])
+    inner_else = helper.make_graph([helper.make_node("Mul", ["r", "r"], ["ie"])], "inner_else", [],
+                                   [vi("ie", T.FLOAT, [8])])
+    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]),
+                                helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
+                                helper.make_node("Greater", ["m", "one"], ["c2"]),
+                                helper.make_node("If", ["c2"], ["t"], then_branch=inner_then, else_branch=inner_else)],
+                               "then", [], [vi("t", T.FLOAT, [8])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [vi("e", T.FLOAT, [8])])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["cond"]),
+             helper.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g)]
+    g = helper.make_graph(nodes, "nested_if", [vi("x", T.FLOAT, [8])], [vi("y", T.FLOAT, [8])],
+                          [helper.make_tensor("zero", T.FLOAT, [], [0.0]), helper.make_tensor("one", T.FLOAT, [], [1.0])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    sess = clglow.InferenceSession(model.SerializeToString(), clglow.SessionOptions(host_fallback=False))
+    base = np.linspace(-0.5, 0.9, 8, dtype=np.float32)
+    for x in (base, base * 3, -base, -base * 3):  # then/inner else, then/inner then, else, else
+        feeds = {"x": x}
+        np.testing.assert_allclose(sess.run(None, feeds)[0], _ort(model, feeds)[0], rtol=1e-6)
+        assert {p.where for p in sess.placement} == {"opencl"}, sess.explain()

@@ -152,10 +152,10 @@ def _body_nodes(node: Node, g: Graph, prefix: str, i: int) -> tuple:
     bind = {body.input[0].name: _const(g, f"{prefix}#iter_num", np.array(i, dtype=np.int64)),
             body.input[1].name: node.input(1) or _const(g, f"{prefix}#cond", np.array(True))}
     bind.update({vi.name: node.input(k + 2) for k, vi in enumerate(body.input[2:])})
-    return _inline_body(body, g, prefix, bind)
+    return inline_body(body, g, prefix, bind)
 
 
-def _inline_body(body: onnx.GraphProto, g: Graph, prefix: str, bind: dict) -> tuple:
+def inline_body(body: onnx.GraphProto, g: Graph, prefix: str, bind: dict) -> tuple:
     """(`body`'s nodes renamed into `g` with `prefix`, its inputs read as `bind` says; the
     renaming of body names). `g` gets the body's constants."""
     local = {t.name for t in body.initializer} | {o for n in body.node for o in n.output if o}
@@ -357,7 +357,7 @@ def unroll_scan(node: Node, g: Graph) -> Optional[list]:
             g.values.setdefault(sl, Value(sl))
             nodes.append(Node("Gather", f"{prefix}#gather{j}", [x, idx], [sl], {"axis": int(ax)}))
             bind[body.input[n_state + j].name] = sl
-        step, rename = _inline_body(body, g, prefix, bind)
+        step, rename = inline_body(body, g, prefix, bind)
         nodes += step
         outs = [rename(vi.name) for vi in body.output]
         state = outs[:n_state]
