@@ -35,8 +35,9 @@ from ..errors import InvalidModel
 from ..ir import Graph, Node
 from ..target import Target
 from .base import Arg, Launch, LowerCtx, device_op, i32
-from .common import F32, check_dtypes, dtype_of, shape_of, work_size
+from .common import F16, F32, check_dtypes, dtype_of, shape_of, work_size
 from .gemm_kernel import Operand
+from .half import has_half, lower_as_float
 from .qgemm_kernel import (EPI_FLOAT, EPI_INT, EPI_QUANT, QTYPES, UINT8, QEpilogue, int_bytes,
                            pack_b_host, panel_elems, qcolsum_launch, qgemm_launch, qpack_launch, qrowsum_launch,
                            tuned_qgemm)
@@ -46,12 +47,13 @@ INT32 = np.dtype(np.int32)
 
 
 # --- supports -----------------------------------------------------------------------------------------
-def _check(node: Node, graph: Graph, ints: list, floats_: list, int32s: tuple = ()) -> Optional[str]:
-    """8-bit inputs at `ints`, float32 at `floats_`, int32 at `int32s` (absent ones skipped); no
-    scalar matrices; no B batch that neither matches nor broadcasts as the kernel walks it."""
+def _check(node: Node, graph: Graph, ints: list, floats_: list, int32s: tuple = (),
+           float_types: frozenset = frozenset({F32})) -> Optional[str]:
+    """8-bit inputs at `ints`, `float_types` at `floats_`, int32 at `int32s` (absent ones skipped);
+    no scalar matrices; no B batch that neither matches nor broadcasts as the kernel walks it."""
     present = lambda idx: [i for i in idx if i < len(node.inputs) and node.inputs[i]]  # noqa: E731
     why = (check_dtypes(node, graph, QTYPES, inputs=present(ints))
-           or check_dtypes(node, graph, {F32}, inputs=present(floats_))
+           or check_dtypes(node, graph, set(float_types), inputs=present(floats_))
            or check_dtypes(node, graph, {INT32}, inputs=present(int32s)))
     if why:
         return why
@@ -84,7 +86,9 @@ def _supports_mmi(node: Node, graph: Graph, target: Target) -> Optional[str]:
 
 
 def _supports_qlmm(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return _check(node, graph, [0, 2, 3, 5, 7], [1, 4, 6]) or _per_index_live(node, graph, 3, (4, 5))
+    # float16 scales (opset 21) are read as float32 copies (lower_as_float)
+    return (_check(node, graph, [0, 2, 3, 5, 7], [1, 4, 6], float_types=frozenset({F32, F16}))
+            or _per_index_live(node, graph, 3, (4, 5)))
 
 
 def _supports_mmi2f(node: Node, graph: Graph, target: Target) -> Optional[str]:
@@ -303,6 +307,12 @@ def lower_matmul_integer(ctx: LowerCtx) -> list:
 @device_op("QLinearMatMul", supports=_supports_qlmm)
 def lower_qlinear_matmul(ctx: LowerCtx) -> list:
     """Requantised product (inputs a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp)."""
+    if has_half(ctx):  # float16 scales: converted to float32 first
+        return lower_as_float(ctx, _lower_qlinear_matmul)
+    return _lower_qlinear_matmul(ctx)
+
+
+def _lower_qlinear_matmul(ctx: LowerCtx) -> list:
     mat = _Mat(ctx, 0, 3)
     nb = mat.batch if mat.sb else 1
     epi = requant_epilogue(ctx, ctx.outputs[0].dtype, _scale(ctx, 1, 1, 1, "a_scale"),
