@@ -160,6 +160,7 @@ def _check(args: argparse.Namespace) -> int:
     from .partition import format_placement, place
     from .lower import has_kernel
     from .passes.pipeline import optimize
+    from .passes.half_islands import widen_half_nodes
     from .passes.precision import apply_precision, resolve_precision
 
     from .runtime.device import select_device
@@ -168,7 +169,7 @@ def _check(args: argparse.Namespace) -> int:
     g = optimize(import_model(proto, has_kernel=has_kernel))
     target = select_device(args.device).info.with_family(args.target or config.target_family())
     precision = resolve_precision(args.precision or config.precision(), target)
-    stored = apply_precision(g, precision, target)
+    stored = apply_precision(widen_half_nodes(g, target), precision, target)
     print(f"precision: {precision}" + (f" ({sum(v.dtype == np.float16 for v in stored.values.values())} tensors in "
                                        f"half, {len(stored.nodes) - len(g.nodes)} Casts inserted)"
                                        if precision == "fp16" else ""))

@@ -31,6 +31,7 @@ from .ir import Graph
 from .lower import has_kernel
 from .partition import Placement, format_placement, place
 from .passes.pipeline import optimize
+from .passes.half_islands import widen_half_nodes
 from .passes.precision import apply_precision, resolve_precision
 from .runtime.binding import HostStep
 from .runtime.cache import disk_key
@@ -176,7 +177,7 @@ class InferenceSession:
         self.precision = resolve_precision(plan_options.precision, target)  # "fp32" | "fp16", as resolved
         if plan_options.precision != "fp32":
             log.info("precision %s resolved to %s on %s", plan_options.precision, self.precision, target.name)
-        self.graph: Graph = apply_precision(loaded.graph, self.precision, target)
+        self.graph: Graph = apply_precision(widen_half_nodes(loaded.graph, target), self.precision, target)
         self.host_fallback = plan_options.host_fallback
         mark = request_mark()  # the tunable shapes lowering asks for from here on (lower/tunable.py)
         self._engine = Engine(self.graph, self.device, plan_options, self.options.enable_profiling)

@@ -20,6 +20,7 @@ from .fuse_matmul import fold_transposes, fuse_matmul
 from .fuse_squeeze_excite import fuse_squeeze_excite
 from .fuse_norm_matmul import fuse_gemv_epilogue, fuse_layernorm_gemv
 from .gemm_matmul import gemm_to_matmul
+from .half_weights import widen_half_weights
 from .identity import remove_identity
 from .refine_shapes import refine_shapes
 from .trivial_moves import remove_trivial_moves
@@ -31,6 +32,7 @@ PIPELINE: list[Callable[[Graph], Graph]] = [
     remove_identity,
     fuse_qdq,  # before fold_constants, which would turn the weights' DequantizeLinear into floats
     fold_constants,
+    widen_half_weights,  # a float16 model's conv weights as float32 constants (the kernels' weights)
     refine_shapes,  # the dims folding made known (masks, reshape targets): static shapes for the fusions
     remove_trivial_moves,
     fold_gather_add,  # a decode step's token row + its constant position row: one Gather of the summed table
@@ -55,7 +57,7 @@ PIPELINE: list[Callable[[Graph], Graph]] = [
 
 def optimize(graph: Graph, enabled: bool = True) -> Graph:
     """Run the pipeline (only the semantics-preserving cleanups when `enabled` is False)."""
-    passes = PIPELINE if enabled else [fold_constants, remove_dead_nodes]
+    passes = PIPELINE if enabled else [fold_constants, widen_half_weights, remove_dead_nodes]
     for p in passes:
         before = len(graph.nodes)
         graph = p(graph)
