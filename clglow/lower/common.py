@@ -135,6 +135,8 @@ def norm_axis(axis: int, rank: int) -> int:
 
 # --- storage types: kernels that move bits (movement.cl, castlut.cl) -------------------------------
 STORAGE_CL = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}  # element size -> OpenCL C type
+# float types numpy knows through ml_dtypes (kind "V"): kernels move their bits, none computes on them
+BIT_TYPES = {"bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"}
 STORAGE_NP = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}  # element size -> numpy type
 
 
@@ -351,6 +353,6 @@ class Epilogue:
 
 
 __all__ = ["F32", "F64", "F16", "BOOL", "SIGNED", "UNSIGNED", "INTS", "INDEX", "floats", "numeric", "dtype_of",
-           "check_dtypes", "float32_only", "acc_type", "type_defines", "norm_axis", "STORAGE_CL", "STORAGE_NP",
+           "check_dtypes", "float32_only", "acc_type", "type_defines", "norm_axis", "BIT_TYPES", "STORAGE_CL", "STORAGE_NP",
            "storage_type", "fill_bits", "INT32_MAX", "check_int32_sizes", "work_size", "grid", "AUTO_PADS",
            "attr_str", "split_pad", "resolve_pads", "ConvGeometry", "Epilogue"]

@@ -14,7 +14,7 @@ import numpy as np
 from ..ir import Graph, Node
 from ..target import Target
 from .base import HalfIO, Launch, LowerCtx, device_op, i32, view_op
-from .common import (STORAGE_CL, attr_str, check_int32_sizes, dtype_of, fill_bits, grid, plan_constants,
+from .common import (BIT_TYPES, STORAGE_CL, attr_str, check_int32_sizes, dtype_of, fill_bits, grid, plan_constants,
                      storage_type, work_size)
 from .index_space import ROW_GROUP, ROW_VEC, collapse, collapse_copy, contiguous_strides, row_layout
 from .parts import parts_launch
@@ -58,10 +58,10 @@ MOVES_HALF = HalfIO((0,), tuple(range(64)), follows=0)
 
 def supports_movable(node: Node, graph: Graph, target: Target) -> Optional[str]:
     """supports() of the ops that only move bits: input 0 and the outputs are bool, integer or
-    float tensors of 1, 2, 4 or 8 bytes (the storage types)."""
+    float tensors of 1, 2, 4 or 8 bytes (the storage types), bfloat16 and the float8 types too."""
     for name in list(node.inputs[:1]) + list(node.outputs):
         dt = dtype_of(graph, name)
-        if dt is not None and (dt.kind not in "biuf" or dt.itemsize not in STORAGE_CL):
+        if dt is not None and dt.name not in BIT_TYPES and (dt.kind not in "biuf" or dt.itemsize not in STORAGE_CL):
             return f"tensor {name!r} has dtype {dt}, not movable by the OpenCL kernels"
     return None
 

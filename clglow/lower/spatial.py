@@ -23,25 +23,14 @@ from ..ir import Graph, Node, Value
 from ..target import Target
 from . import resize
 from .base import Launch, LowerCtx, device_op, i32, lookup
-from .common import (INDEX, STORAGE_CL, attr_str, check_dtypes, check_int32_sizes, dtype_of, fill_bits, floats,
+from .common import (INDEX, attr_str, check_dtypes, check_int32_sizes, fill_bits, floats,
                      grid, norm_axis, shape_of, storage_type, type_defines, work_size)
 from .index_space import contiguous_strides
-from .movement import copy_launches
+from .movement import copy_launches, supports_movable
 
 
 # ONNX element types without a numpy kind of their own (ml_dtypes, kind 'V') whose bits these
 # ops move as they move any other 1- or 2-byte element (castlut.py computes with them)
-_BIT_TYPES = {"bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"}
-
-
-def _movable(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    """supports_movable's rule (input 0 and the outputs of 1, 2, 4 or 8 bytes), with bfloat16 and
-    the float8 types admitted too: these ops only move bits."""
-    for name in list(node.inputs[:1]) + list(node.outputs):
-        dt = dtype_of(graph, name)
-        if dt is not None and dt.name not in _BIT_TYPES and (dt.kind not in "biuf" or dt.itemsize not in STORAGE_CL):
-            return f"tensor {name!r} has dtype {dt}, not movable by the OpenCL kernels"
-    return None
 
 
 def check_out_type(ctx: LowerCtx, src: int = 0) -> None:
@@ -62,7 +51,7 @@ def _fill_zero(ctx: LowerCtx) -> Launch:
 
 
 # --- CenterCropPad -------------------------------------------------------------------------------
-@device_op("CenterCropPad", supports=_movable)
+@device_op("CenterCropPad", supports=supports_movable)
 def lower_center_crop_pad(ctx: LowerCtx) -> list:
     """Per axis the centred offset of the output in the input (crop: the input starts later,
     pad: the output does; the odd element goes to the end either way), then one copy of the
@@ -89,7 +78,7 @@ def lower_center_crop_pad(ctx: LowerCtx) -> list:
 
 # --- ReverseSequence -----------------------------------------------------------------------------
 def _supports_reverse(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return check_dtypes(node, graph, INDEX, inputs=[1]) or _movable(node, graph, target)
+    return check_dtypes(node, graph, INDEX, inputs=[1]) or supports_movable(node, graph, target)
 
 
 @device_op("ReverseSequence", supports=_supports_reverse)
@@ -120,7 +109,7 @@ def lower_reverse_sequence(ctx: LowerCtx) -> list:
 
 # --- MaxUnpool -----------------------------------------------------------------------------------
 def _supports_unpool(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    return check_dtypes(node, graph, INDEX, inputs=[1]) or _movable(node, graph, target)
+    return check_dtypes(node, graph, INDEX, inputs=[1]) or supports_movable(node, graph, target)
 
 
 def _inferred_shape(ctx: LowerCtx) -> list:

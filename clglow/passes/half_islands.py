@@ -1,8 +1,11 @@
-"""A float16 model's nodes whose kernels take float32 only: computed in float32 between Casts.
+"""A float16 or bfloat16 model's nodes whose kernels take float32 only: computed in float32
+between Casts.
 
 Why: a model exported in float16 declares its tensors float16. Most kernels read and write half
 storage (their HalfIO, lower/base.py), but some take float32 only (ConvTranspose, Gemm's and
-others' float16 weights). Judged per target, such a node is rewritten so that its float16
+others' float16 weights). No kernel computes on bfloat16 (an LLM exported in it): there every
+arithmetic node is such an island, its bfloat16 values moved by the bit-moving kernels and
+converted by Cast's (lower/castlut.py, round to nearest even as onnx.reference does). Judged per target, such a node is rewritten so that its float16
 constants are float32 copies (exact) and, if that is not enough, its float16 activations are
 Cast to float32 before it and its float16 outputs Cast back after it: the node runs on OpenCL in
 fp32 arithmetic (as the half-storage kernels do) instead of on the host, and the model's types
@@ -25,13 +28,21 @@ from ..target import Target
 
 log = logging.getLogger(__name__)
 
-F16 = np.dtype(np.float16)
 F32 = np.dtype(np.float32)
 
 
-def _is_f16(graph: Graph, name: str) -> bool:
+# The narrow float types widened here -> the TensorProto type a Cast back to them names
+_NARROW = {"float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16}
+
+
+def _narrow(graph: Graph, name: str) -> Optional[int]:
+    """The TensorProto type of value `name` when it is float16 or bfloat16, else None."""
     v = graph.values.get(name) if name else None
-    return v is not None and v.dtype is not None and np.dtype(v.dtype) == F16
+    return None if v is None or v.dtype is None else _NARROW.get(np.dtype(v.dtype).name)
+
+
+def _is_f16(graph: Graph, name: str) -> bool:
+    return _narrow(graph, name) is not None
 
 
 def _refusal(node: Node, graph: Graph, target: Target) -> Optional[str]:
@@ -92,7 +103,7 @@ def _try(node: Node, graph: Graph, target: Target, rw: _Rewriter, whole: bool) -
                 wide = rw._name(f"{o}/f32")
                 graph.values[wide] = Value(wide, F32, graph.values[o].shape)
                 outputs[j] = wide
-                after.append(Node("Cast", rw._name(f"{o}_cast"), [wide], [o], {"to": TensorProto.FLOAT16}))
+                after.append(Node("Cast", rw._name(f"{o}_cast"), [wide], [o], {"to": _narrow(graph, o)}))
     trial = Node(node.op_type, node.name, inputs, outputs, dict(node.attrs), node.domain, None, node.unfused)
     if inputs != node.inputs or outputs != node.outputs:
         if _refusal(trial, graph, target) is None:
@@ -109,7 +120,7 @@ def widen_half_nodes(graph: Graph, target: Target) -> Graph:
     """`graph` with each float16 node its kernel refuses rewritten onto float32 where that makes
     the kernel cover it (see the module doc): a copy, or `graph` itself when nothing is float16.
     (A fused node is left alone: its original nodes, should it fall back, write its outputs.)"""
-    if not any(v.dtype is not None and np.dtype(v.dtype) == F16 for v in graph.values.values()):
+    if not any(v.dtype is not None and np.dtype(v.dtype).name in _NARROW for v in graph.values.values()):
         return graph
     graph = graph.copy()
     rw = _Rewriter(graph)
