@@ -1,9 +1,13 @@
-"""Fold an inference BatchNormalization into the Conv that feeds it (new W and B)."""
+"""Fold an inference BatchNormalization into the Conv that feeds it (new W and B), or into the
+MatMul with constant weights that feeds it through a flattening Reshape (LeViT's Linear +
+BatchNorm1d: the columns of W scaled, the shift an Add that fuse_matmul makes the bias)."""
 from __future__ import annotations
+
+from typing import Optional
 
 import numpy as np
 
-from ..ir import Graph, Value
+from ..ir import Graph, Node, Value
 
 
 def fold_batchnorm(graph: Graph) -> Graph:
@@ -12,12 +16,15 @@ def fold_batchnorm(graph: Graph) -> Graph:
     consumers = g.consumers()
     outputs = set(g.outputs)
     removed: set = set()
-    for bn in g.nodes:
+    for bn in list(g.nodes):  # the MatMul fold inserts an Add
         if bn.op_type != "BatchNormalization" or bn.domain not in ("", "ai.onnx"):
             continue
         if bn.attr("training_mode", 0) or len([o for o in bn.outputs if o]) != 1:
             continue
         conv = producers.get(bn.inputs[0])
+        if conv is not None and conv.op_type != "Conv" and _fold_into_matmul(g, bn, producers, consumers, outputs):
+            removed.add(id(bn))
+            continue
         if conv is None or conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx") or id(conv) in removed:
             continue
         if len(consumers.get(conv.outputs[0], [])) != 1 or conv.outputs[0] in outputs:
@@ -50,3 +57,64 @@ def fold_batchnorm(graph: Graph) -> Graph:
         removed.add(id(bn))
     g.nodes = [n for n in g.nodes if id(n) not in removed]
     return g
+
+
+def _bn_factors(g: Graph, bn) -> Optional[tuple]:
+    """(factor, shift) of an inference BatchNormalization with constant parameters, float64."""
+    params = [g.const(bn.input(i)) for i in range(1, 5)]
+    if any(p is None for p in params):
+        return None
+    scale, bias, mean, var = (np.asarray(p, dtype=np.float64).reshape(-1) for p in params)
+    factor = scale / np.sqrt(var + float(bn.attr("epsilon", 1e-5)))
+    return factor, bias - mean * factor
+
+
+def _only_user(name: str, consumers: dict, outputs: set) -> bool:
+    return len(consumers.get(name, [])) == 1 and name not in outputs
+
+
+def _fold_into_matmul(g: Graph, bn, producers: dict, consumers: dict, outputs: set) -> bool:
+    """BN over [M, C] whose input is MatMul(x, W [K, C] constant) [..., C], directly or through
+    one Flatten / Reshape to [M, C] (which keeps the last index): W's columns scaled by the BN's
+    factor, its shift added right after the MatMul, the BN gone (the reshape writes its output)."""
+    v = g.values.get(bn.input(0))
+    if v is None or not v.is_static or len(v.shape) != 2:
+        return False
+    c = int(v.shape[1])
+    mid = producers.get(bn.input(0))
+    mm = mid
+    if mid is not None and mid.op_type in ("Flatten", "Reshape") and mid.domain in ("", "ai.onnx"):
+        if not _only_user(mid.outputs[0], consumers, outputs):
+            return False
+        mm = producers.get(mid.input(0))
+    else:
+        mid = None
+    if mm is None or mm.op_type != "MatMul" or mm.domain not in ("", "ai.onnx"):
+        return False
+    w = g.const(mm.input(1))
+    mv = g.values.get(mm.outputs[0])
+    if (w is None or w.dtype != np.float32 or w.ndim != 2 or int(w.shape[1]) != c or mv is None
+            or not mv.is_static or int(mv.shape[-1]) != c or not _only_user(mm.outputs[0], consumers, outputs)):
+        return False
+    fs = _bn_factors(g, bn)
+    if fs is None or fs[0].shape != (c,) or fs[1].shape != (c,):
+        return False
+    factor, shift = fs
+    wn = g.unique_name(mm.input(1) + "_bnfold")
+    new_w = (w.astype(np.float64) * factor.reshape(1, -1)).astype(np.float32)
+    g.values[wn] = Value(wn, new_w.dtype, new_w.shape, new_w)
+    sn = g.unique_name(bn.name + "_shift")
+    g.values[sn] = Value(sn, np.dtype(np.float32), (c,), shift.astype(np.float32))
+    raw = g.unique_name(mm.outputs[0] + "_bnfold")
+    g.values[raw] = Value(raw, mv.dtype, mv.shape)
+    add = Node("Add", g.unique_name(bn.name + "_shift_add"), [raw, sn], [mm.outputs[0]])
+    mm.inputs = [mm.inputs[0], wn]
+    mm.outputs = [raw]
+    mm.proto = None
+    last = mid if mid is not None else add
+    g.values.pop(last.outputs[0], None)
+    last.outputs = [bn.outputs[0]]
+    if mid is not None:
+        mid.proto = None
+    g.nodes.insert(g.nodes.index(mm) + 1, add)
+    return True
