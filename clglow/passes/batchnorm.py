@@ -1,6 +1,8 @@
-"""Fold an inference BatchNormalization into the Conv that feeds it (new W and B), or into the
-MatMul with constant weights that feeds it through a flattening Reshape (LeViT's Linear +
-BatchNorm1d: the columns of W scaled, the shift an Add that fuse_matmul makes the bias)."""
+"""Per-channel affine maps folded into the weights of the Conv or MatMul that feeds them: an
+inference BatchNormalization after a Conv (new W and B) or after a MatMul with constant weights,
+directly or through a flattening Reshape (LeViT's Linear + BatchNorm1d: the columns of W scaled,
+the shift an Add that fuse_matmul makes the bias); a constant per-channel Mul after a Conv (a
+layer scale: fold_channel_scale)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -118,3 +120,63 @@ def _fold_into_matmul(g: Graph, bn, producers: dict, consumers: dict, outputs: s
         mid.proto = None
     g.nodes.insert(g.nodes.index(mm) + 1, add)
     return True
+
+
+def fold_channel_scale(graph: Graph) -> Graph:
+    """A Mul of a Conv's output by a constant per output channel ([C, 1, ...] or [1, C, 1, ...],
+    or one value), the Conv's only reader, folded into its weights and bias: ConvNeXt's and
+    PoolFormer's layer scale (gamma * branch + x), after which fuse_conv makes the residual Add
+    the Conv's epilogue. Scaling W and B in float64 and rounding once may differ from the
+    unfolded product by an ulp."""
+    g = graph.copy()
+    producers, consumers, outputs = g.producers(), g.consumers(), set(g.outputs)
+    removed: set = set()
+    for mul in list(g.nodes):
+        if mul.op_type != "Mul" or mul.domain not in ("", "ai.onnx") or len(mul.inputs) != 2:
+            continue
+        for k in (0, 1):
+            conv, s = producers.get(mul.inputs[k]), g.const(mul.inputs[1 - k])
+            if conv is None or s is None or conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx"):
+                continue
+            if id(conv) in removed or not _only_user(conv.outputs[0], consumers, outputs):
+                continue
+            factor = _channel_factor(g, conv, s)
+            if factor is None:
+                continue
+            w, b = g.const(conv.input(1)), g.const(conv.input(2)) if conv.input(2) else None
+            shape = (-1,) + (1,) * (w.ndim - 1)
+            wn = g.unique_name(conv.input(1) + "_scaled")
+            new_w = (w.astype(np.float64) * factor.reshape(shape)).astype(np.float32)
+            g.values[wn] = Value(wn, new_w.dtype, new_w.shape, new_w)
+            inputs = [conv.input(0), wn]
+            if b is not None:
+                bn_ = g.unique_name(conv.input(2) + "_scaled")
+                new_b = (b.astype(np.float64) * factor).astype(np.float32)
+                g.values[bn_] = Value(bn_, new_b.dtype, new_b.shape, new_b)
+                inputs.append(bn_)
+            g.values.pop(conv.outputs[0], None)
+            conv.inputs, conv.outputs, conv.proto = inputs, [mul.outputs[0]], None
+            removed.add(id(mul))
+            break
+    g.nodes = [n for n in g.nodes if id(n) not in removed]
+    return g
+
+
+def _channel_factor(g: Graph, conv, s: np.ndarray) -> Optional[np.ndarray]:
+    """The per-output-channel factor (float64, [C]) a constant `s` multiplies the Conv's output
+    [N, C, ...] by, when it is one (float32 weights and bias, C = W's first dim)."""
+    w = g.const(conv.input(1))
+    out = g.values.get(conv.outputs[0])
+    if (w is None or w.dtype != np.float32 or s.dtype != np.float32 or out is None or out.shape is None
+            or (conv.input(2) and g.const(conv.input(2)) is None)):
+        return None
+    c, rank = int(w.shape[0]), len(out.shape)
+    if s.size == 1:
+        return np.full(c, float(s.reshape(-1)[0]))
+    shape = tuple(int(d) for d in s.shape)
+    if len(shape) > rank:
+        return None
+    padded = (1,) * (rank - len(shape)) + shape
+    if padded[1] != c or any(d != 1 for i, d in enumerate(padded) if i != 1):
+        return None
+    return s.astype(np.float64).reshape(-1)

@@ -1,4 +1,5 @@
-"""Conv + bias + residual Add + activation -> one clglow.FusedConv node.
+"""Conv + bias + residual Add + activation (Gelu and Swish from their node forms too) -> one
+clglow.FusedConv node.
 
 The GEMM epilogue then applies bias, residual and activation while the result
 is still in registers: ResNet's conv-BN-add-relu becomes a single launch.
@@ -44,7 +45,7 @@ def fused_activation(node: Node, graph: Graph) -> Optional[tuple]:
     return ("Clip", lo, hi)
 
 
-def _scalar(graph: Graph, name: str) -> Optional[float]:
+def scalar_const(graph: Graph, name: str) -> Optional[float]:
     """The value of a float32 one-element constant, else None."""
     c = graph.const(name) if name else None
     if c is None:
@@ -58,7 +59,7 @@ def _swish_scale(g: Graph, consumers: dict, gate: Node, x: str, outputs: set) ->
     feeding only a Sigmoid: quick-GELU's sigmoid(1.702 x) (CLIP). None otherwise."""
     if gate.op_type != "Mul" or len(gate.inputs) != 2 or gate.inputs[0] == gate.inputs[1]:
         return None
-    c = _scalar(g, gate.inputs[1] if gate.inputs[0] == x else gate.inputs[0])
+    c = scalar_const(g, gate.inputs[1] if gate.inputs[0] == x else gate.inputs[0])
     users = consumers.get(gate.outputs[0], [])
     if c is None or c == 0.0 or gate.outputs[0] in outputs or len(users) != 1:
         return None
@@ -90,6 +91,63 @@ def swish(g: Graph, consumers: dict, x: str, outputs: set) -> Optional[tuple]:
         if consumers.get(sig.outputs[0], []) != [mul] or sig.outputs[0] in outputs:
             continue
         return nodes + [mul], mul.outputs[0], alpha
+    return None
+
+
+def _near(graph: Graph, name: str, value: float) -> bool:
+    c = scalar_const(graph, name)
+    return c is not None and abs(c - value) <= 1e-6 * abs(value)
+
+
+def _other(node: Node, name: str) -> Optional[str]:
+    """The input of a binary `node` that is not `name` (None when both are `name`)."""
+    if len(node.inputs) != 2 or node.inputs[0] == node.inputs[1]:
+        return None
+    return node.inputs[1] if node.inputs[0] == name else node.inputs[0]
+
+
+def gelu(g: Graph, consumers: dict, x: str, outputs: set) -> Optional[tuple]:
+    """(nodes, output) of a Gelu applied to `x`: the opset-20 op (exact form), or the erf chain
+    Div(x, sqrt 2) | Mul(x, 1/sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5 (the 0.5 may also
+    scale x first). Every intermediate used once and not a graph output."""
+    def only(name: str) -> Optional[Node]:
+        users = consumers.get(name, [])
+        if len(users) != 1 or name in outputs or users[0].domain not in ("", "ai.onnx"):
+            return None
+        return users[0]
+
+    users = consumers.get(x, [])
+    if x in outputs:
+        return None
+    if len(users) == 1 and users[0].op_type == "Gelu" and users[0].domain in ("", "ai.onnx"):
+        approx = users[0].attr("approximate", "none")
+        approx = approx.decode() if isinstance(approx, bytes) else approx
+        return ([users[0]], users[0].outputs[0]) if approx == "none" else None
+    if len(users) != 2:
+        return None
+    for scale, rest in ((users[0], users[1]), (users[1], users[0])):
+        if scale.op_type == "Div":
+            if len(scale.inputs) != 2 or scale.inputs[0] != x or not _near(g, scale.inputs[1], 2 ** 0.5):
+                continue
+        elif scale.op_type != "Mul" or not _near(g, _other(scale, x) or "", 2 ** -0.5):
+            continue
+        erf = only(scale.outputs[0])
+        add = only(erf.outputs[0]) if erf is not None and erf.op_type == "Erf" else None
+        if add is None or add.op_type != "Add" or not _near(g, _other(add, erf.outputs[0]) or "", 1.0):
+            continue
+        if rest.op_type != "Mul" or _other(rest, x) is None:
+            continue
+        if _other(rest, x) == add.outputs[0]:                  # x * (1 + erf) then * 0.5
+            half = only(rest.outputs[0])
+            if half is None or half.op_type != "Mul" or not _near(g, _other(half, rest.outputs[0]) or "", 0.5):
+                continue
+            return [scale, erf, add, rest, half], half.outputs[0]
+        if _near(g, _other(rest, x), 0.5):                      # (x * 0.5) * (1 + erf)
+            last = only(rest.outputs[0])
+            if (last is None or last.op_type != "Mul" or only(add.outputs[0]) is not last
+                    or _other(last, rest.outputs[0]) != add.outputs[0]):
+                continue
+            return [scale, erf, add, rest, last], last.outputs[0]
     return None
 
 
@@ -151,11 +209,16 @@ def _fuse_conv_one(g: Graph, consumers: dict, outputs: set) -> bool:
                 cur = add.outputs[0]
         users = consumers.get(cur, [])
         a = fused_activation(users[0], g) if len(users) == 1 and cur not in outputs else None
-        sw = swish(g, consumers, cur, outputs) if a is None else None
+        gelu_ = gelu(g, consumers, cur, outputs) if a is None else None
+        sw = swish(g, consumers, cur, outputs) if a is None and gelu_ is None else None
         if a is not None:
             act = a
             chain.append(users[0])
             cur = users[0].outputs[0]
+        elif gelu_ is not None:  # ConvNeXt's pointwise MLP (exact erf form, activation.h ACT 7)
+            act = ("Gelu", 0.0, 0.0)
+            chain.extend(gelu_[0])
+            cur = gelu_[1]
         elif sw is not None:
             act = ("Swish", sw[2], 0.0)
             chain.extend(sw[0])

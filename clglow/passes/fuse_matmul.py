@@ -25,17 +25,7 @@ import numpy as np
 
 from ..ir import Graph, Node
 from ..lower.base import GENERIC_TARGET, lookup
-from .fuse_conv import fused_activation, in_graph_order, rewrite_to_fixed_point, splice_fused, swish
-
-
-def _scalar_const(graph: Graph, name: str) -> Optional[float]:
-    c = graph.const(name)
-    if c is None:
-        return None
-    c = np.asarray(c)
-    if c.size != 1 or c.dtype != np.float32:
-        return None
-    return float(c.reshape(-1)[0])
+from .fuse_conv import fused_activation, gelu, in_graph_order, rewrite_to_fixed_point, scalar_const, splice_fused, swish
 
 
 def _known(graph: Graph, name: str) -> Optional[tuple]:
@@ -43,63 +33,6 @@ def _known(graph: Graph, name: str) -> Optional[tuple]:
     if v is None or v.shape is None or v.dtype != np.float32 or any(not isinstance(d, int) for d in v.shape):
         return None
     return tuple(v.shape)
-
-
-def _near(graph: Graph, name: str, value: float) -> bool:
-    c = _scalar_const(graph, name)
-    return c is not None and abs(c - value) <= 1e-6 * abs(value)
-
-
-def _other(node: Node, name: str) -> Optional[str]:
-    """The input of a binary `node` that is not `name` (None when both are `name`)."""
-    if len(node.inputs) != 2 or node.inputs[0] == node.inputs[1]:
-        return None
-    return node.inputs[1] if node.inputs[0] == name else node.inputs[0]
-
-
-def _gelu(g: Graph, consumers: dict, x: str, outputs: set) -> Optional[tuple]:
-    """(nodes, output) of a Gelu applied to `x`: the opset-20 op (exact form), or the erf chain
-    Div(x, sqrt 2) | Mul(x, 1/sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5 (the 0.5 may also
-    scale x first). Every intermediate used once and not a graph output."""
-    def only(name: str) -> Optional[Node]:
-        users = consumers.get(name, [])
-        if len(users) != 1 or name in outputs or users[0].domain not in ("", "ai.onnx"):
-            return None
-        return users[0]
-
-    users = consumers.get(x, [])
-    if x in outputs:
-        return None
-    if len(users) == 1 and users[0].op_type == "Gelu" and users[0].domain in ("", "ai.onnx"):
-        approx = users[0].attr("approximate", "none")
-        approx = approx.decode() if isinstance(approx, bytes) else approx
-        return ([users[0]], users[0].outputs[0]) if approx == "none" else None
-    if len(users) != 2:
-        return None
-    for scale, rest in ((users[0], users[1]), (users[1], users[0])):
-        if scale.op_type == "Div":
-            if len(scale.inputs) != 2 or scale.inputs[0] != x or not _near(g, scale.inputs[1], 2 ** 0.5):
-                continue
-        elif scale.op_type != "Mul" or not _near(g, _other(scale, x) or "", 2 ** -0.5):
-            continue
-        erf = only(scale.outputs[0])
-        add = only(erf.outputs[0]) if erf is not None and erf.op_type == "Erf" else None
-        if add is None or add.op_type != "Add" or not _near(g, _other(add, erf.outputs[0]) or "", 1.0):
-            continue
-        if rest.op_type != "Mul" or _other(rest, x) is None:
-            continue
-        if _other(rest, x) == add.outputs[0]:                  # x * (1 + erf) then * 0.5
-            half = only(rest.outputs[0])
-            if half is None or half.op_type != "Mul" or not _near(g, _other(half, rest.outputs[0]) or "", 0.5):
-                continue
-            return [scale, erf, add, rest, half], half.outputs[0]
-        if _near(g, _other(rest, x), 0.5):                      # (x * 0.5) * (1 + erf)
-            last = only(rest.outputs[0])
-            if (last is None or last.op_type != "Mul" or only(add.outputs[0]) is not last
-                    or _other(last, rest.outputs[0]) != add.outputs[0]):
-                continue
-            return [scale, erf, add, rest, last], last.outputs[0]
-    return None
 
 
 def _fuse_matmul_one(g: Graph, consumers: dict, outputs: set) -> bool:
@@ -123,7 +56,7 @@ def _fuse_matmul_one(g: Graph, consumers: dict, outputs: set) -> bool:
         user = single_user()
         if user is not None and user.op_type == "Mul" and len(user.inputs) == 2:
             other = user.inputs[1] if user.inputs[0] == cur else user.inputs[0]
-            s = _scalar_const(g, other) if other != cur else None
+            s = scalar_const(g, other) if other != cur else None
             if s is not None and _known(g, user.outputs[0]) == out_shape:
                 alpha = s
                 chain.append(user)
@@ -146,16 +79,16 @@ def _fuse_matmul_one(g: Graph, consumers: dict, outputs: set) -> bool:
             cur = user.outputs[0]
         user = single_user()
         a = fused_activation(user, g) if user is not None else None
-        gelu = _gelu(g, consumers, cur, outputs) if a is None else None
-        sw = swish(g, consumers, cur, outputs) if a is None and gelu is None else None
+        gelu_ = gelu(g, consumers, cur, outputs) if a is None else None
+        sw = swish(g, consumers, cur, outputs) if a is None and gelu_ is None else None
         if a is not None:
             act = a
             chain.append(user)
             cur = user.outputs[0]
-        elif gelu is not None:
+        elif gelu_ is not None:
             act = ("Gelu", 0.0, 0.0)
-            chain.extend(gelu[0])
-            cur = gelu[1]
+            chain.extend(gelu_[0])
+            cur = gelu_[1]
         elif sw is not None:
             act = ("Swish", sw[2], 0.0)
             chain.extend(sw[0])

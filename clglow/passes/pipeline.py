@@ -5,7 +5,7 @@ import logging
 from typing import Callable
 
 from ..ir import Graph
-from .batchnorm import fold_batchnorm
+from .batchnorm import fold_batchnorm, fold_channel_scale
 from .dead_code import remove_dead_nodes
 from .fold_constants import fold_constants
 from .fold_gather_add import fold_gather_add
@@ -39,6 +39,7 @@ PIPELINE: list[Callable[[Graph], Graph]] = [
     remove_dead_nodes,
     fuse_rotary,  # before the Muls / Add / Neg of a rotary embedding join elementwise chains or epilogues
     fold_batchnorm,
+    fold_channel_scale,  # a layer scale (gamma * conv) into the conv's weights, before fuse_conv takes the residual
     fuse_conv,
     fuse_channel_shuffle,  # ShuffleNet's Concat -> Reshape -> Transpose -> Reshape (-> halves): one launch
     fuse_squeeze_excite,  # after fuse_conv: an SE block's mean and its two FusedConvs, one launch

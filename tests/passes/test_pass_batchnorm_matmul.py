@@ -70,3 +70,46 @@ def test_batchnorm_after_matmul(case, folds):
 
 def x_shape_of(case: str) -> list:
     return [10, 8] if case in ("direct", "live_w") else [2, 5, 8]
+
+
+def _scale_model(case: str):
+    """Conv -> Mul(gamma) -> Add(x): a layer scale; GELU in erf form after a 1x1 conv."""
+    c = 4
+    gamma_shape = {"per_channel": [c, 1, 1], "leading_one": [1, c, 1, 1], "scalar": [],
+                   "per_pixel": [1, 1, 5, 5]}[case]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y0"], pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["y0", "gamma"] if case != "scalar" else ["gamma", "y0"], ["ys"]),
+             helper.make_node("Add", ["ys", "x"], ["r"]),
+             helper.make_node("Conv", ["r", "w1"], ["h"]),
+             helper.make_node("Div", ["h", "sqrt2"], ["hd"]), helper.make_node("Erf", ["hd"], ["he"]),
+             helper.make_node("Add", ["he", "one"], ["h1"]), helper.make_node("Mul", ["h", "h1"], ["hm"]),
+             helper.make_node("Mul", ["hm", "half"], ["y"])]
+    inits = [numpy_helper.from_array(RNG.standard_normal((c, c, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(RNG.standard_normal(c).astype(np.float32), "b"),
+             numpy_helper.from_array(RNG.standard_normal(gamma_shape).astype(np.float32), "gamma"),
+             numpy_helper.from_array(RNG.standard_normal((8, c, 1, 1)).astype(np.float32), "w1"),
+             numpy_helper.from_array(np.array(2 ** 0.5, np.float32), "sqrt2"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "half")]
+    g = helper.make_graph(nodes, "ls", [helper.make_tensor_value_info("x", T.FLOAT, [1, c, 5, 5])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [1, 8, 5, 5])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("case,folds", [("per_channel", True), ("leading_one", True), ("scalar", True),
+                                        ("per_pixel", False)])
+def test_layer_scale_folds_into_the_conv_and_gelu_fuses(case, folds):
+    """The scale folds (then fuse_conv takes the residual Add: one FusedConv); a per-pixel factor
+    does not. The erf GELU after the 1x1 conv is that conv's epilogue either way."""
+    from clglow.passes.pipeline import optimize
+
+    m = _scale_model(case)
+    g = optimize(import_model(m))
+    ops = [n.op_type for n in g.nodes]
+    assert ops == (["FusedConv", "FusedConv"] if folds else ["Conv", "FusedElementwise", "FusedConv"]), ops
+    assert [n.attrs.get("activation") for n in g.nodes if n.op_type == "FusedConv"][-1] == "Gelu"
+    x = RNG.standard_normal((1, 4, 5, 5)).astype(np.float32)
+    sess = clglow.InferenceSession(m.SerializeToString())
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], models.ort_run(m, {"x": x})[0], rtol=1e-4, atol=1e-5)
