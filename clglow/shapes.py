@@ -41,6 +41,8 @@ _FUSED_AS = {
     ("clglow", "SqueezeExcite"): ("GlobalAveragePool", lambda n: (n.inputs[:1], {})),
     # a matched LayerNorm (passes/fuse_layernorm.py): Y only, X's shape and dtype
     ("clglow", "LayerNormalization"): ("Identity", lambda n: (n.inputs[:1], {})),
+    # a LayerNorm across the channels of [N, C, ...] (passes/fuse_layernorm.fuse_channel_norm)
+    ("clglow", "ChannelNorm"): ("Identity", lambda n: (n.inputs[:1], {})),
     ("clglow", "RMSNormalization"): ("Identity", lambda n: (n.inputs[:1], {})),  # passes/fuse_layernorm.py
     ("clglow", "BiasSoftmax"): ("Identity", lambda n: (n.inputs[:1], {})),  # passes/fuse_softmax.py: x's shape
     ("clglow", "RotateHalf"): ("Identity", lambda n: (n.inputs[:1], {})),  # passes/fuse_rotary.py: x's shape

@@ -188,3 +188,54 @@ __kernel void lpnorm(__global const float* x, __global float* y, const int rows,
     if (p != 1) s = sqrt(s);
     for (int k = 0; k < len; ++k) y[base + (long)k * inner] = s == 0.0f ? 0.0f : x[base + (long)k * inner] / s;
 }
+
+/* LayerNormalization across the channels of each pixel of an [N, C, inner] tensor (a LayerNorm
+ * over the last axis between a Transpose to channels-last and its inverse: ConvNeXt's
+ * LayerNorm2d, passes/fuse_layernorm.fuse_channel_norm), in place of the two transposes.
+ * Each work-item takes 16 consecutive pixels of one image as vectors (channel c of them at
+ * x + c*inner: one 16-lane load per channel), two passes for the statistics and one to write;
+ * pixels past the image's last full 16 one at a time. X and Y may be half storage (XH, YH);
+ * scale and bias [C] float32. gsize = N * ceil(inner / 16). */
+__kernel void channelnorm(__global const ST_T(XH)* restrict x, __global const float* restrict scale,
+                          __global const float* restrict bias, __global ST_T(YH)* restrict y,
+                          const int n_img, const int C, const int inner, const float eps) {
+    const int blocks = (inner + 15) / 16;
+    const int gid = get_global_id(0);
+    if (gid >= n_img * blocks) return;
+    const int n = gid / blocks;
+    const int p0 = (gid - n * blocks) * 16;
+    const long base = (long)n * C * inner + p0;
+    if (p0 + 16 <= inner) {
+        float16 s = (float16)0.0f;
+        for (int c = 0; c < C; ++c)
+            s += ST_LDV(XH, 16, x + base + (long)c * inner);
+        const float16 m = s / (float)C;
+        float16 q = (float16)0.0f;
+        for (int c = 0; c < C; ++c) {
+            const float16 d = ST_LDV(XH, 16, x + base + (long)c * inner) - m;
+            q += d * d;
+        }
+        const float16 inv = 1.0f / sqrt(q / (float)C + eps);
+        for (int c = 0; c < C; ++c) {
+            const long o = base + (long)c * inner;
+            ST_STV(YH, 16, y + o, (ST_LDV(XH, 16, x + o) - m) * inv * scale[c] + bias[c]);
+        }
+        return;
+    }
+    for (int p = p0; p < inner; ++p) {
+        const long b = (long)n * C * inner + p;
+        float s = 0.0f;
+        for (int c = 0; c < C; ++c) s += ST_LD(XH, x, b + (long)c * inner);
+        const float m = s / (float)C;
+        float q = 0.0f;
+        for (int c = 0; c < C; ++c) {
+            const float d = ST_LD(XH, x, b + (long)c * inner) - m;
+            q += d * d;
+        }
+        const float inv = 1.0f / sqrt(q / (float)C + eps);
+        for (int c = 0; c < C; ++c) {
+            const long o = b + (long)c * inner;
+            ST_ST(YH, y, o, (ST_LD(XH, x, o) - m) * inv * scale[c] + bias[c]);
+        }
+    }
+}

@@ -11,6 +11,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..errors import InvalidModel
 from ..ir import Graph, Node
 from ..target import Target
 from .base import HalfIO, Launch, LowerCtx, device_op, f32, i32
@@ -149,6 +150,48 @@ def lower_layernorm(ctx: LowerCtx) -> list:
     eps = f32(ctx.attr("epsilon", 1e-5))
     return [Launch("norm", "layernorm", g, args + [i32(rows), i32(length), eps], l, defines, ctx.label(),
                    noop_args=args + [i32(0), i32(length), eps])]  # rows = 0: code generated early
+
+
+# --- ChannelNorm (passes/fuse_layernorm.fuse_channel_norm) -----------------------------------------
+def _supports_channel_norm(node: Node, graph: Graph, target: Target) -> Optional[str]:
+    """X [N, C, ...] float32 or half storage, scale and bias [C] float32 constants or values."""
+    why = check_dtypes(node, graph, _F32 | {F16}, [0], outputs=True) or check_dtypes(node, graph, _F32, [1, 2])
+    if why:
+        return why
+    x = graph.values.get(node.input(0))
+    if x is not None and x.shape is not None and len(x.shape) < 2:
+        return "ChannelNorm needs [N, C, ...]"
+    return None
+
+
+@device_op("ChannelNorm", supports=_supports_channel_norm, domain="clglow", half=_LN_HALF)
+def lower_channel_norm(ctx: LowerCtx) -> list:
+    """LayerNormalization across axis 1 of [N, C, inner] (norm.cl channelnorm): 16 pixels a
+    work-item."""
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    if out.size == 0:
+        return []
+    check_int32_sizes(ctx)
+    n, c = int(x.shape[0]), int(x.shape[1])
+    inner = int(np.prod(x.shape[2:], dtype=np.int64))
+
+    def param(i: int, fill: float):
+        if not (ctx.has_input(i) and ctx.node.input(i)):
+            return ctx.const_buffer(np.full(c, fill, np.float32))
+        if ctx.inputs[i].size == c:
+            return ctx.buf(i)
+        raise InvalidModel(f"ChannelNorm input {i} of shape {ctx.inputs[i].shape} for {c} channels",
+                           node=ctx.label())
+
+    defines: dict = {"XH": 1} if x.dtype == F16 else {}
+    if out.dtype == F16:
+        defines["YH"] = 1
+    items = n * -(-inner // 16)
+    g, l = work_size(ctx, items, cap=64)
+    args = [ctx.buf(0), param(1, 1.0), param(2, 0.0), ctx.out(0)]
+    eps = f32(ctx.attr("epsilon", 1e-5))
+    return [Launch("norm", "channelnorm", g, args + [i32(n), i32(c), i32(inner), eps], l, defines, ctx.label(),
+                   noop_args=args + [i32(0), i32(c), i32(inner), eps])]
 
 
 # --- InstanceNormalization -----------------------------------------------------------------------

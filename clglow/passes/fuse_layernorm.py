@@ -22,6 +22,11 @@ kernel without the mean:
 
 three launches after fuse_elementwise (the square, the mean, the scaling) and one as
 clglow.RMSNormalization (norm.cl RMS; llama and t5_encoder: nine norms each, 27 -> 9 launches).
+
+fuse_channel_norm: a LayerNormalization over the last axis between a Transpose to channels-last
+and its inverse (timm's LayerNorm2d in ConvNeXt, EdgeNeXt, EfficientFormer) -> one
+clglow.ChannelNorm over axis 1 of the NCHW tensor (norm.cl channelnorm): three launches and two
+copies of the activations become one launch.
 """
 from __future__ import annotations
 
@@ -193,3 +198,40 @@ def _fuse_one(g: Graph, consumers: dict, outputs: set) -> bool:
 
 def fuse_layernorm(graph: Graph) -> Graph:
     return rewrite_to_fixed_point(graph, _fuse_one)
+
+
+def _transpose(node: Optional[Node]) -> Optional[list]:
+    if not _is(node, "Transpose") or node.attr("perm") is None:
+        return None
+    return [int(p) for p in node.attr("perm")]
+
+
+def _fuse_channel_norm_one(g: Graph, consumers: dict, outputs: set) -> bool:
+    for t1 in g.nodes:
+        perm = _transpose(t1)
+        if perm is None or len(perm) < 3 or perm != [0] + list(range(2, len(perm))) + [1]:
+            continue
+        def only(name: str) -> Optional[Node]:
+            users = consumers.get(name, [])
+            return users[0] if len(users) == 1 and name not in outputs else None
+        ln = only(t1.outputs[0])
+        if ln is None or ln.op_type != "LayerNormalization" or ln.domain not in ("", "ai.onnx", "clglow"):
+            continue
+        r = len(perm)
+        if int(ln.attr("axis", -1)) % r != r - 1 or any(o for o in ln.outputs[1:]):
+            continue
+        t2 = only(ln.outputs[0])
+        if _transpose(t2) != [0, r - 1] + list(range(1, r - 1)):
+            continue
+        inputs = [t1.input(0), ln.input(1), ln.input(2) if len(ln.inputs) > 2 else ""]
+        fused = Node("ChannelNorm", ln.name, inputs, [t2.outputs[0]],
+                     {"epsilon": float(ln.attr("epsilon", 1e-5))}, "clglow", None)
+        if splice_fused(g, t1, [ln, t2], fused):
+            return True
+    return False
+
+
+def fuse_channel_norm(graph: Graph) -> Graph:
+    """Transpose(to channels-last) -> LayerNormalization(last axis) -> Transpose(back) as one
+    clglow.ChannelNorm (see the module doc)."""
+    return rewrite_to_fixed_point(graph, _fuse_channel_norm_one)

@@ -13,7 +13,7 @@ from .fuse_conv import fuse_conv
 from .fuse_attention import fuse_attention
 from .fuse_channel_shuffle import fuse_channel_shuffle
 from .fuse_elementwise import fuse_elementwise
-from .fuse_layernorm import fuse_layernorm
+from .fuse_layernorm import fuse_channel_norm, fuse_layernorm
 from .fuse_rotary import fuse_rotary
 from .fuse_softmax import fuse_softmax
 from .fuse_matmul import fold_transposes, fuse_matmul
@@ -49,6 +49,7 @@ PIPELINE: list[Callable[[Graph], Graph]] = [
     fuse_attention,  # after the scores' FusedMatMul (mask, scale, transposed views) exists
     fuse_softmax,  # a mask the scores' FusedMatMul did not take: Add + Softmax as one launch
     fuse_layernorm,
+    fuse_channel_norm,  # after fuse_layernorm: Transpose -> LayerNorm -> Transpose back, one launch
     fuse_elementwise,
     fuse_layernorm_gemv,  # last two: the FusedMatMuls they extend are final
     fuse_gemv_epilogue,

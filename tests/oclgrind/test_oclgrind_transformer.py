@@ -60,3 +60,11 @@ def test_state_space_ops(oclgrind_env):  # noqa: F811
     """causal_conv.cl and linear_attention.cl (opset 27's CausalConvWithState and LinearAttention,
     tests/kernels/test_state_space_ops.py): every check on."""
     run_checked(oclgrind_env, pytest_args("tests/kernels/test_state_space_ops.py"))
+
+
+def test_channel_norm(oclgrind_env):  # noqa: F811
+    """norm.cl's channelnorm (passes/fuse_layernorm.fuse_channel_norm: 16-pixel vectors and the
+    per-pixel tail): bounds and races (the uninitialised-value checker crashes on the lane sums of
+    norm.cl, test_checker_crashes_on_lane_arithmetic)."""
+    run_checked(oclgrind_env, pytest_args("tests/passes/test_pass_channel_norm.py") + ["-k", "onnxruntime"],
+                uninitialized=False)
