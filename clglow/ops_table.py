@@ -25,7 +25,9 @@ def _host_ok(op: str, domain: str, opset: int) -> bool:
 
 
 def rows(domain: str = "") -> list:
-    """[(op, on OpenCL, on host)] for the latest schema of every op in `domain`."""
+    """[(op, how it runs on OpenCL: "kernel", "body" (its function body's nodes) or "", on
+    host)] for the latest schema of every op in `domain`."""
+    from .frontend.functions import expands
     from .lower import REGISTRY
 
     latest: dict = {}
@@ -36,7 +38,8 @@ def rows(domain: str = "") -> list:
             latest[s.name] = s.since_version
     out = []
     for op in sorted(latest):
-        out.append((op, (domain, op) in REGISTRY, _host_ok(op, domain, latest[op])))
+        dev = "kernel" if (domain, op) in REGISTRY else "body" if expands(domain, op, latest[op]) else ""
+        out.append((op, dev, _host_ok(op, domain, latest[op])))
     return out
 
 
@@ -44,12 +47,14 @@ def markdown(domain: str = "") -> str:
     lines = ["| Operator | OpenCL | Host fallback |", "|---|:---:|:---:|"]
     table = rows(domain)
     for op, dev, host in table:
-        lines.append(f"| {op} | {'yes' if dev else ''} | {'yes' if host else ''} |")
-    n_dev = sum(1 for _, d, _ in table if d)
+        cell = {"kernel": "yes", "body": "yes (function body)"}.get(dev, "")
+        lines.append(f"| {op} | {cell} | {'yes' if host else ''} |")
+    n_dev = sum(1 for _, d, _ in table if d == "kernel")
+    n_body = sum(1 for _, d, _ in table if d == "body")
     n_any = sum(1 for _, d, h in table if d or h)
     lines.append("")
-    lines.append(f"{n_dev} of {len(table)} ai.onnx operators have an OpenCL kernel; {n_any} run "
-                 f"(OpenCL or host fallback).")
+    lines.append(f"{n_dev} of {len(table)} ai.onnx operators have an OpenCL kernel and {n_body} more run on OpenCL "
+                 f"as their ONNX function body (frontend/functions.py); {n_any} run (OpenCL or host fallback).")
     return "\n".join(lines)
 
 

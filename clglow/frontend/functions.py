@@ -69,6 +69,18 @@ def inline_functions(proto: onnx.ModelProto, has_kernel: HasKernel) -> onnx.Mode
     return inlined
 
 
+def expands(domain: str, op_type: str, opset: int) -> bool:
+    """Whether a node of this standard op is replaced by its function body when no kernel covers
+    it (ops_table's "function body" rows)."""
+    if (domain, op_type) in _NEVER:
+        return False
+    try:
+        schema = defs.get_schema(op_type, opset, domain)
+    except Exception:
+        return False
+    return bool(schema.has_function or schema.has_context_dependent_function)
+
+
 def _schema(node: onnx.NodeProto, opsets: dict) -> Optional[defs.OpSchema]:
     domain = node.domain if node.domain != "ai.onnx" else ""
     try:
@@ -173,4 +185,4 @@ def _body_opsets(model: onnx.ModelProto) -> list:
     return out
 
 
-__all__ = ["FUNCTION_DOMAIN", "HasKernel", "inline_functions"]
+__all__ = ["FUNCTION_DOMAIN", "HasKernel", "expands", "inline_functions"]
