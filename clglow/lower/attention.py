@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import InvalidModel
 from ..ir import Graph, Node
 from ..target import Target
-from .base import HalfIO, Launch, LowerCtx, device_op, i32
+from .base import HalfIO, Launch, LowerCtx, device_op, i32, unaligned
 from .common import BOOL, check_dtypes, check_int32_sizes, dtype_of, floats, grid, type_defines, work_size
 from .gpu_attention import BlockShape, block_applicable, lower_block
 from .half import has_half, lower_as_float
@@ -280,7 +280,7 @@ def lower_fused_attention(ctx: LowerCtx) -> list:
         defines["MASK_FLOAT"] = None
     if in_kernel:  # the row kernel reads the past tensors and writes the present ones
         defines["KV_APPEND"] = None
-        args += [ctx.buf(4), ctx.buf(5)]
+        args += [unaligned(ctx.buf(4)), unaligned(ctx.buf(5))]  # read as rowv_u: a caller's arrays in place
     args += [ctx.out(0), ctx.scratch(rows * SKV * 4)] + ([ctx.out(1), ctx.out(2)] if in_kernel else [])
     dims = [B, H, H, SQ, SKV, HD, HDV, past if in_kernel else 0, SKV, -1, -1]
     st = qst[:3] + list(kst) + list(vst) + yst[:3] + mst
