@@ -315,3 +315,25 @@ def test_exit_during_a_background_search_is_clean(tmp_path):
                                timeout=180)
             assert p.returncode == 0 and "exiting" in p.stdout, (d.selector, sleep_s, p.returncode, p.stderr[-2000:])
             assert "terminate called" not in p.stderr, (d.selector, sleep_s)
+
+
+def test_a_cold_family_is_timed_after_evicting_the_caches(fresh, monkeypatch):
+    """The GEMV family (weights read once a run in a model) declares cold_bytes: each timed launch
+    follows a write of that many bytes (not timed); a warm family's launches follow none."""
+    target = _target(fresh).with_family("cpu")
+    fills = []
+    real_fill = cl.enqueue_fill_buffer
+
+    def counting_fill(queue, buf, *args, **kwargs):
+        fills.append(buf.size)
+        return real_fill(queue, buf, *args, **kwargs)
+
+    monkeypatch.setattr(search_mod.cl, "enqueue_fill_buffer", counting_fill)
+    fam = tunable.FAMILIES["gemv"]
+    assert fam.cold_bytes >= 16 << 20
+    key = (64, 96)
+    points = fam.space(target, key)[:2]
+    times = search_mod.measure(fresh, target, "gemv", key, points, rounds=3)
+    assert len(times) == 2 and all(t > 0 for t in times.values())
+    assert fills.count(fam.cold_bytes) == 3 * 2  # one eviction before each timed launch
+    assert tunable.FAMILIES["gemm"].cold_bytes == 0  # its operands stay cached across a model's tiles

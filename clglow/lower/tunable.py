@@ -50,7 +50,12 @@ class Family:
     families measured by runtime.tuning through a one-node model); flops(key): the work of one
     call; kernel: the kernels_cl program whose source hash keys the database entries (a changed
     kernel invalidates them); priority: lower searched first (the GEMMs); tolerance: relative
-    error within which two points' results agree."""
+    error within which two points' results agree.
+    cold_bytes: each timed launch of a point starts from caches that a write of this many bytes
+    evicted first (0: warm, the launch before it left its operands cached). A family whose
+    operands stream from memory in a model (the GEMV's weights, each used once a run) is timed
+    cold: warm, its 1 MB products ran 5x faster than in the model, and the search chose for
+    cache speed."""
 
     name: str
     kernel: str
@@ -61,6 +66,7 @@ class Family:
     applies: Callable[[Target], bool] = lambda target: True
     priority: int = 10
     tolerance: float = 1e-4
+    cold_bytes: int = 0
 
 
 FAMILIES: Dict[str, Family] = {}
