@@ -439,5 +439,8 @@ def _infer_outputs(node: Node, g: Graph) -> bool:
         dtype = dtype if dtype is not None else old.dtype
         if shape is None or any(not isinstance(d, int) for d in shape) or dtype is None:
             complete = False
+        elif any(d < 0 for d in shape):  # values read at run time (a computed Pad, Slice, Range) made it so
+            raise InvalidArgument(f"node {node.name!r} ({node.op_type}) would produce shape {tuple(shape)} "
+                                  f"from this run's values", tensor=o)
         g.values[o] = Value(o, dtype, shape, None)
     return complete

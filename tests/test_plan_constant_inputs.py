@@ -138,3 +138,20 @@ def test_float16_comparisons_run_on_the_device(op, monkeypatch):
     want = {"Equal": np.equal, "Less": np.less, "GreaterOrEqual": np.greater_equal}[op](a, b)
     np.testing.assert_array_equal(sess.run(None, {"a": a, "b": b})[0], want)
     assert {p.where for p in sess.placement} == {"opencl"}
+
+
+def test_computed_parameters_that_make_a_negative_shape_are_a_clear_error(monkeypatch):
+    """Pads computed on the device that would crop past the tensor: an InvalidArgument naming the
+    node and its output, and the session runs the next valid values."""
+    nodes = [helper.make_node("Neg", ["p"], ["pn"]), helper.make_node("Pad", ["x", "pn"], ["y"])]
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", T.FLOAT, [2, 3]),
+                                       helper.make_tensor_value_info("p", T.INT64, [4])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [None, None])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    sess = clglow.InferenceSession(m.SerializeToString())
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    with pytest.raises(clglow.InvalidArgument, match="Pad"):
+        sess.run(None, {"x": x, "p": np.array([5, 5, 5, 5], np.int64)})
+    feeds = {"x": x, "p": np.array([0, -1, 0, -1], np.int64)}
+    np.testing.assert_allclose(sess.run(None, feeds)[0], ort_run(m, feeds)[0])
