@@ -39,6 +39,16 @@ CASES = {
 }
 
 
+def _runs_on_the_device(sess, m, x: np.ndarray, runs: list) -> None:
+    """Each run's values against onnxruntime, every node placed on OpenCL."""
+    for extra in runs:
+        feeds = {"x": x, **extra}
+        (got,), (want,) = sess.run(None, feeds), ort_run(m, feeds)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        assert {p.where for p in sess.placement} == {"opencl"}, [str(p) for p in sess.placement]
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_graph_input_parameters_run_on_the_device(name, monkeypatch):
     monkeypatch.setenv("CLGLOW_HOST_FALLBACK", "0")
@@ -48,12 +58,7 @@ def test_graph_input_parameters_run_on_the_device(name, monkeypatch):
     m = _model(node, inputs, 4)
     sess = clglow.InferenceSession(m.SerializeToString())  # accepted at load, fallback off
     x = RNG.standard_normal((1, 3, 8, 6)).astype(np.float32)
-    for extra in runs:
-        feeds = {"x": x, **extra}
-        (got,), (want,) = sess.run(None, feeds), ort_run(m, feeds)
-        assert got.shape == want.shape
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-        assert {p.where for p in sess.placement} == {"opencl"}, [str(p) for p in sess.placement]
+    _runs_on_the_device(sess, m, x, runs)
 
 
 def _computed_model(nodes: list, params: list, out_rank: int):
@@ -98,12 +103,7 @@ def test_computed_parameters_run_on_the_device(name, monkeypatch):
     m = _computed_model(nodes, params, rank)
     sess = clglow.InferenceSession(m.SerializeToString())  # accepted at load, fallback off
     x = RNG.standard_normal((2, 3, 5)).astype(np.float32)
-    for extra in runs:
-        feeds = {"x": x, **extra}
-        (got,), (want,) = sess.run(None, feeds), ort_run(m, feeds)
-        assert got.shape == want.shape
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-        assert {p.where for p in sess.placement} == {"opencl"}, [str(p) for p in sess.placement]
+    _runs_on_the_device(sess, m, x, runs)
 
 
 def test_computed_parameters_of_unknown_size_still_say_why(monkeypatch):
