@@ -3,6 +3,8 @@
  *   POOL_MAX / POOL_AVG
  *   COUNT_INCLUDE_PAD   AveragePool divides by the window clipped to the padded extent
  *   WITH_INDICES    MaxPool also writes the flat (row-major, whole tensor) argmax as long
+ *   STORAGE_COL     ... with the spatial offset counted column-major (storage_order=1: d + h*D + w*D*H,
+ *                   as onnx.reference's MaxPool; the plane offset n*C + c stays row-major)
  *   XH / YH         x / y stored as half (storage.h; T is float then): read and written through
  *                   the storage macros, the arithmetic in float (0: the plain loads and stores)
  * The window geometry comes as by-value arguments (uniform across work-items, so pocl keeps the
@@ -75,7 +77,11 @@ __kernel void pool(__global const XT* restrict x, __global YT* restrict y,
 #ifdef POOL_MAX
 #ifdef WITH_INDICES
                 const bool take = inside && (v > best || arg < 0);
+#ifdef STORAGE_COL
+                arg = take ? idc + (clamp(ih, 0, IH - 1) + clamp(iw, 0, IW - 1) * IH) * ID : arg;
+#else
                 arg = take ? off : arg;
+#endif
                 best = take ? v : best;
 #else
                 best = (inside && v > best) ? v : best;

@@ -48,9 +48,6 @@ def _supports_pool(node: Node, graph: Graph, target: Target) -> Optional[str]:
     auto_pad = attr_str(node.attr("auto_pad"), "NOTSET")
     if auto_pad not in AUTO_PADS:
         return f"auto_pad {auto_pad!r}"
-    if node.op_type == "MaxPool" and len(node.outputs) > 1 and node.outputs[1]:
-        if int(node.attr("storage_order", 0)) != 0:
-            return "MaxPool Indices with storage_order=1 run on the host"
     return None
 
 
@@ -79,6 +76,8 @@ def lower_pool(ctx: LowerCtx) -> list:
     args: list = [ctx.buf(0), ctx.out(0)]
     if is_max and len(ctx.outputs) > 1 and ctx.outputs[1] is not None:
         defines["WITH_INDICES"] = None
+        if int(ctx.attr("storage_order", 0)):
+            defines["STORAGE_COL"] = None  # column-major spatial offsets (onnx.reference's)
         args.append(ctx.out(1))
     if not is_max and int(ctx.attr("count_include_pad", 0)):
         defines["COUNT_INCLUDE_PAD"] = None

@@ -75,6 +75,20 @@ def test_maxpool_indices():
           {"x": x}, opset=12, oracle="onnxruntime")
 
 
+@pytest.mark.parametrize("shape,attrs", [((2, 3, 7, 8), dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 1])),
+                                         ((1, 2, 6, 5), dict(kernel_shape=[2, 2], strides=[1, 2])),
+                                         ((1, 2, 4, 5, 6), dict(kernel_shape=[2, 2, 3], strides=[2, 1, 2]))],
+                         ids=["2d_pads", "2d", "3d"])
+def test_maxpool_indices_column_major(shape, attrs):
+    """storage_order=1: each argmax's spatial offset counted column-major (d + h*D + w*D*H, onnx's
+    reference; onnxruntime agrees on 2-D), the plane offset row-major."""
+    x = RNG.standard_normal(shape).astype(np.float32)
+    node = helper.make_node("MaxPool", ["x"], ["y", "i"], storage_order=1, **attrs)
+    check(node, {"x": x}, opset=12)
+    if len(shape) == 4:
+        check(node, {"x": x}, opset=12, oracle="onnxruntime")
+
+
 @pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
 @pytest.mark.parametrize("shape", [(2, 3, 5, 7), (1, 5, 9), (3, 2, 2, 3, 4), (1, 1, 1, 1), (2, 4, 28, 28)])
 def test_global_pool(op, shape):
