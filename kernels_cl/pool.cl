@@ -1,5 +1,5 @@
 /* Pooling over up to 3 spatial dims (1-D and 2-D are padded with unit dims).
- *   T               element type (float)
+ *   T               element type (float; uchar / char for an 8-bit MaxPool, with POOL_INIT its minimum)
  *   POOL_MAX / POOL_AVG
  *   COUNT_INCLUDE_PAD   AveragePool divides by the window clipped to the padded extent
  *   WITH_INDICES    MaxPool also writes the flat (row-major, whole tensor) argmax as long
@@ -47,7 +47,11 @@ __kernel void pool(__global const XT* restrict x, __global YT* restrict y,
     const int plane = ID * IH * IW;
     __global const XT* xc = x + (long)nc * plane;
 #ifdef POOL_MAX
+#ifdef POOL_INIT
+    T best = POOL_INIT;  /* an integer type's minimum (uint8 / int8 MaxPool) */
+#else
     T best = -INFINITY;
+#endif
 #ifdef WITH_INDICES
     int arg = -1;
 #endif

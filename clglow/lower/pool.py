@@ -38,8 +38,14 @@ def _storage(ctx: LowerCtx) -> dict:
     return out
 
 
+# MaxPool's 8-bit types (opset 12): the generic kernel compares them as they are, starting from
+# the type's minimum (pool.cl POOL_INIT)
+_INT_MAX_POOL = {np.dtype(np.uint8): ("uchar", "0"), np.dtype(np.int8): ("char", "(-128)")}
+
+
 def _supports_pool(node: Node, graph: Graph, target: Target) -> Optional[str]:
-    bad = check_dtypes(node, graph, _F32, [0])
+    allowed = _F32 | set(_INT_MAX_POOL) if node.op_type == "MaxPool" else _F32
+    bad = check_dtypes(node, graph, allowed, [0])
     if bad:
         return bad
     ks = node.attr("kernel_shape")
@@ -73,6 +79,9 @@ def lower_pool(ctx: LowerCtx) -> list:
             + pad3(dil, 1))
     is_max = ctx.node.op_type == "MaxPool"
     defines: dict = {"T": "float", "POOL_MAX" if is_max else "POOL_AVG": None, **_storage(ctx)}
+    integer = _INT_MAX_POOL.get(np.dtype(x.dtype))
+    if integer is not None:  # the generic kernel only (the fast path is float16 vectors)
+        defines.update(T=integer[0], POOL_INIT=integer[1])
     args: list = [ctx.buf(0), ctx.out(0)]
     if is_max and len(ctx.outputs) > 1 and ctx.outputs[1] is not None:
         defines["WITH_INDICES"] = None
@@ -88,7 +97,7 @@ def lower_pool(ctx: LowerCtx) -> list:
     sh, sw = pad3(st, 1)[1:]
     ph, pw = pad3(pb, 0)[1:]
     eh, ew = pad3(pe, 0)[1:]
-    if ("WITH_INDICES" not in defines and nd <= 2 and all(d == 1 for d in dil)
+    if ("WITH_INDICES" not in defines and integer is None and nd <= 2 and all(d == 1 for d in dil)
             and 15 * sw + kw <= 48 and w <= _MP_MAXW and max(pw, ew, ph, eh) <= 16):
         # 2-D fast path: input rows reduced into a private row, one work-item per output row.
         # 8 output rows per work-group (rows past OH return): a CPU driver pays per group

@@ -89,6 +89,19 @@ def test_maxpool_indices_column_major(shape, attrs):
         check(node, {"x": x}, opset=12, oracle="onnxruntime")
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("shape,attrs", [((1, 3, 9, 10), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+                                         ((2, 2, 5, 6, 7), dict(kernel_shape=[2, 3, 2], strides=[1, 2, 2])),
+                                         ((1, 2, 11), dict(kernel_shape=[3], strides=[2], pads=[1, 2]))],
+                         ids=["2d", "3d", "1d"])
+def test_maxpool_8bit(shape, attrs, dtype):
+    """uint8 / int8 MaxPool (opset 12): the type's extremes included, padding never taken."""
+    info = np.iinfo(dtype)
+    x = RNG.integers(info.min, info.max + 1, shape).astype(dtype)
+    x.reshape(-1)[:3] = [info.min, info.max, info.min]
+    check(helper.make_node("MaxPool", ["x"], ["y"], **attrs), {"x": x}, opset=12, oracle="onnxruntime")
+
+
 @pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
 @pytest.mark.parametrize("shape", [(2, 3, 5, 7), (1, 5, 9), (3, 2, 2, 3, 4), (1, 1, 1, 1), (2, 4, 28, 28)])
 def test_global_pool(op, shape):
