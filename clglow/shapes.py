@@ -404,14 +404,15 @@ def _waits_for_parameters(node: Node, g: Graph, shapes_known: bool) -> bool:
         return False
     positions = [node.input(i) for i in SHAPE_INPUTS.get(node.op_type, ()) if node.input(i)]
     computed = [name for name in positions if g.const(name) is None]
-    if not computed:
-        return False
-    for name in computed:
-        v = g.values.get(name)
-        if (v is None or not v.is_static or v.dtype is None or np.dtype(v.dtype).kind not in "biuf"
-                or int(np.prod(v.shape, dtype=np.int64)) > SHAPE_INPUT_MAX_ELEMENTS):
-            return False
-    return True
+    return bool(computed) and all(small_parameter(g, name) for name in computed)
+
+
+def small_parameter(graph: Graph, name: str) -> bool:
+    """A value of static shape, at most SHAPE_INPUT_MAX_ELEMENTS numbers: what staging reads back
+    to the host to make a constant of the next stage (engine `_next_stage`)."""
+    v = graph.values.get(name)
+    return (v is not None and v.is_static and v.dtype is not None and np.dtype(v.dtype).kind in "biuf"
+            and int(np.prod(v.shape, dtype=np.int64)) <= SHAPE_INPUT_MAX_ELEMENTS)
 
 
 def _reads(node: Node) -> list:

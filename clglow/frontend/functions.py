@@ -91,10 +91,7 @@ def _schema(node: onnx.NodeProto, opsets: dict) -> Optional[defs.OpSchema]:
 
 def _expandable(node: onnx.NodeProto, opsets: dict, has_kernel: HasKernel) -> bool:
     domain = node.domain if node.domain != "ai.onnx" else ""
-    if (domain, node.op_type) in _NEVER or has_kernel(domain, node.op_type):
-        return False
-    schema = _schema(node, opsets)
-    return schema is not None and (schema.has_function or schema.has_context_dependent_function)
+    return not has_kernel(domain, node.op_type) and expands(domain, node.op_type, opsets.get(domain, 1))
 
 
 def _input_types(model: onnx.ModelProto) -> dict:

@@ -83,21 +83,13 @@ def plan_constants(node: Node, graph: Graph, positions: Sequence[int]) -> bool:
     constant of each plan (its value part of the plan's key), and staging puts a node reading a
     computed one in the next stage, where the value is read back as such a constant
     (shapes.specialize); the node is judged and lowered again with it."""
+    from ..shapes import small_parameter  # shapes imports the passes, which import lower
+
     for i in positions:
         name = node.input(i)
         if name and graph.const(name) is None and name not in graph.inputs and not small_parameter(graph, name):
             return False
     return True
-
-
-def small_parameter(graph: Graph, name: str) -> bool:
-    """A value of static shape, at most shapes.SHAPE_INPUT_MAX_ELEMENTS numbers: what staging
-    reads back to the host to make a constant of the next stage."""
-    from ..shapes import SHAPE_INPUT_MAX_ELEMENTS
-
-    v = graph.values.get(name)
-    return (v is not None and v.is_static and v.dtype is not None and np.dtype(v.dtype).kind in "biuf"
-            and int(np.prod(v.shape, dtype=np.int64)) <= SHAPE_INPUT_MAX_ELEMENTS)
 
 
 def float32_only(node: Node, graph: Graph) -> Optional[str]:

@@ -27,35 +27,14 @@ def fold_batchnorm(graph: Graph) -> Graph:
         if conv is not None and conv.op_type != "Conv" and _fold_into_matmul(g, bn, producers, consumers, outputs):
             removed.add(id(bn))
             continue
-        if conv is None or conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx") or id(conv) in removed:
+        if conv is None or conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx"):
             continue
-        if len(consumers.get(conv.outputs[0], [])) != 1 or conv.outputs[0] in outputs:
+        if not _only_user(conv.outputs[0], consumers, outputs) or not _float32_weights(g, conv):
             continue
-        params = [g.const(bn.input(i)) for i in range(1, 5)]
-        w = g.const(conv.input(1))
-        b = g.const(conv.input(2)) if conv.input(2) else None
-        if w is None or any(p is None for p in params) or (conv.input(2) and b is None):
+        fs = _bn_factors(g, bn)
+        if fs is None or fs[0].shape != (g.const(conv.input(1)).shape[0],):
             continue
-        if w.dtype != np.float32:
-            continue
-        scale, bias, mean, var = (np.asarray(p, dtype=np.float64) for p in params)
-        eps = float(bn.attr("epsilon", 1e-5))
-        factor = scale / np.sqrt(var + eps)
-        if factor.shape != (w.shape[0],):
-            continue
-        new_w = (w.astype(np.float64) * factor.reshape(-1, *([1] * (w.ndim - 1)))).astype(np.float32)
-        old_b = np.zeros(w.shape[0]) if b is None else b.astype(np.float64)
-        new_b = ((old_b - mean) * factor + bias).astype(np.float32)
-        wn = g.unique_name(conv.input(1) + "_bnfold")
-        g.values[wn] = Value(wn, new_w.dtype, new_w.shape, new_w)
-        bname = g.unique_name((conv.input(2) or conv.name + "_bias") + "_bnfold")
-        g.values[bname] = Value(bname, new_b.dtype, new_b.shape, new_b)
-        conv.inputs = [conv.inputs[0], wn, bname]
-        # the conv now produces the BN output directly
-        old_out = conv.outputs[0]
-        conv.outputs = [bn.outputs[0]]
-        conv.proto = None
-        g.values.pop(old_out, None)
+        _rescale_conv(g, conv, fs[0], fs[1], bn.outputs[0], "_bnfold")  # the conv writes the BN's output
         removed.add(id(bn))
     g.nodes = [n for n in g.nodes if id(n) not in removed]
     return g
@@ -67,6 +46,8 @@ def _bn_factors(g: Graph, bn) -> Optional[tuple]:
     if any(p is None for p in params):
         return None
     scale, bias, mean, var = (np.asarray(p, dtype=np.float64).reshape(-1) for p in params)
+    if not scale.size == bias.size == mean.size == var.size:
+        return None
     factor = scale / np.sqrt(var + float(bn.attr("epsilon", 1e-5)))
     return factor, bias - mean * factor
 
@@ -99,7 +80,7 @@ def _fold_into_matmul(g: Graph, bn, producers: dict, consumers: dict, outputs: s
             or not mv.is_static or int(mv.shape[-1]) != c or not _only_user(mm.outputs[0], consumers, outputs)):
         return False
     fs = _bn_factors(g, bn)
-    if fs is None or fs[0].shape != (c,) or fs[1].shape != (c,):
+    if fs is None or fs[0].shape != (c,):
         return False
     factor, shift = fs
     wn = g.unique_name(mm.input(1) + "_bnfold")
@@ -143,34 +124,46 @@ def fold_channel_scale(graph: Graph) -> Graph:
             factor = _channel_factor(g, conv, s)
             if factor is None:
                 continue
-            w, b = g.const(conv.input(1)), g.const(conv.input(2)) if conv.input(2) else None
-            shape = (-1,) + (1,) * (w.ndim - 1)
-            wn = g.unique_name(conv.input(1) + "_scaled")
-            new_w = (w.astype(np.float64) * factor.reshape(shape)).astype(np.float32)
-            g.values[wn] = Value(wn, new_w.dtype, new_w.shape, new_w)
-            inputs = [conv.input(0), wn]
-            if b is not None:
-                bn_ = g.unique_name(conv.input(2) + "_scaled")
-                new_b = (b.astype(np.float64) * factor).astype(np.float32)
-                g.values[bn_] = Value(bn_, new_b.dtype, new_b.shape, new_b)
-                inputs.append(bn_)
-            g.values.pop(conv.outputs[0], None)
-            conv.inputs, conv.outputs, conv.proto = inputs, [mul.outputs[0]], None
+            _rescale_conv(g, conv, factor, None, mul.outputs[0], "_scaled")
             removed.add(id(mul))
             break
     g.nodes = [n for n in g.nodes if id(n) not in removed]
     return g
 
 
+def _float32_weights(g: Graph, conv) -> bool:
+    """The Conv's weights (and bias, when given) are float32 constants: they can be rescaled."""
+    w = g.const(conv.input(1))
+    return w is not None and w.dtype == np.float32 and not (conv.input(2) and g.const(conv.input(2)) is None)
+
+
+def _rescale_conv(g: Graph, conv, factor: np.ndarray, shift: Optional[np.ndarray], out: str, tag: str) -> None:
+    """The Conv's weights scaled per output channel by `factor` and its bias made bias * factor
+    (+ `shift`; a bias created when there is a shift and none), in float64 rounded once; the
+    Conv then writes `out`, the output of the node it absorbs."""
+    w = g.const(conv.input(1))
+    b = g.const(conv.input(2)) if conv.input(2) else None
+    wn = g.unique_name(conv.input(1) + tag)
+    new_w = (w.astype(np.float64) * factor.reshape((-1,) + (1,) * (w.ndim - 1))).astype(np.float32)
+    g.values[wn] = Value(wn, new_w.dtype, new_w.shape, new_w)
+    inputs = [conv.input(0), wn]
+    if b is not None or shift is not None:
+        new_b = (np.zeros(w.shape[0]) if b is None else b.astype(np.float64)) * factor
+        new_b = (new_b if shift is None else new_b + shift).astype(np.float32)
+        bname = g.unique_name((conv.input(2) or conv.name + "_bias") + tag)
+        g.values[bname] = Value(bname, new_b.dtype, new_b.shape, new_b)
+        inputs.append(bname)
+    g.values.pop(conv.outputs[0], None)
+    conv.inputs, conv.outputs, conv.proto = inputs, [out], None
+
+
 def _channel_factor(g: Graph, conv, s: np.ndarray) -> Optional[np.ndarray]:
     """The per-output-channel factor (float64, [C]) a constant `s` multiplies the Conv's output
     [N, C, ...] by, when it is one (float32 weights and bias, C = W's first dim)."""
-    w = g.const(conv.input(1))
     out = g.values.get(conv.outputs[0])
-    if (w is None or w.dtype != np.float32 or s.dtype != np.float32 or out is None or out.shape is None
-            or (conv.input(2) and g.const(conv.input(2)) is None)):
+    if not _float32_weights(g, conv) or s.dtype != np.float32 or out is None or out.shape is None:
         return None
-    c, rank = int(w.shape[0]), len(out.shape)
+    c, rank = int(g.const(conv.input(1)).shape[0]), len(out.shape)
     if s.size == 1:
         return np.full(c, float(s.reshape(-1)[0]))
     shape = tuple(int(d) for d in s.shape)

@@ -30,12 +30,19 @@ copies of the activations become one launch.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Optional
 
 import numpy as np
 
 from ..ir import Graph, Node, Value
 from .fuse_conv import rewrite_to_fixed_point, splice_fused
+
+
+def _sole_reader(name: str, consumers: dict, outputs: set) -> Optional[Node]:
+    """The single consumer of an internal value (None when it has several or is a graph output)."""
+    users = consumers.get(name, [])
+    return users[0] if len(users) == 1 and name not in outputs else None
 
 
 def _is(node: Optional[Node], op: str) -> bool:
@@ -72,9 +79,7 @@ def _match(g: Graph, mean: Node, consumers: dict, outputs: set) -> Optional[tupl
         return None
     rank = len(vx.shape)
 
-    def only(name: str) -> Optional[Node]:  # the single consumer of an internal value
-        users = consumers.get(name, [])
-        return users[0] if len(users) == 1 and name not in outputs else None
+    only = partial(_sole_reader, consumers=consumers, outputs=outputs)
 
     if rank < 1 or not _last_axis_mean(mean, g, rank):
         return None
@@ -126,9 +131,7 @@ def _match(g: Graph, mean: Node, consumers: dict, outputs: set) -> Optional[tupl
 def _match_rms(g: Graph, sq: Node, consumers: dict, outputs: set) -> Optional[tuple]:
     """(nodes of the RMS pattern, x, eps, gamma name or None, None, output) from its square,
     or None."""
-    def only(name: str) -> Optional[Node]:
-        users = consumers.get(name, [])
-        return users[0] if len(users) == 1 and name not in outputs else None
+    only = partial(_sole_reader, consumers=consumers, outputs=outputs)
 
     var = only(sq.outputs[0])
     if not _is(var, "ReduceMean"):
@@ -211,16 +214,13 @@ def _fuse_channel_norm_one(g: Graph, consumers: dict, outputs: set) -> bool:
         perm = _transpose(t1)
         if perm is None or len(perm) < 3 or perm != [0] + list(range(2, len(perm))) + [1]:
             continue
-        def only(name: str) -> Optional[Node]:
-            users = consumers.get(name, [])
-            return users[0] if len(users) == 1 and name not in outputs else None
-        ln = only(t1.outputs[0])
+        ln = _sole_reader(t1.outputs[0], consumers, outputs)
         if ln is None or ln.op_type != "LayerNormalization" or ln.domain not in ("", "ai.onnx", "clglow"):
             continue
         r = len(perm)
         if int(ln.attr("axis", -1)) % r != r - 1 or any(o for o in ln.outputs[1:]):
             continue
-        t2 = only(ln.outputs[0])
+        t2 = _sole_reader(ln.outputs[0], consumers, outputs)
         if _transpose(t2) != [0, r - 1] + list(range(1, r - 1)):
             continue
         inputs = [t1.input(0), ln.input(1), ln.input(2) if len(ln.inputs) > 2 else ""]

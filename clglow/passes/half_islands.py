@@ -41,7 +41,7 @@ def _narrow(graph: Graph, name: str) -> Optional[int]:
     return None if v is None or v.dtype is None else _NARROW.get(np.dtype(v.dtype).name)
 
 
-def _is_f16(graph: Graph, name: str) -> bool:
+def _is_narrow(graph: Graph, name: str) -> bool:
     return _narrow(graph, name) is not None
 
 
@@ -95,11 +95,11 @@ def _try(node: Node, graph: Graph, target: Target, rw: _Rewriter, whole: bool) -
     float32 view does not make the kernel cover it; `whole`: activations and outputs too, not
     only the float16 constants."""
     mark = (dict(rw.twins), len(rw.casts), set(graph.values))
-    inputs = [(rw.f32_of(n, not whole) or n) if _is_f16(graph, n) else n for n in node.inputs]
+    inputs = [(rw.f32_of(n, not whole) or n) if _is_narrow(graph, n) else n for n in node.inputs]
     outputs, after = list(node.outputs), []
     if whole:
         for j, o in enumerate(node.outputs):
-            if _is_f16(graph, o) and graph.values[o].const is None:
+            if _is_narrow(graph, o) and graph.values[o].const is None:
                 wide = rw._name(f"{o}/f32")
                 graph.values[wide] = Value(wide, F32, graph.values[o].shape)
                 outputs[j] = wide
@@ -129,7 +129,7 @@ def widen_half_nodes(graph: Graph, target: Target) -> Graph:
     for node in graph.nodes:
         io = [n for n in list(node.inputs) + list(node.outputs) if n]
         why = None
-        if node.op_type != "Cast" and not node.unfused and any(_is_f16(graph, n) for n in io):
+        if node.op_type != "Cast" and not node.unfused and any(_is_narrow(graph, n) for n in io):
             why = _refusal(node, graph, target)
         if not why:  # covered as it is, no kernel at all, or nothing float16
             nodes.append(node)
@@ -142,7 +142,7 @@ def widen_half_nodes(graph: Graph, target: Target) -> Graph:
         rw.casts.clear()
         widened += 1
     if widened:
-        log.info("float16 model: %d node(s) computed in float32 between Casts (their kernels take float32)", widened)
+        log.info("float16 / bfloat16 model: %d node(s) computed in float32 between Casts (their kernels take float32)", widened)
     graph.nodes = nodes
     return graph
 

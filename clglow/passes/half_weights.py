@@ -23,7 +23,13 @@ _WEIGHTS = {("", "Conv"): (1, 2), ("", "ConvTranspose"): (1, 2), ("clglow", "Fus
 
 
 def widen_half_weights(graph: Graph) -> Graph:
-    """Every float16 constant at a convolution's weight positions replaced by a float32 copy."""
+    """Every float16 constant at a convolution's weight positions replaced by a float32 copy (a
+    copy of `graph`; `graph` itself when there is none)."""
+    if not any(graph.const(n.input(i)) is not None and graph.const(n.input(i)).dtype == F16
+               for n in graph.nodes for i in _WEIGHTS.get((n.domain if n.domain != "ai.onnx" else "", n.op_type), ())
+               if n.input(i)):
+        return graph
+    graph = graph.copy()
     made: dict = {}
     nodes = []
     for node in graph.nodes:
